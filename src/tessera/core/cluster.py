@@ -1,0 +1,148 @@
+"""Cluster state: nodes with per-GPU free vectors, host CPU and memory, held as NumPy arrays.
+
+Free capacity is tracked **per GPU** (``gpu_free_milli[node, gpu]``), never only per node: a 0.3-GPU request needs
+one GPU with 0.3 free. GPU slots beyond a node's ``gpu_count`` are padding with zero free capacity, so they never
+fit anything and never count as idle. Every bind or release bumps the node's ``version`` so that callers can cache
+per-node results and recompute only what changed.
+
+The placement engine, the simulator and (later) the control plane all read and change this one structure.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from tessera.core.catalog import resolve_model
+from tessera.core.errors import InvalidRequestError
+from tessera.core.workload import MILLI_PER_GPU, Placement, Request
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    name: str
+    cpu_milli: int  # host CPU capacity, thousandths of a core
+    mem_mib: int  # host memory capacity
+    gpu_count: int  # GPUs on the node (0 = CPU-only)
+    gpu_model: str | None  # canonical catalog name; None for a CPU-only node
+
+    def __post_init__(self) -> None:
+        for field_name in ("cpu_milli", "mem_mib", "gpu_count"):
+            if getattr(self, field_name) < 0:
+                raise InvalidRequestError(field_name, f"node {self.name}: must be >= 0")
+        if self.gpu_count > 0 and not self.gpu_model:
+            raise InvalidRequestError("model", f"node {self.name} has GPUs but no GPU model")
+
+
+class ClusterState:
+    """Mutable capacity bookkeeping for a fixed set of nodes."""
+
+    def __init__(self, nodes: Sequence[NodeSpec]) -> None:
+        if not nodes:
+            raise InvalidRequestError("nodes", "a cluster needs at least one node")
+        self.nodes: tuple[NodeSpec, ...] = tuple(nodes)
+        models = sorted({n.gpu_model for n in nodes if n.gpu_model and n.gpu_count > 0})
+        # Index len(models) stands for "no GPU" (CPU-only nodes).
+        self.model_names: tuple[str, ...] = tuple(models)
+        self.model_mem_mib: IntArray = np.array([resolve_model(m).mem_mib for m in models] + [0], dtype=np.int64)
+        index = {m: i for i, m in enumerate(models)}
+        self.max_gpus = max(1, max(n.gpu_count for n in nodes))
+        self.gpu_count: IntArray = np.array([n.gpu_count for n in nodes], dtype=np.int64)
+        self.model_idx: IntArray = np.array(
+            [index[n.gpu_model] if n.gpu_model and n.gpu_count > 0 else len(models) for n in nodes], dtype=np.int64
+        )
+        self.cpu_cap_milli: IntArray = np.array([n.cpu_milli for n in nodes], dtype=np.int64)
+        self.mem_cap_mib: IntArray = np.array([n.mem_mib for n in nodes], dtype=np.int64)
+        self.gpu_exists: BoolArray = np.arange(self.max_gpus)[None, :] < self.gpu_count[:, None]
+        self.gpu_cap_milli: IntArray = np.where(self.gpu_exists, MILLI_PER_GPU, 0).astype(np.int64)
+        self.cpu_free_milli: IntArray = self.cpu_cap_milli.copy()
+        self.mem_free_mib: IntArray = self.mem_cap_mib.copy()
+        self.gpu_free_milli: IntArray = self.gpu_cap_milli.copy()
+        self.version: IntArray = np.zeros(len(nodes), dtype=np.int64)
+        # How many GPU workloads of each kind ("share", "2-gpu", ...) each node runs.
+        self.gpu_kinds: list[Counter[str]] = [Counter() for _ in nodes]
+        self.total_gpus = int(self.gpu_count.sum())
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def gpu_capacity_milli(self) -> int:
+        return self.total_gpus * MILLI_PER_GPU
+
+    def allocated_gpu_milli(self) -> int:
+        return int(self.gpu_cap_milli.sum() - self.gpu_free_milli.sum())
+
+    def idle_gpu_milli(self) -> IntArray:
+        """Free GPU milli per node."""
+        return self.gpu_free_milli.sum(axis=1)
+
+    def allowed_models(self, request: Request) -> BoolArray:
+        """Which model indices (plus the trailing CPU-only index) may host ``request``'s GPUs."""
+        allowed = np.ones(len(self.model_names) + 1, dtype=np.bool_)
+        if request.gpu_types:
+            allowed[:-1] = [m in request.gpu_types for m in self.model_names]
+        if request.num_gpus > 0:
+            allowed[-1] = False
+        return allowed
+
+    def milli_by_model(self, request: Request) -> IntArray:
+        """GPU milli ``request`` takes on each model: a memory request becomes a share once the model is known."""
+        milli = np.full(len(self.model_names) + 1, request.gpu_milli, dtype=np.int64)
+        if request.gpu_mem_mib and request.num_gpus:
+            mem = np.maximum(self.model_mem_mib, 1)
+            from_mem = -(-request.gpu_mem_mib * MILLI_PER_GPU // mem)  # ceiling division
+            milli = np.maximum(milli, from_mem)
+            if request.num_gpus > 1:
+                milli = np.where(milli <= MILLI_PER_GPU, MILLI_PER_GPU, milli)
+        return milli
+
+    def feasible(self, request: Request, nodes: IntArray, need_milli: IntArray) -> BoolArray:
+        """Whether each node in ``nodes`` can host ``request`` now; ``need_milli`` is its per-GPU share there."""
+        ok = (self.cpu_free_milli[nodes] >= request.cpu_milli) & (self.mem_free_mib[nodes] >= request.mem_mib)
+        if request.num_gpus == 0:
+            return ok
+        ok &= self.allowed_models(request)[self.model_idx[nodes]] & (need_milli <= MILLI_PER_GPU)
+        free = self.gpu_free_milli[nodes]
+        sharing = (request.num_gpus == 1) & (need_milli < MILLI_PER_GPU)
+        fits_share = free.max(axis=1) >= need_milli
+        fits_whole = (free == MILLI_PER_GPU).sum(axis=1) >= request.num_gpus
+        return ok & np.where(sharing, fits_share, fits_whole)
+
+    def bind(self, placement: Placement) -> None:
+        """Take the placement's capacity; raises ``InvalidRequestError`` if it does not fit (nothing changes)."""
+        node, gpus, each = placement.node, list(placement.gpu_indices), placement.gpu_milli_each
+        req = placement.request
+        if self.cpu_free_milli[node] < req.cpu_milli or self.mem_free_mib[node] < req.mem_mib:
+            raise InvalidRequestError("placement", f"node {node} lacks CPU or memory")
+        if gpus and (min(gpus) < 0 or max(gpus) >= self.gpu_count[node] or len(set(gpus)) != len(gpus)):
+            raise InvalidRequestError("placement", f"bad GPU indices {gpus} on node {node}")
+        if gpus and bool((self.gpu_free_milli[node, gpus] < each).any()):
+            raise InvalidRequestError("placement", f"GPUs {gpus} of node {node} lack {each} milli")
+        self.cpu_free_milli[node] -= req.cpu_milli
+        self.mem_free_mib[node] -= req.mem_mib
+        if gpus:
+            self.gpu_free_milli[node, gpus] -= each
+            self.gpu_kinds[node][req.kind] += 1
+        self.version[node] += 1
+
+    def release(self, placement: Placement) -> None:
+        """Give the placement's capacity back."""
+        node, gpus = placement.node, list(placement.gpu_indices)
+        self.cpu_free_milli[node] += placement.request.cpu_milli
+        self.mem_free_mib[node] += placement.request.mem_mib
+        if gpus:
+            self.gpu_free_milli[node, gpus] += placement.gpu_milli_each
+            kinds = self.gpu_kinds[node]
+            kinds[placement.request.kind] -= 1
+            if kinds[placement.request.kind] <= 0:
+                del kinds[placement.request.kind]
+        self.version[node] += 1

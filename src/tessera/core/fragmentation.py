@@ -1,0 +1,98 @@
+"""GPU fragmentation measured against a target workload of "typical pods" (the FGD paper's definition).
+
+A node's fragmentation is ``F_n = sum_m p_m * frag_n(m)`` over typical pods ``m`` with popularity ``p_m``:
+
+- if ``m`` asks for no GPU, or the node's GPU type is not allowed for ``m``, or ``m``'s GPUs do not fit the node,
+  or the node lacks the CPU for ``m``: every idle GPU milli of the node is a fragment for ``m``;
+- otherwise only the idle milli of GPUs whose free share is below ``m``'s per-GPU share is.
+
+Host memory is ignored. Used by the FGD and Tessera placement policies (to score a candidate placement by how much
+fragmentation it adds) and by the simulator (to report cluster fragmentation after every arrival).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from tessera.core.workload import Request
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class TypicalPod:
+    cpu_milli: int
+    num_gpus: int
+    gpu_milli: int
+    gpu_types: frozenset[str]  # empty = any model
+    popularity: float  # share of the target workload, the kept pods sum to 1
+
+
+def typical_pods(requests: Iterable[Request], coverage: float = 0.95) -> tuple[TypicalPod, ...]:
+    """The most popular request shapes covering at least ``coverage`` of ``requests``, renormalised.
+
+    Shapes are grouped by (scoring CPU, num_gpus, gpu_milli, gpu_types); popularity ties are broken by larger CPU,
+    then larger share, then more GPUs, then type names, so the cut is deterministic.
+    """
+    counts = Counter((r.scoring_cpu_milli, r.num_gpus, r.gpu_milli, r.gpu_types) for r in requests)
+    total = sum(counts.values())
+    if total == 0:
+        return ()
+    kept: list[tuple[tuple[int, int, int, frozenset[str]], int]] = []
+    covered = 0
+    ordered = sorted(
+        counts.items(), key=lambda item: (-item[1], -item[0][0], -item[0][2], -item[0][1], sorted(item[0][3]))
+    )
+    for shape, count in ordered:
+        kept.append((shape, count))
+        covered += count
+        if covered >= coverage * total:
+            break
+    return tuple(TypicalPod(c, n, g, t, count / covered) for (c, n, g, t), count in kept)
+
+
+class FragmentationModel:
+    """Vectorised node fragmentation for one target workload on one cluster's model list."""
+
+    def __init__(self, pods: Sequence[TypicalPod], model_names: Sequence[str]) -> None:
+        self.pods = tuple(pods)
+        gpu_pods = [p for p in self.pods if p.num_gpus > 0]
+        # Idle GPU milli counts fully for CPU-only typical pods: fold them into one constant weight.
+        self._cpu_only_weight = sum(p.popularity for p in self.pods if p.num_gpus == 0)
+        self._thresholds: IntArray = np.array(sorted({p.gpu_milli for p in gpu_pods}), dtype=np.int64)
+        threshold_index = {int(t): i for i, t in enumerate(self._thresholds)}
+        self._pod_threshold: IntArray = np.array([threshold_index[p.gpu_milli] for p in gpu_pods], dtype=np.int64)
+        self._pod_cpu: IntArray = np.array([p.cpu_milli for p in gpu_pods], dtype=np.int64)
+        self._pod_gpus: IntArray = np.array([p.num_gpus for p in gpu_pods], dtype=np.int64)
+        self._pod_weight: FloatArray = np.array([p.popularity for p in gpu_pods], dtype=np.float64)
+        # allowed[model, pod]; the trailing model row is "no GPU" and allows nothing.
+        allowed = np.zeros((len(model_names) + 1, len(gpu_pods)), dtype=np.bool_)
+        for j, pod in enumerate(gpu_pods):
+            for i, model in enumerate(model_names):
+                allowed[i, j] = not pod.gpu_types or model in pod.gpu_types
+        self._allowed = allowed
+
+    def node_frag(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
+        """Fragmentation (milli-GPU) of K node states: ``cpu_free[K]``, ``gpu_free[K, G]``, ``model_idx[K]``."""
+        idle = gpu_free.sum(axis=1).astype(np.float64)
+        frag = idle * self._cpu_only_weight
+        if self._pod_weight.size == 0:
+            return frag
+        # For each distinct per-GPU share t: how many GPUs have >= t free, and the idle milli on the others.
+        fits_share = gpu_free[:, None, :] >= self._thresholds[None, :, None]  # K x T x G
+        gpus_fitting = fits_share.sum(axis=2)
+        milli_too_small = idle[:, None] - np.where(fits_share, gpu_free[:, None, :], 0).sum(axis=2)
+        fits = (
+            (gpus_fitting[:, self._pod_threshold] >= self._pod_gpus[None, :])
+            & (cpu_free[:, None] >= self._pod_cpu[None, :])
+            & self._allowed[model_idx]
+        )  # K x M
+        per_pod = np.where(fits, milli_too_small[:, self._pod_threshold], idle[:, None])
+        frag += per_pod @ self._pod_weight
+        return frag

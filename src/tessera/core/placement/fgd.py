@@ -1,0 +1,63 @@
+"""FGD: place where the node's fragmentation grows least (Weng et al., "Beware of Fragmentation", ATC '23).
+
+Score = integer part of ``100 * sigmoid((F_before - F_after) / 1000)`` with ``F`` the node fragmentation against
+the typical-pod workload. A sharing request tries every GPU that fits and keeps the best score (first on ties);
+a whole-GPU request takes the lowest-indexed free GPUs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.core.cluster import ClusterState, IntArray
+from tessera.core.fragmentation import FloatArray, FragmentationModel
+from tessera.core.placement.base import BasePolicy, NodeScores, no_gpu_choice
+from tessera.core.workload import MILLI_PER_GPU, Request
+
+MAX_NODE_SCORE = 100
+
+
+def frag_delta_score(before: FloatArray, after: FloatArray) -> FloatArray:
+    """Integer score 0..100 that grows as the placement adds less fragmentation."""
+    return np.floor(MAX_NODE_SCORE / (1.0 + np.exp(-(before - after) / 1000.0)))
+
+
+def take_whole_gpus(free: IntArray, counts: int) -> IntArray:
+    """``free`` (K x G) after taking the ``counts`` lowest-indexed completely free GPUs on every row."""
+    whole = free == MILLI_PER_GPU
+    taken = whole & (np.cumsum(whole, axis=1) <= counts)
+    return np.where(taken, 0, free)
+
+
+class FgdPolicy(BasePolicy):
+    name = "fgd"
+
+    def __init__(self, frag: FragmentationModel) -> None:
+        self.frag = frag
+
+    def score_nodes(
+        self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray
+    ) -> NodeScores:
+        cpu = state.cpu_free_milli[nodes]
+        free = state.gpu_free_milli[nodes]
+        models = state.model_idx[nodes]
+        before = self.frag.node_frag(cpu, free, models)
+        cpu_after = cpu - request.scoring_cpu_milli
+        if request.num_gpus == 1 and bool((need_milli < MILLI_PER_GPU).all()):
+            return self._score_sharing(before, cpu_after, free, models, need_milli)
+        free_after = take_whole_gpus(free, request.num_gpus) if request.num_gpus else free
+        after = self.frag.node_frag(cpu_after, free_after, models)
+        return NodeScores(frag_delta_score(before, after), no_gpu_choice(nodes.size))
+
+    def _score_sharing(
+        self, before: FloatArray, cpu_after: IntArray, free: IntArray, models: IntArray, need: IntArray
+    ) -> NodeScores:
+        k, g = free.shape
+        # Candidate c = (node i, GPU j): the node's free vector with `need` taken from GPU j.
+        fits = free >= need[:, None]  # k x g
+        taken = np.eye(g, dtype=np.int64)[None, :, :] * need[:, None, None]  # k x g(choice) x g
+        free_after = (free[:, None, :] - taken).reshape(k * g, g)
+        after = self.frag.node_frag(np.repeat(cpu_after, g), free_after, np.repeat(models, g)).reshape(k, g)
+        scores = np.where(fits, frag_delta_score(before[:, None], after), -1.0)
+        best_gpu = np.argmax(scores, axis=1)  # first index on ties
+        return NodeScores(scores[np.arange(k), best_gpu], best_gpu.astype(np.int64))

@@ -1,0 +1,1 @@
+"""Discrete-event simulator: trace loaders, synthetic workloads, experiments, metrics and reports."""
