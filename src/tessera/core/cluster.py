@@ -83,7 +83,7 @@ class ClusterState:
 
     def idle_gpu_milli(self) -> IntArray:
         """Free GPU milli per node."""
-        return self.gpu_free_milli.sum(axis=1)
+        return np.asarray(self.gpu_free_milli.sum(axis=1), dtype=np.int64)
 
     def allowed_models(self, request: Request) -> BoolArray:
         """Which model indices (plus the trailing CPU-only index) may host ``request``'s GPUs."""
@@ -115,7 +115,7 @@ class ClusterState:
         sharing = (request.num_gpus == 1) & (need_milli < MILLI_PER_GPU)
         fits_share = free.max(axis=1) >= need_milli
         fits_whole = (free == MILLI_PER_GPU).sum(axis=1) >= request.num_gpus
-        return ok & np.where(sharing, fits_share, fits_whole)
+        return np.asarray(ok & np.where(sharing, fits_share, fits_whole), dtype=np.bool_)
 
     def bind(self, placement: Placement) -> None:
         """Take the placement's capacity; raises ``InvalidRequestError`` if it does not fit (nothing changes)."""

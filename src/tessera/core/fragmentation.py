@@ -81,7 +81,7 @@ class FragmentationModel:
     def node_frag(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
         """Fragmentation (milli-GPU) of K node states: ``cpu_free[K]``, ``gpu_free[K, G]``, ``model_idx[K]``."""
         idle = gpu_free.sum(axis=1).astype(np.float64)
-        frag = idle * self._cpu_only_weight
+        frag: FloatArray = idle * self._cpu_only_weight
         if self._pod_weight.size == 0:
             return frag
         # For each distinct per-GPU share t: how many GPUs have >= t free, and the idle milli on the others.
@@ -94,5 +94,5 @@ class FragmentationModel:
             & self._allowed[model_idx]
         )  # K x M
         per_pod = np.where(fits, milli_too_small[:, self._pod_threshold], idle[:, None])
-        frag += per_pod @ self._pod_weight
+        frag = frag + np.asarray(per_pod @ self._pod_weight, dtype=np.float64)
         return frag

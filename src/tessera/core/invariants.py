@@ -44,7 +44,9 @@ def _check_conservation(state: ClusterState, placements: list[Placement]) -> Non
     used_mem = np.zeros_like(state.mem_free_mib)
     for p in placements:
         if len(p.gpu_indices) != p.request.num_gpus:
-            raise InvariantViolation(f"placement on node {p.node} holds {len(p.gpu_indices)} GPUs, not {p.request.num_gpus}")
+            raise InvariantViolation(
+                f"placement on node {p.node} holds {len(p.gpu_indices)} GPUs, not {p.request.num_gpus}"
+            )
         if p.request.gpu_types and p.request.num_gpus and state.nodes[p.node].gpu_model not in p.request.gpu_types:
             raise InvariantViolation(f"placement on node {p.node} violates the request's GPU types")
         for gpu in p.gpu_indices:

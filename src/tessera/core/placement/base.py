@@ -44,9 +44,7 @@ class PlacementPolicy(Protocol):
     name: str
     node_local: bool  # scores depend only on (node state, request): the engine may cache them
 
-    def score_nodes(
-        self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray
-    ) -> NodeScores:
+    def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
         """Scores for the feasible ``nodes``; ``need_milli`` is the request's per-GPU share on each of them."""
         ...
 

@@ -17,9 +17,7 @@ from tessera.core.workload import Request
 class BestFitPolicy(BasePolicy):
     name = "bestfit"
 
-    def score_nodes(
-        self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray
-    ) -> NodeScores:
+    def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
         cpu_after = state.cpu_free_milli[nodes] - request.scoring_cpu_milli
         gpu_after = state.gpu_free_milli[nodes].sum(axis=1) - need_milli * request.num_gpus
         leftover = 0.5 * cpu_after / MAX_NODE_CPU_MILLI + 0.5 * gpu_after / MAX_NODE_GPU_MILLI
@@ -29,4 +27,4 @@ class BestFitPolicy(BasePolicy):
         low, high = scores.min(), scores.max()
         if high == low:
             return np.zeros_like(scores)
-        return np.floor((scores - low) * 100.0 / (high - low))
+        return np.asarray(np.floor((scores - low) * 100.0 / (high - low)), dtype=np.float64)

@@ -26,9 +26,7 @@ def _kind_bonus(kinds: dict[str, int], kind: str) -> int:
 class ClusteringPolicy(BasePolicy):
     name = "clustering"
 
-    def score_nodes(
-        self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray
-    ) -> NodeScores:
+    def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
         if request.num_gpus == 0:
             return NodeScores(np.zeros(nodes.size), no_gpu_choice(nodes.size))
         used = MAX_NODE_GPU_MILLI - state.gpu_free_milli[nodes].sum(axis=1)

@@ -19,9 +19,7 @@ MAX_NODE_GPU_MILLI = 8_000
 class DotProdPolicy(BasePolicy):
     name = "dotprod"
 
-    def score_nodes(
-        self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray
-    ) -> NodeScores:
+    def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
         cpu_req = request.scoring_cpu_milli
         cpu_left = state.cpu_free_milli[nodes]
         gpu_left = state.gpu_free_milli[nodes].sum(axis=1)

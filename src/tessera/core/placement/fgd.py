@@ -35,9 +35,7 @@ class FgdPolicy(BasePolicy):
     def __init__(self, frag: FragmentationModel) -> None:
         self.frag = frag
 
-    def score_nodes(
-        self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray
-    ) -> NodeScores:
+    def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
         cpu = state.cpu_free_milli[nodes]
         free = state.gpu_free_milli[nodes]
         models = state.model_idx[nodes]

@@ -18,9 +18,7 @@ from tessera.core.workload import MILLI_PER_GPU, Request
 class PackingPolicy(BasePolicy):
     name = "packing"
 
-    def score_nodes(
-        self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray
-    ) -> NodeScores:
+    def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
         if request.num_gpus == 0:
             return NodeScores(np.zeros(nodes.size), no_gpu_choice(nodes.size))
         exists = state.gpu_exists[nodes]

@@ -15,9 +15,7 @@ from tessera.core.workload import Request
 class RandomPolicy(BasePolicy):
     name = "random"
 
-    def score_nodes(
-        self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray
-    ) -> NodeScores:
+    def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
         return NodeScores(np.zeros(nodes.size), no_gpu_choice(nodes.size))
 
     def pick_node(self, best: IntArray, rng: np.random.Generator) -> int:

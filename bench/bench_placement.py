@@ -1,0 +1,48 @@
+"""Placement speed of fgd and bestfit, as ``tessera bench placement`` measures it: one JSON line per policy.
+
+Runs on the openb default trace (``../shared/traces/openb``) when it is there, else on the embedded synthetic
+default. Both policies run side by side in this one process, so their ratio is meaningful even where the absolute
+numbers depend on the machine. Usage: ``make bench`` or ``python bench/bench_placement.py [--seed N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tessera.core.errors import TesseraError
+from tessera.sim.benchmark import measure_placement
+from tessera.sim.inputs import ExperimentInputs, default_inputs, load_inputs
+
+OPENB = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "openb"
+NODES = OPENB / "openb_node_list_gpu_node.csv"
+PODS = OPENB / "openb_pod_list_default.csv"
+POLICIES = ("fgd", "bestfit")
+
+
+def bench_inputs() -> ExperimentInputs:
+    if NODES.is_file() and PODS.is_file():
+        return load_inputs(NODES, PODS)
+    print(f"note: {OPENB} not found; using the embedded synthetic default", file=sys.stderr)
+    return default_inputs()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--inflate", type=float, default=1.3)
+    args = parser.parse_args()
+    try:
+        inputs = bench_inputs()
+        for policy in POLICIES:
+            print(json.dumps({"trace": inputs.trace, **measure_placement(inputs, policy, args.seed, args.inflate)}))
+    except TesseraError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""The ``tessera`` command line: a thin typer adapter over ``tessera.sim``.
+
+Commands:
+
+- ``tessera simulate fgd``: the FGD study's arrival-inflation experiment for several policies and seeds, with a
+  report (CSV, JSON, Markdown, PNG) in ``--out``;
+- ``tessera bench placement``: placement speed of one policy on the inflated arrival sequence, one JSON line.
+
+Every ``TesseraError`` (bad input file, bad option value) and every unreadable path becomes one line on stderr,
+``error: <message>``, and exit code 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tessera.core.errors import InvalidRequestError, TesseraError
+from tessera.core.placement import FGD_STUDY_POLICIES
+from tessera.sim.benchmark import measure_placement
+from tessera.sim.inputs import ExperimentInputs, load_inputs
+from tessera.sim.report import PolicySummary, ReportFiles, format_mean_std, format_seeds, summarize, write_report
+from tessera.sim.sweep import RunResult, check_inflate, parse_policies, parse_seeds, run_sweep
+
+EXIT_BAD_INPUT = 2
+ALL_POLICIES = ",".join(FGD_STUDY_POLICIES)
+
+app = typer.Typer(
+    help="Tessera: fractional, fragmentation-aware GPU scheduling and its trace-driven simulator.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+simulate_app = typer.Typer(help="Run simulation experiments.", no_args_is_help=True)
+bench_app = typer.Typer(help="Measure the speed of scheduling code.", no_args_is_help=True)
+app.add_typer(simulate_app, name="simulate")
+app.add_typer(bench_app, name="bench")
+
+NodesOption = Annotated[
+    Path | None,
+    typer.Option("--nodes", help="Node list CSV (openb format); with --pods. Default: the embedded synthetic cluster."),
+]
+PodsOption = Annotated[
+    Path | None,
+    typer.Option("--pods", help="Pod list CSV (openb format, 11 or 5 columns); with --nodes."),
+]
+InflateOption = Annotated[
+    float, typer.Option("--inflate", help="Stop arrivals at this multiple of the cluster's GPU capacity.")
+]
+
+
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """Turn expected failures into ``error: <message>`` on stderr and exit code 2."""
+    try:
+        yield
+    except TesseraError as exc:
+        _fail(str(exc))
+    except OSError as exc:  # a missing, unreadable or unwritable path (input files report theirs as TesseraError)
+        where = f"{exc.filename}: " if exc.filename else ""
+        _fail(f"{where}{exc.strerror or exc}")
+
+
+def _fail(message: str) -> None:
+    typer.echo("error: " + " ".join(message.splitlines()), err=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+@simulate_app.command("fgd")
+def simulate_fgd(
+    out: Annotated[Path, typer.Option("--out", help="Folder for runs.csv, summary.json, summary.md, unallocated.png.")],
+    nodes: NodesOption = None,
+    pods: PodsOption = None,
+    policies: Annotated[str, typer.Option("--policies", help="Comma-separated placement policies.")] = ALL_POLICIES,
+    seeds: Annotated[str, typer.Option("--seeds", help="Seeds: a range 42-51, a list 42,43,50 or one.")] = "42-51",
+    inflate: InflateOption = 1.3,
+    jobs: Annotated[int | None, typer.Option("--jobs", help="Worker processes (default: the number of CPUs).")] = None,
+) -> None:
+    """The FGD paper's arrival-inflation experiment: unallocated GPU % per policy, mean over seeds."""
+    with one_line_errors():
+        policy_names = parse_policies(policies)
+        seed_list = parse_seeds(seeds)
+        check_inflate(inflate)
+        workers = jobs if jobs is not None else (os.cpu_count() or 1)
+        if workers < 1:
+            raise InvalidRequestError("--jobs", f"must be >= 1, got {workers}")
+        inputs = load_inputs(nodes, pods)
+        out.mkdir(parents=True, exist_ok=True)  # fail on an unusable --out before the runs, not after
+        console = Console()
+        console.print(
+            f"[bold]{escape(inputs.trace)}[/]: {len(inputs.nodes):,} nodes, {inputs.gpus:,} GPUs, "
+            f"{len(inputs.requests):,} pods; policies {', '.join(policy_names)}; seeds {format_seeds(seed_list)}; "
+            f"inflation {inflate:g}x; {workers} worker(s)"
+        )
+        results = _sweep_with_progress(inputs, policy_names, seed_list, inflate, workers)
+        files = write_report(out, inputs.trace, inputs.gpus, seed_list, results, inflate)
+        console.print(_summary_table(inputs, seed_list, summarize(results)))
+        _print_files(console, files)
+
+
+def _sweep_with_progress(
+    inputs: ExperimentInputs, policies: Sequence[str], seeds: Sequence[int], inflate: float, jobs: int
+) -> list[RunResult]:
+    progress = Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    )
+    with progress:
+        task = progress.add_task("simulating (policy, seed) runs", total=len(policies) * len(seeds))
+
+        def advance(policy: str, seed: int) -> None:
+            progress.update(task, advance=1, description=f"done {policy} seed {seed}")
+
+        return run_sweep(inputs.nodes, inputs.requests, policies, seeds, inflate, jobs, advance)
+
+
+def _summary_table(inputs: ExperimentInputs, seeds: Sequence[int], summaries: Sequence[PolicySummary]) -> Table:
+    table = Table(
+        title=f"{escape(inputs.trace)}: {inputs.gpus:,} GPUs, seeds {format_seeds(seeds)} (mean ± std)",
+        title_justify="left",
+    )
+    table.add_column("policy", style="bold")
+    table.add_column("unalloc. % @100%", justify="right")
+    table.add_column("unalloc. % @130%", justify="right")
+    table.add_column("pods/s", justify="right")
+    for s in summaries:
+        table.add_row(
+            s.policy,
+            format_mean_std(s.unallocated_pct[100], s.unallocated_pct_std[100]),
+            format_mean_std(s.unallocated_pct[130], s.unallocated_pct_std[130]),
+            f"{s.pods_per_s:,.0f}",
+        )
+    return table
+
+
+def _print_files(console: Console, files: ReportFiles) -> None:
+    console.print(f"Report written to [bold]{escape(str(files.summary_md.parent))}[/]:")
+    for path in files.all():
+        console.print(f"  {path}", soft_wrap=True, markup=False, highlight=False)
+
+
+@bench_app.command("placement")
+def bench_placement(
+    policy: Annotated[str, typer.Option("--policy", help="Placement policy to measure.")],
+    nodes: NodesOption = None,
+    pods: PodsOption = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the node order and the arrival sequence.")] = 42,
+    inflate: InflateOption = 1.3,
+) -> None:
+    """Placement speed on the inflated arrival sequence, printed as one JSON line."""
+    with one_line_errors():
+        names = parse_policies(policy)
+        if len(names) != 1:
+            raise InvalidRequestError("--policy", f"give exactly one policy, got {policy!r}")
+        check_inflate(inflate)
+        inputs = load_inputs(nodes, pods)
+        result = measure_placement(inputs, names[0], seed, inflate)
+        typer.echo(json.dumps(result))
+
+
+def main() -> None:
+    """Console-script entry point (``tessera``)."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

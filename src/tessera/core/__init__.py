@@ -1,0 +1,1 @@
+"""The pure scheduling core: cluster state, requests, placement policies, fragmentation, invariants."""

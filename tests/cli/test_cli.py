@@ -1,0 +1,204 @@
+"""The ``tessera`` command line, run in-process with typer's CliRunner (no subprocess)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+from typer.testing import CliRunner
+
+from tessera.cli import app
+from tessera.sim.synthetic import synthetic_nodes, synthetic_pods
+from tessera.sim.traces import write_nodes_csv, write_pods_csv
+
+runner = CliRunner()
+
+NODES_CSV = """sn,cpu_milli,memory_mib,gpu,model
+node-a,96000,393216,8,G2
+node-b,32000,131072,2,T4
+"""
+POD_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
+)
+POD_ROWS = [
+    "pod-0,4000,8192,1,500,,LS,Running,0,100,0",
+    "pod-1,8000,16384,1,1000,G2,BE,Running,10,200,10",
+    "pod-2,2000,4096,0,0,,LS,Running,20,300,20",
+]
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("trace")
+    nodes = synthetic_nodes(num_nodes=24, seed=3)
+    nodes_path, pods_path = folder / "nodes.csv", folder / "pods.csv"
+    write_nodes_csv(nodes, nodes_path)
+    write_pods_csv(synthetic_pods(num_pods=160, seed=3, nodes=nodes), pods_path)
+    return nodes_path, pods_path
+
+
+def _write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _pods_text(edit: Callable[[list[str]], list[str]] = lambda lines: lines) -> str:
+    return "\n".join(edit([POD_HEADER, *POD_ROWS])) + "\n"
+
+
+def _replace_row(index: int, row: str) -> Callable[[list[str]], list[str]]:
+    def edit(lines: list[str]) -> list[str]:
+        lines = list(lines)
+        lines[index] = row
+        return lines
+
+    return edit
+
+
+def test_simulate_fgd_writes_the_report(small_trace: tuple[Path, Path], tmp_path: Path) -> None:
+    nodes, pods = small_trace
+    out = tmp_path / "report"
+    args = ["simulate", "fgd", "--nodes", str(nodes), "--pods", str(pods), "--policies", "bestfit,fgd"]
+    result = runner.invoke(app, [*args, "--seeds", "1-2", "--jobs", "1", "--out", str(out)])
+
+    assert result.exit_code == 0, result.output
+    for name in ("runs.csv", "summary.json", "summary.md", "unallocated.png"):
+        assert (out / name).is_file(), name
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) == {"trace", "gpus", "seeds", "policies"}
+    assert summary["trace"] == "pods"
+    assert isinstance(summary["gpus"], int) and summary["gpus"] > 0
+    assert summary["seeds"] == [1, 2]
+    assert list(summary["policies"]) == ["bestfit", "fgd"]
+    for figures in summary["policies"].values():
+        assert set(figures) == {"unallocated_pct", "unallocated_pct_std", "pods_per_s"}
+        for key in ("unallocated_pct", "unallocated_pct_std"):
+            assert set(figures[key]) == {"100", "130"}
+            assert all(isinstance(v, float) for v in figures[key].values())
+        assert isinstance(figures["pods_per_s"], float) and figures["pods_per_s"] > 0
+    assert "fgd" in result.stdout and "summary.json" in result.stdout
+    assert len((out / "runs.csv").read_text().splitlines()) == 1 + 2 * 2 * 131
+
+
+def test_bench_placement_prints_one_json_line(small_trace: tuple[Path, Path]) -> None:
+    nodes, pods = small_trace
+    result = runner.invoke(app, ["bench", "placement", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd"])
+
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1
+    line = json.loads(lines[0])
+    assert set(line) == {"policy", "nodes", "pods", "pods_per_s", "p99_decision_ms"}
+    assert line["policy"] == "fgd" and line["nodes"] == 24 and line["pods"] >= 160
+    assert isinstance(line["pods_per_s"], float) and isinstance(line["p99_decision_ms"], float)
+
+
+# (case id, node list text, pod list text, file named in the message, expected fragments of the message)
+BAD_FILES = [
+    (
+        "missing column",
+        NODES_CSV,
+        _pods_text(lambda ls: [ls[0].replace(",gpu_milli", ""), *ls[1:]]),
+        "pods.csv",
+        [":1", "gpu_milli"],
+    ),
+    (
+        "non-numeric",
+        NODES_CSV,
+        _pods_text(_replace_row(2, "pod-1,lots,16384,1,1000,,BE,Running,10,200,10")),
+        "pods.csv",
+        [":3", "cpu_milli"],
+    ),
+    (
+        "negative",
+        NODES_CSV,
+        _pods_text(_replace_row(1, "pod-0,4000,-5,1,500,,LS,Running,0,100,0")),
+        "pods.csv",
+        [":2", "memory_mib"],
+    ),
+    (
+        "gpu_milli over 1000",
+        NODES_CSV,
+        _pods_text(_replace_row(1, "pod-0,4000,8192,1,1500,,LS,Running,0,100,0")),
+        "pods.csv",
+        [":2", "gpu_milli"],
+    ),
+    (
+        "unknown gpu type",
+        NODES_CSV,
+        _pods_text(_replace_row(3, "pod-2,2000,4096,1,1000,Z9000,LS,Running,20,300,20")),
+        "pods.csv",
+        [":4", "gpu_spec"],
+    ),
+    (
+        "num_gpu over any node",
+        NODES_CSV,
+        _pods_text(_replace_row(2, "pod-1,8000,16384,16,1000,,BE,Running,10,200,10")),
+        "pods.csv",
+        [":3", "num_gpu"],
+    ),
+    ("empty pod file", NODES_CSV, "", "pods.csv", ["empty"]),
+    ("bad node model", NODES_CSV.replace(",T4", ",Q7"), _pods_text(), "nodes.csv", [":3", "model"]),
+    ("non-numeric node gpu", NODES_CSV.replace(",8,G2", ",eight,G2"), _pods_text(), "nodes.csv", [":2", "gpu"]),
+]
+
+
+def _assert_one_line_error(result: Result, *fragments: str) -> None:
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("nodes_text", "pods_text", "named", "fragments"),
+    [case[1:] for case in BAD_FILES],
+    ids=[case[0] for case in BAD_FILES],
+)
+def test_bad_input_files_give_one_line_and_exit_2(
+    tmp_path: Path, nodes_text: str, pods_text: str, named: str, fragments: list[str]
+) -> None:
+    nodes = _write(tmp_path, "nodes.csv", nodes_text)
+    pods = _write(tmp_path, "pods.csv", pods_text)
+    args = ["--nodes", str(nodes), "--pods", str(pods)]
+    result = runner.invoke(app, ["simulate", "fgd", *args, "--jobs", "1", "--seeds", "1", "--out", str(tmp_path / "o")])
+    _assert_one_line_error(result, str(tmp_path / named), *fragments)
+    result = runner.invoke(app, ["bench", "placement", *args, "--policy", "bestfit"])
+    _assert_one_line_error(result, str(tmp_path / named), *fragments)
+
+
+def test_missing_file_names_the_path(tmp_path: Path) -> None:
+    nodes = _write(tmp_path, "nodes.csv", NODES_CSV)
+    missing = tmp_path / "nowhere.csv"
+    result = runner.invoke(
+        app, ["bench", "placement", "--nodes", str(nodes), "--pods", str(missing), "--policy", "fgd"]
+    )
+    _assert_one_line_error(result, str(missing))
+
+
+def test_unknown_policy_fails_before_any_run(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    result = runner.invoke(app, ["simulate", "fgd", "--policies", "fgd,tetris", "--out", str(out)])
+    _assert_one_line_error(result, "tetris", "--policies")
+    assert not out.exists()
+    result = runner.invoke(app, ["bench", "placement", "--policy", "tetris"])
+    _assert_one_line_error(result, "tetris")
+
+
+@pytest.mark.parametrize("seeds", ["a-b", "5-3", "1,,2", "-4"])
+def test_bad_seeds_fail(tmp_path: Path, seeds: str) -> None:
+    result = runner.invoke(app, ["simulate", "fgd", "--seeds", seeds, "--out", str(tmp_path / "o")])
+    _assert_one_line_error(result, "--seeds")
+
+
+def test_nodes_without_pods_is_an_error(tmp_path: Path) -> None:
+    nodes = _write(tmp_path, "nodes.csv", NODES_CSV)
+    result = runner.invoke(app, ["simulate", "fgd", "--nodes", str(nodes), "--out", str(tmp_path / "o")])
+    _assert_one_line_error(result, str(nodes), "--pods")
