@@ -162,7 +162,7 @@ def bench_placement(
 ) -> None:
     """Placement speed on the inflated arrival sequence, printed as one JSON line."""
     with one_line_errors():
-        names = parse_policies(policy)
+        names = parse_policies(policy, "--policy")
         if len(names) != 1:
             raise InvalidRequestError("--policy", f"give exactly one policy, got {policy!r}")
         check_inflate(inflate)

@@ -39,16 +39,16 @@ class RunResult(NamedTuple):
     arrivals: int  # pods that arrived (inflated sequence length)
 
 
-def parse_policies(text: str) -> list[str]:
+def parse_policies(text: str, option: str = "--policies") -> list[str]:
     """Policy names from ``"fgd,bestfit"``; raises ``InvalidRequestError`` for an unknown or repeated name."""
     names = [part.strip().lower() for part in text.split(",") if part.strip()]
     if not names:
-        raise InvalidRequestError("--policies", "no policy given")
+        raise InvalidRequestError(option, "no policy given")
     for name in names:
         if name not in POLICY_NAMES:
-            raise InvalidRequestError("--policies", f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")
+            raise InvalidRequestError(option, f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")
     if len(set(names)) != len(names):
-        raise InvalidRequestError("--policies", f"a policy is named twice in {text!r}")
+        raise InvalidRequestError(option, f"a policy is named twice in {text!r}")
     return names
 
 
