@@ -101,3 +101,14 @@ def test_unknown_policy_names_the_field() -> None:
     with pytest.raises(InvalidRequestError) as info:
         make_policy("magic")
     assert info.value.field == "policy"
+
+
+def test_a_memory_request_is_a_share_on_big_gpus_and_a_whole_gpu_on_small_ones() -> None:
+    state = ClusterState([NodeSpec("small", 32_000, 65_536, 2, "T4"), NodeSpec("big", 32_000, 65_536, 2, "A100-80GB")])
+    request = Request(num_gpus=1, gpu_mem_mib=16 * 1024, cpu_milli=1000)
+    for name in FGD_STUDY_POLICIES:
+        engine = Placer(state, make_policy(name, typical_pods([request]), state.model_names))
+        decision = engine.decide(request, np.random.default_rng(0))
+        assert decision is not None
+        expected = 1000 if decision.node == 0 else 200  # 16 GiB of a 16 GiB T4, of an 80 GiB A100
+        assert decision.gpu_milli_each == expected, name

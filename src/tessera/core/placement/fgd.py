@@ -41,11 +41,21 @@ class FgdPolicy(BasePolicy):
         models = state.model_idx[nodes]
         before = self.frag.node_frag(cpu, free, models)
         cpu_after = cpu - request.scoring_cpu_milli
-        if request.num_gpus == 1 and bool((need_milli < MILLI_PER_GPU).all()):
-            return self._score_sharing(before, cpu_after, free, models, need_milli)
-        free_after = take_whole_gpus(free, request.num_gpus) if request.num_gpus else free
-        after = self.frag.node_frag(cpu_after, free_after, models)
-        return NodeScores(frag_delta_score(before, after), no_gpu_choice(nodes.size))
+        # A memory-sized request can be a share on a large GPU model and a whole GPU on a small one.
+        sharing = (need_milli < MILLI_PER_GPU) if request.num_gpus == 1 else np.zeros(nodes.size, dtype=np.bool_)
+        score = np.empty(nodes.size)
+        gpu = no_gpu_choice(nodes.size)
+        if sharing.any():
+            part = self._score_sharing(
+                before[sharing], cpu_after[sharing], free[sharing], models[sharing], need_milli[sharing]
+            )
+            score[sharing], gpu[sharing] = part.score, part.gpu
+        whole = ~sharing
+        if whole.any():
+            free_after = take_whole_gpus(free[whole], request.num_gpus) if request.num_gpus else free[whole]
+            after = self.frag.node_frag(cpu_after[whole], free_after, models[whole])
+            score[whole] = frag_delta_score(before[whole], after)
+        return NodeScores(score, gpu)
 
     def _score_sharing(
         self, before: FloatArray, cpu_after: IntArray, free: IntArray, models: IntArray, need: IntArray
