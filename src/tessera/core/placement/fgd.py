@@ -66,6 +66,6 @@ class FgdPolicy(BasePolicy):
         taken = np.eye(g, dtype=np.int64)[None, :, :] * need[:, None, None]  # k x g(choice) x g
         free_after = (free[:, None, :] - taken).reshape(k * g, g)
         after = self.frag.node_frag(np.repeat(cpu_after, g), free_after, np.repeat(models, g)).reshape(k, g)
-        scores = np.where(fits, frag_delta_score(before[:, None], after), -1.0)
+        scores = np.where(fits, frag_delta_score(before[:, None], after), -np.inf)
         best_gpu = np.argmax(scores, axis=1)  # first index on ties
         return NodeScores(scores[np.arange(k), best_gpu], best_gpu.astype(np.int64))
