@@ -34,17 +34,29 @@ class TypicalPod:
     popularity: float  # share of the target workload, the kept pods sum to 1
 
 
+Shape = tuple[int, int, int, frozenset[str]]  # (scoring CPU milli, num_gpus, gpu_milli, gpu_types)
+
+
+def shape_of(request: Request) -> Shape:
+    """The key typical pods are grouped by."""
+    return (request.scoring_cpu_milli, request.num_gpus, request.gpu_milli, request.gpu_types)
+
+
 def typical_pods(requests: Iterable[Request], coverage: float = 0.95) -> tuple[TypicalPod, ...]:
     """The most popular request shapes covering at least ``coverage`` of ``requests``, renormalised.
 
     Shapes are grouped by (scoring CPU, num_gpus, gpu_milli, gpu_types); popularity ties are broken by larger CPU,
     then larger share, then more GPUs, then type names, so the cut is deterministic.
     """
-    counts = Counter((r.scoring_cpu_milli, r.num_gpus, r.gpu_milli, r.gpu_types) for r in requests)
+    return typical_pods_from_counts(Counter(shape_of(r) for r in requests), coverage)
+
+
+def typical_pods_from_counts(counts: Counter[Shape], coverage: float = 0.95) -> tuple[TypicalPod, ...]:
+    """``typical_pods`` from a tally of shapes (what an online learner keeps)."""
     total = sum(counts.values())
     if total == 0:
         return ()
-    kept: list[tuple[tuple[int, int, int, frozenset[str]], int]] = []
+    kept: list[tuple[Shape, int]] = []
     covered = 0
     ordered = sorted(
         counts.items(), key=lambda item: (-item[1], -item[0][0], -item[0][2], -item[0][1], sorted(item[0][3]))
@@ -96,3 +108,36 @@ class FragmentationModel:
         per_pod = np.where(fits, milli_too_small[:, self._pod_threshold], idle[:, None])
         frag = frag + np.asarray(per_pod @ self._pod_weight, dtype=np.float64)
         return frag
+
+    def cpu_stranded(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
+        """Idle GPU milli the node's free CPU could not feed, averaged over the typical GPU pods.
+
+        For typical pod ``m`` the node's CPU admits ``cpu_free // cpu_m`` more such pods, which can use at most that
+        many times ``m``'s GPU request; whatever idle GPU milli is left beyond that is stranded for ``m``.
+        """
+        idle = gpu_free.sum(axis=1).astype(np.float64)
+        if self._pod_weight.size == 0:
+            return np.zeros_like(idle)
+        pods_fed = cpu_free[:, None] // np.maximum(self._pod_cpu[None, :], 1)
+        gpu_each = (self._thresholds[self._pod_threshold] * self._pod_gpus).astype(np.float64)
+        stranded = np.maximum(idle[:, None] - pods_fed * gpu_each[None, :], 0.0)
+        stranded = np.where(self._allowed[model_idx], stranded, 0.0)
+        return np.asarray(stranded @ self._pod_weight, dtype=np.float64)
+
+
+def random_fill_waste(pods: Sequence[TypicalPod]) -> FloatArray:
+    """``waste[r]``: expected milli of a GPU with ``r`` milli free that typical pods never fill.
+
+    Model: pods keep arriving with the typical popularity; each one that fits the GPU's remaining share lands
+    on it, until none fits. ``waste[r] = r`` when no typical share fits ``r``; otherwise the popularity-weighted mean
+    of ``waste[r - share]`` over the shares that fit. Whole-GPU pods count as a share of 1000.
+    """
+    gpu_pods = [p for p in pods if p.num_gpus > 0 and p.gpu_milli > 0]
+    shares = np.array([min(p.gpu_milli, 1000) for p in gpu_pods], dtype=np.int64)
+    weights = np.array([p.popularity for p in gpu_pods], dtype=np.float64)
+    waste = np.zeros(1001)
+    for r in range(1, 1001):
+        fit = shares <= r
+        total = weights[fit].sum()
+        waste[r] = weights[fit] @ waste[r - shares[fit]] / total if total > 0 else r
+    return waste

@@ -22,7 +22,16 @@ from tessera.core.workload import Request
 from tessera.sim.inflation import BucketCurves, RunSamples, bucketize, run_inflation
 
 # Relative cost of one run per policy (measured on the openb default trace); the dearest start first.
-_POLICY_COST: dict[str, int] = {"fgd": 10, "bestfit": 2, "packing": 2, "clustering": 2, "dotprod": 2, "random": 1}
+_POLICY_COST: dict[str, int] = {
+    "tessera-online": 12,
+    "tessera": 12,
+    "fgd": 10,
+    "bestfit": 2,
+    "packing": 2,
+    "clustering": 2,
+    "dotprod": 2,
+    "random": 1,
+}
 
 MAX_INFLATE = 10.0  # beyond this the arrival sequence only grows, the curves stop at 130%
 

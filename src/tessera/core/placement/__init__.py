@@ -16,10 +16,13 @@ from tessera.core.placement.dotprod import DotProdPolicy
 from tessera.core.placement.fgd import FgdPolicy
 from tessera.core.placement.packing import PackingPolicy
 from tessera.core.placement.random import RandomPolicy
+from tessera.core.placement.tessera import TesseraParams, TesseraPolicy
 
 # The six policies of the FGD study, in the paper's order.
 FGD_STUDY_POLICIES: tuple[str, ...] = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd")
-POLICY_NAMES: tuple[str, ...] = FGD_STUDY_POLICIES
+# Tessera's own policy, given the workload's typical pods, and its online variant that learns them from arrivals.
+TESSERA_POLICIES: tuple[str, ...] = ("tessera", "tessera-online")
+POLICY_NAMES: tuple[str, ...] = FGD_STUDY_POLICIES + TESSERA_POLICIES
 
 
 def make_policy(name: str, typical: Sequence[TypicalPod] = (), model_names: Sequence[str] = ()) -> PlacementPolicy:
@@ -35,7 +38,19 @@ def make_policy(name: str, typical: Sequence[TypicalPod] = (), model_names: Sequ
         return simple[name]()
     if name == "fgd":
         return FgdPolicy(FragmentationModel(typical, model_names))
+    if name in TESSERA_POLICIES:
+        return TesseraPolicy(typical, model_names, online=name == "tessera-online")
     raise InvalidRequestError("policy", f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")
 
 
-__all__ = ["FGD_STUDY_POLICIES", "POLICY_NAMES", "NodeScores", "PlacementPolicy", "Placer", "TieBreak", "make_policy"]
+__all__ = [
+    "FGD_STUDY_POLICIES",
+    "POLICY_NAMES",
+    "TESSERA_POLICIES",
+    "TesseraParams",
+    "NodeScores",
+    "PlacementPolicy",
+    "Placer",
+    "TieBreak",
+    "make_policy",
+]

@@ -42,7 +42,12 @@ class NodeScores:
 
 class PlacementPolicy(Protocol):
     name: str
-    node_local: bool  # scores depend only on (node state, request): the engine may cache them
+    node_local: bool  # scores depend only on (node state, request, model_version): the engine may cache them
+    model_version: int  # bumped when the policy's own model changes; the engine then drops its cached scores
+
+    def observe(self, request: Request) -> None:
+        """Called once per request before it is placed: an online policy learns the workload here."""
+        ...
 
     def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
         """Scores for the feasible ``nodes``; ``need_milli`` is the request's per-GPU share on each of them."""
@@ -66,6 +71,10 @@ class BasePolicy:
 
     name = "base"
     node_local = True
+    model_version = 0
+
+    def observe(self, request: Request) -> None:
+        return None
 
     def normalize(self, scores: FloatArray) -> FloatArray:
         return scores
@@ -103,9 +112,14 @@ class Placer:
         self.policy = policy
         self.tie_break = tie_break
         self._cache: dict[Request, _ShapeCache] = {}
+        self._cache_version = policy.model_version
 
     def decide(self, request: Request, rng: np.random.Generator) -> Placement | None:
         """Where ``request`` goes now, or ``None`` when no node can host it."""
+        self.policy.observe(request)
+        if self.policy.model_version != self._cache_version:
+            self._cache.clear()
+            self._cache_version = self.policy.model_version
         entry = self._scores_for(request)
         feasible = np.flatnonzero(entry.score > INFEASIBLE)
         if feasible.size == 0:

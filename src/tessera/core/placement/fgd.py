@@ -35,6 +35,10 @@ class FgdPolicy(BasePolicy):
     def __init__(self, frag: FragmentationModel) -> None:
         self.frag = frag
 
+    def delta_score(self, before: FloatArray, after: FloatArray) -> FloatArray:
+        """How good it is to move a node from fragmentation ``before`` to ``after`` (higher is better)."""
+        return frag_delta_score(before, after)
+
     def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
         cpu = state.cpu_free_milli[nodes]
         free = state.gpu_free_milli[nodes]
@@ -54,18 +58,22 @@ class FgdPolicy(BasePolicy):
         if whole.any():
             free_after = take_whole_gpus(free[whole], request.num_gpus) if request.num_gpus else free[whole]
             after = self.frag.node_frag(cpu_after[whole], free_after, models[whole])
-            score[whole] = frag_delta_score(before[whole], after)
+            score[whole] = self.delta_score(before[whole], after)
         return NodeScores(score, gpu)
 
     def _score_sharing(
         self, before: FloatArray, cpu_after: IntArray, free: IntArray, models: IntArray, need: IntArray
     ) -> NodeScores:
         k, g = free.shape
-        # Candidate c = (node i, GPU j): the node's free vector with `need` taken from GPU j.
-        fits = free >= need[:, None]  # k x g
-        taken = np.eye(g, dtype=np.int64)[None, :, :] * need[:, None, None]  # k x g(choice) x g
-        free_after = (free[:, None, :] - taken).reshape(k * g, g)
-        after = self.frag.node_frag(np.repeat(cpu_after, g), free_after, np.repeat(models, g)).reshape(k, g)
-        scores = np.where(fits, frag_delta_score(before[:, None], after), -np.inf)
+        # Candidates (node i, GPU j): GPUs that fit, skipping a GPU whose free share equals an earlier GPU's on the
+        # same node (same after-state, and the first index wins ties anyway). Idle nodes shrink to one candidate.
+        fits = free >= need[:, None]
+        same_as_earlier = ((free[:, :, None] == free[:, None, :]) & np.tri(g, g, -1, dtype=np.bool_)[None]).any(axis=2)
+        rows, cols = np.nonzero(fits & ~same_as_earlier)
+        free_after = free[rows].copy()
+        free_after[np.arange(rows.size), cols] -= need[rows]
+        after = self.frag.node_frag(cpu_after[rows], free_after, models[rows])
+        scores = np.full((k, g), -np.inf)
+        scores[rows, cols] = self.delta_score(before[rows], after)
         best_gpu = np.argmax(scores, axis=1)  # first index on ties
         return NodeScores(scores[np.arange(k), best_gpu], best_gpu.astype(np.int64))

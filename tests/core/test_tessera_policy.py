@@ -1,0 +1,59 @@
+"""Tessera's own placement policy: its two extra fragmentation terms and its online learning."""
+
+import numpy as np
+import pytest
+
+from tessera.core.cluster import ClusterState, NodeSpec
+from tessera.core.fragmentation import FragmentationModel, TypicalPod, random_fill_waste, typical_pods
+from tessera.core.placement import Placer, make_policy
+from tessera.core.placement.tessera import TesseraPolicy
+from tessera.core.workload import Request
+
+WHOLE = TypicalPod(8_000, 1, 1000, frozenset(), 1.0)
+
+
+def test_fill_waste_is_the_remainder_when_a_single_share_repeats() -> None:
+    waste = random_fill_waste([TypicalPod(1000, 1, 300, frozenset(), 1.0)])
+    assert waste[0] == 0 and waste[299] == 299 and waste[300] == 0
+    assert waste[1000] == pytest.approx(100)  # three 300s leave 100
+
+
+def test_fill_waste_averages_over_the_shares_that_fit() -> None:
+    pods = [TypicalPod(1000, 1, 600, frozenset(), 0.5), TypicalPod(1000, 1, 500, frozenset(), 0.5)]
+    waste = random_fill_waste(pods)
+    # 1000 free: a 600 leaves 400 (wasted), a 500 leaves 500 (one more 500 fills it): mean 200.
+    assert waste[1000] == pytest.approx(200)
+
+
+def test_cpu_stranding_counts_gpus_the_free_cpu_cannot_feed() -> None:
+    model = FragmentationModel([WHOLE], ["G2"])
+    stranded = model.cpu_stranded(np.array([16_000, 64_000]), np.full((2, 8), 1000), np.array([0, 0]))
+    assert stranded.tolist() == [6000.0, 0.0]  # 16 cores feed two 8-core pods of eight free GPUs
+
+
+def test_cpu_only_pods_go_where_cpu_is_plentiful_relative_to_gpus() -> None:
+    # First node: 8 GPUs and just enough CPU for them; second: 2 GPUs and plenty of CPU.
+    state = ClusterState([NodeSpec("dense", 64_000, 262_144, 8, "G2"), NodeSpec("rich", 104_000, 524_288, 2, "T4")])
+    workload = [Request(num_gpus=1, gpu_milli=1000, cpu_milli=8_000)] * 9 + [Request(cpu_milli=16_000)]
+    cpu_pod = Request(cpu_milli=16_000)
+    chosen = {}
+    for name in ("fgd", "tessera"):
+        engine = Placer(state, make_policy(name, typical_pods(workload), state.model_names))
+        decision = engine.decide(cpu_pod, np.random.default_rng(0))
+        assert decision is not None
+        chosen[name] = decision.node
+    assert chosen == {"fgd": 0, "tessera": 1}  # fgd sees no difference and takes the first node
+
+
+def test_online_mode_refits_on_a_doubling_schedule_and_the_engine_drops_stale_scores() -> None:
+    state = ClusterState([NodeSpec(f"n{i}", 32_000, 65_536, 4, "T4") for i in range(3)])
+    policy = make_policy("tessera-online", (), state.model_names)
+    assert isinstance(policy, TesseraPolicy)
+    engine = Placer(state, policy)
+    request = Request(num_gpus=1, gpu_milli=250, cpu_milli=1000)
+    versions = []
+    for _ in range(130):
+        engine.decide(request, np.random.default_rng(0))
+        versions.append(policy.model_version)
+    assert versions[62] == 0 and versions[63] == 1 and versions[127] == 2
+    assert [p.gpu_milli for p in policy.frag.pods] == [250]
