@@ -60,7 +60,7 @@ class TesseraFragmentation(FragmentationModel):
     def node_frag(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
         base = super().node_frag(cpu_free, gpu_free, model_idx)
         stranded = self.cpu_stranded(cpu_free, gpu_free, model_idx)
-        slivers = self._waste[np.clip(gpu_free, 0, MILLI_PER_GPU)].sum(axis=1)
+        slivers = np.asarray(self._waste[np.clip(gpu_free, 0, MILLI_PER_GPU)].sum(axis=1), dtype=np.float64)
         return base + self.params.cpu_stranding_weight * stranded + self.params.sliver_weight * slivers
 
 
