@@ -40,6 +40,10 @@ class EventLoop(Generic[E]):
     def __len__(self) -> int:
         return len(self._heap)
 
+    def next_time_s(self) -> float | None:
+        """When the next event happens, or ``None`` when none is scheduled."""
+        return self._heap[0].time_s if self._heap else None
+
     def run(self, handle: Callable[[float, E], None], until_s: float | None = None) -> None:
         """Pop events in order and hand each to ``handle(now_s, event)`` until the heap is empty or ``until_s``."""
         while self._heap:
