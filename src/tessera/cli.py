@@ -31,6 +31,9 @@ from tessera.sim.benchmark import measure_placement
 from tessera.sim.inputs import ExperimentInputs, load_inputs
 from tessera.sim.report import PolicySummary, ReportFiles, format_mean_std, format_seeds, summarize, write_report
 from tessera.sim.sweep import RunResult, check_inflate, parse_policies, parse_seeds, run_sweep
+from tessera.sim.timeline import TIMELINE_POLICIES, resolve_policy, run_timeline
+from tessera.sim.timeline_inputs import timeline_inputs
+from tessera.sim.timeline_report import write_timeline_report
 
 EXIT_BAD_INPUT = 2
 ALL_POLICIES = ",".join(FGD_STUDY_POLICIES)
@@ -150,6 +153,47 @@ def _print_files(console: Console, files: ReportFiles) -> None:
     console.print(f"Report written to [bold]{escape(str(files.summary_md.parent))}[/]:")
     for path in files.all():
         console.print(f"  {path}", soft_wrap=True, markup=False, highlight=False)
+
+
+@simulate_app.command("timeline")
+def simulate_timeline(
+    out: Annotated[Path, typer.Option("--out", help="Folder for summary.json, summary.md and the plots.")],
+    workload: Annotated[str, typer.Option("--workload", help="openb or training.")] = "openb",
+    nodes: NodesOption = None,
+    pods: PodsOption = None,
+    gpu_scale: Annotated[
+        float | None, typer.Option("--gpu-scale", help="Share of the node list's GPUs to keep (openb).")
+    ] = None,
+    policies: Annotated[str, typer.Option("--policies", help="Comma-separated timeline policies.")] = ",".join(
+        TIMELINE_POLICIES
+    ),
+    seeds: Annotated[str, typer.Option("--seeds", help="Seeds of the generated workloads.")] = "0",
+    traces: Annotated[
+        Path | None, typer.Option("--traces", help="Folder with gavel/, philly/, pai/ for the training workload.")
+    ] = None,
+) -> None:
+    """Replay a workload over time: arrivals, queueing, departures; JCT, waiting and GPU allocation per policy."""
+    with one_line_errors():
+        names = [resolve_policy(n.strip()).name for n in policies.split(",") if n.strip()]
+        seed_list = parse_seeds(seeds)
+        console = Console()
+        results = []
+        workload_name = workload
+        for seed in seed_list:
+            inputs = timeline_inputs(workload, nodes, pods, gpu_scale, seed, traces)
+            workload_name = inputs.workload
+            gpus = sum(n.gpu_count for n in inputs.nodes)
+            console.print(
+                f"[bold]{escape(inputs.workload)}[/] seed {seed}: {len(inputs.nodes)} nodes, {gpus} GPUs, "
+                f"{len(inputs.jobs):,} jobs"
+            )
+            for name in names:
+                result = run_timeline(inputs.nodes, inputs.jobs, name, seed, inputs.throughput)
+                console.print(f"  {name}: {result.wall_s:.1f} s")
+                results.append(result)
+        paths = write_timeline_report(out, workload_name, results)
+        console.print((out / "summary.md").read_text(), markup=False, highlight=False)
+        console.print("Report written to:", *[str(p) for p in paths], sep="\n  ", markup=False, highlight=False)
 
 
 @bench_app.command("placement")

@@ -17,6 +17,10 @@ class Job:
     arrival_s: float
     request: Request
     duration_s: float | None
+    work_steps: float | None = None
+    job_type: str | None = None
+    gang: int = 1
+    priority: int = 0
 
 
 NODES = [NodeSpec("n0", 16_000, 65_536, 1, "T4")]

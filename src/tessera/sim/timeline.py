@@ -32,6 +32,7 @@ from tessera.core.errors import InvalidRequestError
 from tessera.core.fragmentation import typical_pods
 from tessera.core.placement import Placer, make_policy
 from tessera.core.scheduler import PendingWorkload, QueueDiscipline, Scheduler, SchedulerConfig
+from tessera.core.throughput import ThroughputModel
 from tessera.core.workload import MILLI_PER_GPU, Placement, Request
 from tessera.sim.events import EventLoop
 
@@ -44,9 +45,17 @@ class TimelineJobLike(Protocol):
     @property
     def arrival_s(self) -> float: ...
     @property
-    def request(self) -> Request: ...
+    def request(self) -> Request: ...  # per worker
     @property
-    def duration_s(self) -> float | None: ...
+    def duration_s(self) -> float | None: ...  # None: runs work_steps at the chosen GPU model's throughput
+    @property
+    def work_steps(self) -> float | None: ...
+    @property
+    def job_type(self) -> str | None: ...
+    @property
+    def gang(self) -> int: ...
+    @property
+    def priority(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,17 +112,32 @@ def resolve_policy(name: str) -> TimelinePolicy:
 
 
 def run_timeline(
-    nodes: Sequence[NodeSpec], jobs: Sequence[TimelineJobLike], policy_name: str, seed: int = 0
+    nodes: Sequence[NodeSpec],
+    jobs: Sequence[TimelineJobLike],
+    policy_name: str,
+    seed: int = 0,
+    throughput: ThroughputModel | None = None,
 ) -> TimelineResult:
-    """Replay ``jobs`` on ``nodes`` under one policy; every job with a duration either finishes or never fits."""
-    return _Replay(nodes, jobs, resolve_policy(policy_name), seed).run()
+    """Replay ``jobs`` on ``nodes`` under one policy; every job either finishes or never fits.
+
+    A job without ``duration_s`` runs ``work_steps / throughput(job_type, model)`` seconds on the GPU model it got.
+    """
+    return _Replay(nodes, jobs, resolve_policy(policy_name), seed, throughput or ThroughputModel({})).run()
 
 
 class _Replay:
-    def __init__(self, nodes: Sequence[NodeSpec], jobs: Sequence[TimelineJobLike], policy: TimelinePolicy, seed: int):
+    def __init__(
+        self,
+        nodes: Sequence[NodeSpec],
+        jobs: Sequence[TimelineJobLike],
+        policy: TimelinePolicy,
+        seed: int,
+        throughput: ThroughputModel,
+    ):
         self.policy = policy
         self.rng = np.random.default_rng(seed)
-        self.jobs = [j for j in jobs if j.duration_s is not None]
+        self.throughput = throughput
+        self.jobs = [j for j in jobs if j.duration_s is not None or j.work_steps is not None]
         self.requests = [whole_gpu_request(j.request) if policy.whole_gpus else j.request for j in self.jobs]
         self.state = ClusterState(sorted(nodes, key=lambda n: n.name))
         typical = typical_pods(self.requests)
@@ -123,8 +147,8 @@ class _Replay:
         self.finish_s = np.full(len(self.jobs), np.nan)
         self.placements: dict[int, tuple[Placement, ...]] = {}
         self.fifo: deque[int] = deque()  # strict FIFO: job indices in arrival order
-        self.groups: OrderedDict[tuple[Request, int], deque[int]] = OrderedDict()  # backfill: by shape
-        self.failed_at_release: dict[tuple[Request, int], int] = {}
+        self.groups: OrderedDict[tuple[Request, int, int], deque[int]] = OrderedDict()  # backfill: by shape
+        self.failed_at_release: dict[tuple[Request, int, int], int] = {}
         self.releases = 0
         self.allocated_milli = 0
         self.alloc_integral = 0.0
@@ -180,7 +204,7 @@ class _Replay:
         if self.policy.discipline is QueueDiscipline.STRICT_FIFO:
             self.fifo.append(i)
         else:
-            self.groups.setdefault((self.requests[i], 1), deque()).append(i)
+            self.groups.setdefault(self._shape(i), deque()).append(i)
 
     def _candidates(self) -> list[int]:
         if self.policy.discipline is QueueDiscipline.STRICT_FIFO:
@@ -190,6 +214,10 @@ class _Replay:
             if self.failed_at_release.get(shape) != self.releases:
                 heads.append(members[0])
         return heads
+
+    def _shape(self, i: int) -> tuple[Request, int, int]:
+        job = self.jobs[i]
+        return (self.requests[i], job.gang, job.priority)
 
     def _schedule(self, loop: EventLoop[tuple[str, int]], now: float) -> None:
         while True:
@@ -202,7 +230,7 @@ class _Replay:
                 self._start(loop, now, int(bind.workload_id), bind.placements)
             for job_id in plan.waiting:
                 i = int(job_id)
-                self.failed_at_release[(self.requests[i], 1)] = self.releases
+                self.failed_at_release[self._shape(i)] = self.releases
             if not plan.binds:
                 return
 
@@ -214,12 +242,19 @@ class _Replay:
         if self.policy.discipline is QueueDiscipline.STRICT_FIFO:
             self.fifo.remove(i)
         else:
-            shape = (self.requests[i], 1)
+            shape = self._shape(i)
             members = self.groups[shape]
             members.remove(i)
             if not members:
                 del self.groups[shape]
-        duration = float(self.jobs[i].duration_s or 0.0)
+        duration = self._duration(i, placements)
         self.start_s[i] = now
         self.finish_s[i] = now + duration
         loop.schedule(now + duration, ("depart", i), priority=0)
+
+    def _duration(self, i: int, placements: tuple[Placement, ...]) -> float:
+        job = self.jobs[i]
+        if job.duration_s is not None:
+            return float(job.duration_s)
+        model = self.state.nodes[placements[0].node].gpu_model or ""
+        return float(job.work_steps or 0.0) / self.throughput.throughput(job.job_type or "", model)

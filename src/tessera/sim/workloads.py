@@ -1,0 +1,247 @@
+"""Timeline workloads: jobs that arrive, run and leave, on the cluster each workload comes with.
+
+``tessera simulate timeline --workload {openb,training,tenants}`` and the benchmarks call these generators; each
+returns its cluster and a list of ``TimelineJob`` sorted by (arrival, id), deterministic for a seed (NumPy
+``default_rng``). The files they may read (``../shared/traces/...``) are given by path; without them each has an
+embedded default.
+
+- ``openb_timeline`` / ``synthetic_openb_timeline``: pods with their own creation and deletion times on a cluster
+  scaled down to ``gpu_scale`` of its GPUs (``tessera.sim.clusters.scale_nodes``), so that queueing appears.
+- ``training_workload``: Gavel-style training jobs (job types, scale factors, work in steps) whose isolated runtime
+  on the reference GPU follows Philly's runtimes, on a heterogeneous (by default PAI-shaped) cluster.
+- ``tenants_workload`` (``tessera.sim.tenants``): 3 queues with quotas and bursty, contending demand.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from tessera.core.cluster import NodeSpec
+from tessera.core.errors import InvalidRequestError
+from tessera.core.throughput import ThroughputModel
+from tessera.core.workload import Request
+from tessera.sim.clusters import pai_cluster, scale_nodes
+from tessera.sim.gavel import default_models
+from tessera.sim.jobs import (
+    PRIORITY_BEST_EFFORT,
+    PRIORITY_CLASSES,
+    PRIORITY_INFERENCE,
+    PRIORITY_TRAINING,
+    SCALE_FACTORS,
+    TimelineJob,
+    scale_factors,
+    training_worker,
+)
+from tessera.sim.philly import RuntimeSampler, philly_runtime_sampler
+from tessera.sim.synthetic import synthetic_nodes, synthetic_pods
+from tessera.sim.tenants import TenantQueue, tenants_cluster, tenants_workload
+from tessera.sim.traces import TracePod
+
+__all__ = [
+    "PRIORITY_BEST_EFFORT",
+    "PRIORITY_CLASSES",
+    "PRIORITY_INFERENCE",
+    "PRIORITY_TRAINING",
+    "SCALE_FACTORS",
+    "TenantQueue",
+    "TimelineJob",
+    "openb_timeline",
+    "pai_cluster",
+    "philly_runtime_sampler",
+    "synthetic_openb_timeline",
+    "tenants_cluster",
+    "tenants_workload",
+    "training_workload",
+]
+
+logger = logging.getLogger(__name__)
+
+MIN_POD_DURATION_S = 1.0  # a pod deleted in the second it was created still runs this long
+# openb QoS -> (priority, preemptible): latency-sensitive pods are inference-critical, best-effort ones lowest.
+_QOS_CLASS: dict[str, tuple[int, bool]] = {
+    "LS": (PRIORITY_INFERENCE, False),
+    "Guaranteed": (PRIORITY_INFERENCE, False),
+    "Burstable": (PRIORITY_TRAINING, True),
+    "BE": (PRIORITY_BEST_EFFORT, True),
+}
+FloatArray = npt.NDArray[np.float64]
+
+
+# ---------------------------------------------------------------------------------------------------- openb
+
+
+def openb_timeline(
+    pods: Sequence[TracePod], nodes: Sequence[NodeSpec], gpu_scale: float = 1.0
+) -> tuple[list[NodeSpec], list[TimelineJob]]:
+    """openb pods with their real times on ``gpu_scale`` of the cluster's GPUs (node-model mix kept).
+
+    Each pod becomes one single-worker job: ``arrival_s`` = creation time, ``duration_s`` = deletion − creation
+    (at least ``MIN_POD_DURATION_S``). Pods without both times are skipped, and so are pods that no node of the
+    scaled cluster could host even when empty (GPU count and type, CPU, memory); both counts are logged. QoS sets
+    the priority class: LS and Guaranteed are inference-critical and not preemptible, Burstable is training, BE is
+    best-effort (an unknown QoS counts as Burstable); the last two are preemptible. Nothing is checkpointed; every
+    job is in queue ``default``.
+    """
+    scaled = scale_nodes(nodes, gpu_scale)
+    jobs: list[TimelineJob] = []
+    untimed = unfit = 0
+    for pod in pods:
+        if pod.creation_time_s is None or pod.deletion_time_s is None:
+            untimed += 1
+            continue
+        if not _could_host(pod.request, scaled):
+            unfit += 1
+            continue
+        priority, preemptible = _QOS_CLASS.get(pod.qos, (PRIORITY_TRAINING, True))
+        duration_s = max(float(pod.deletion_time_s - pod.creation_time_s), MIN_POD_DURATION_S)
+        request = replace(pod.request, priority=priority)
+        arrival_s = float(pod.creation_time_s)
+        job = TimelineJob(
+            pod.name, arrival_s, request, duration_s, queue=request.queue, priority=priority, preemptible=preemptible
+        )
+        jobs.append(job)
+    if untimed or unfit:
+        logger.info("openb timeline: skipped %d pods without times and %d that fit no node", untimed, unfit)
+    return scaled, _sorted(jobs)
+
+
+def synthetic_openb_timeline(
+    seed: int = 0, gpu_scale: float = 1.0, *, num_nodes: int = 300, num_pods: int = 2000
+) -> tuple[list[NodeSpec], list[TimelineJob]]:
+    """``openb_timeline`` on the embedded synthetic openb-shaped cluster and pods (``tessera.sim.synthetic``).
+
+    Pods arrive with exponential gaps (mean 30 s) and live a lognormal time (median 1 h, sigma 1.5); see
+    ``tessera.sim.synthetic`` for the request shapes and node mix.
+    """
+    nodes = synthetic_nodes(num_nodes, seed)
+    return openb_timeline(synthetic_pods(num_pods, seed, nodes=nodes), nodes, gpu_scale)
+
+
+def _could_host(request: Request, nodes: Sequence[NodeSpec]) -> bool:
+    """Whether some node, empty, could run ``request`` (GPU count and type, CPU, host memory)."""
+    for node in nodes:
+        if node.cpu_milli < request.cpu_milli or node.mem_mib < request.mem_mib:
+            continue
+        if request.num_gpus == 0:
+            return True
+        if node.gpu_count >= request.num_gpus and (not request.gpu_types or node.gpu_model in request.gpu_types):
+            return True
+    return False
+
+
+def _sorted(jobs: list[TimelineJob]) -> list[TimelineJob]:
+    return sorted(jobs, key=lambda job: (job.arrival_s, job.id))
+
+
+# ------------------------------------------------------------------------------------------------- training
+
+
+def training_workload(
+    seed: int = 0,
+    num_jobs: int = 500,
+    cluster: Literal["pai"] | Sequence[NodeSpec] = "pai",
+    throughput_model: ThroughputModel | None = None,
+    runtime_sampler: RuntimeSampler | None = None,
+    *,
+    offered_load: float = 1.0,
+    arrival_rate_per_s: float | None = None,
+    pai_path: str | Path | None = None,
+    pai_max_nodes: int = 64,
+    elastic_share: float = 0.2,
+    checkpointed_share: float = 0.8,
+) -> tuple[list[NodeSpec], list[TimelineJob]]:
+    """``num_jobs`` Gavel-style training jobs with Philly runtimes, Poisson arrivals, on a heterogeneous cluster.
+
+    Distributions (all drawn from ``default_rng(seed)``, in this order):
+
+    - job type: uniform over ``throughput_model.job_types`` (default: ``tessera.sim.gavel.default_models()``);
+    - scale factor (GPUs, as a gang of 1-GPU workers of 4 cores and 16 GiB each): 1/2/4/8 with probability
+      0.70/0.10/0.15/0.05 (Gavel's generator), capped at the largest power of two within the cluster's GPUs;
+    - reference runtime: ``runtime_sampler`` (default: the embedded Philly lognormal fit, clipped to
+      [60 s, 7 days]); ``work_steps`` = runtime × throughput of the job type on the model's reference GPU, so
+      that the job alone on reference GPUs runs exactly that long and ``work / throughput`` elsewhere;
+    - elastic: with probability ``elastic_share``, ``elastic_min`` = max(1, gang // 2), ``elastic_max`` = 2 × gang;
+    - checkpointed: with probability ``checkpointed_share``; every job is preemptible, priority class training;
+    - arrivals: a Poisson process (exponential gaps, first job at 0) of rate ``arrival_rate_per_s``, or, when that
+      is None, the rate at which the offered GPU-time (GPUs × runtime on a GPU-count-weighted average GPU of the
+      cluster) equals ``offered_load`` × the cluster's GPUs.
+
+    ``cluster`` is a node list or ``"pai"``: ``pai_cluster(pai_path, pai_max_nodes)`` (the PAI machine list, or
+    its embedded mix when ``pai_path`` is None). Returns the cluster and the jobs.
+    """
+    if num_jobs < 1:
+        raise InvalidRequestError("num_jobs", f"must be >= 1, got {num_jobs}")
+    for name, share in (("elastic_share", elastic_share), ("checkpointed_share", checkpointed_share)):
+        if not 0.0 <= share <= 1.0:
+            raise InvalidRequestError(name, f"must be in [0, 1], got {share}")
+    if isinstance(cluster, str) and cluster != "pai":
+        raise InvalidRequestError("cluster", f"unknown cluster {cluster!r} (give 'pai' or a node list)")
+    nodes = pai_cluster(pai_path, pai_max_nodes) if isinstance(cluster, str) else list(cluster)
+    total_gpus = sum(node.gpu_count for node in nodes)
+    if total_gpus == 0:
+        raise InvalidRequestError("cluster", "the training workload needs a cluster with GPUs")
+    model = throughput_model if throughput_model is not None else default_models()[0]
+    sampler = runtime_sampler if runtime_sampler is not None else philly_runtime_sampler(None, seed)
+    rng = np.random.default_rng(seed)
+    job_types = list(model.job_types) or ["generic"]
+    types = [job_types[int(i)] for i in rng.integers(len(job_types), size=num_jobs)]
+    gangs = scale_factors(rng, num_jobs, total_gpus)
+    runtime_s = sampler.draw(rng, num_jobs)
+    elastic = rng.random(num_jobs) < elastic_share
+    checkpointed = rng.random(num_jobs) < checkpointed_share
+    rate = arrival_rate_per_s
+    if rate is None:
+        rate = _rate_for_load(offered_load, total_gpus, gangs * runtime_s * _slowdowns(model, types, nodes))
+    if not rate > 0:
+        raise InvalidRequestError("arrival_rate_per_s", f"must be > 0, got {rate}")
+    gaps = rng.exponential(1.0 / rate, size=num_jobs)
+    arrival_s = np.cumsum(gaps) - gaps[0]
+    worker = training_worker("default")
+    jobs: list[TimelineJob] = []
+    for i, job_type in enumerate(types):
+        work_steps = float(runtime_s[i]) * model.reference_steps_per_s(job_type)
+        gang = int(gangs[i])
+        job = TimelineJob(
+            id=f"train-{i:05d}",
+            arrival_s=float(arrival_s[i]),
+            request=worker,
+            duration_s=None,
+            job_type=job_type,
+            work_steps=work_steps,
+            queue=worker.queue,
+            priority=worker.priority,
+            preemptible=True,
+            gang=gang,
+            elastic_min=max(1, gang // 2) if elastic[i] else None,
+            elastic_max=2 * gang if elastic[i] else None,
+            checkpointed=bool(checkpointed[i]),
+        )
+        jobs.append(job)
+    return nodes, _sorted(jobs)
+
+
+def _slowdowns(model: ThroughputModel, types: Sequence[str], nodes: Sequence[NodeSpec]) -> FloatArray:
+    """Per job: reference throughput ÷ throughput on the cluster's GPUs, averaged weighted by GPU count."""
+    gpus: dict[str, int] = {}
+    for node in nodes:
+        if node.gpu_model and node.gpu_count > 0:
+            gpus[node.gpu_model] = gpus.get(node.gpu_model, 0) + node.gpu_count
+    total = sum(gpus.values())
+    factor: dict[str, float] = {}
+    for job_type in set(types):
+        reference = model.reference_steps_per_s(job_type)
+        factor[job_type] = sum(n * reference / model.throughput(job_type, m) for m, n in gpus.items()) / total
+    return np.array([factor[t] for t in types], dtype=np.float64)
+
+
+def _rate_for_load(offered_load: float, total_gpus: int, gpu_seconds: FloatArray) -> float:
+    if not offered_load > 0:
+        raise InvalidRequestError("offered_load", f"must be > 0, got {offered_load}")
+    return offered_load * total_gpus / float(gpu_seconds.mean())
