@@ -175,8 +175,11 @@ def select_victims(
     own = [
         c
         for c in candidates
-        if policy.within_queue and c.queue == preemptor_queue and c.preemptible
-        and c.priority < preemptor_priority and not guard.protects(c, now_s)
+        if policy.within_queue
+        and c.queue == preemptor_queue
+        and c.preemptible
+        and c.priority < preemptor_priority
+        and not guard.protects(c, now_s)
     ]
     other = [c for c in candidates if policy.reclaim and c.queue != preemptor_queue and c.preemptible and c.borrowed]
     requirements = ((needed, "all"), (quota.nominal_shortfall, "own"), (quota.cohort_deficit, "other"))

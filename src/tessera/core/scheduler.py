@@ -21,6 +21,7 @@ import numpy as np
 
 from tessera.core.cluster import ClusterState
 from tessera.core.placement.base import Placer
+from tessera.core.queueing.priority import order_pending
 from tessera.core.workload import Placement, Request
 
 
@@ -31,7 +32,7 @@ class QueueDiscipline(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class PendingWorkload:
-    id: str
+    workload_id: str
     request: Request  # per worker
     arrival_s: float
     priority: int = 0
@@ -57,11 +58,6 @@ class SchedulerConfig:
     max_attempts_per_step: int = 10_000  # bound on placement attempts in one step (keeps a step's cost bounded)
 
 
-def order_pending(pending: Sequence[PendingWorkload]) -> list[PendingWorkload]:
-    """Higher priority first, then earlier arrival, then id (deterministic)."""
-    return sorted(pending, key=lambda w: (-w.priority, w.arrival_s, w.id))
-
-
 class Scheduler:
     """Plans binds for pending workloads on one cluster with one placement engine."""
 
@@ -84,16 +80,18 @@ class Scheduler:
             for workload in order_pending(pending):
                 shape = (workload.request, workload.gang)
                 if blocked or shape in blocked_shapes or attempts >= self.config.max_attempts_per_step:
-                    waiting[workload.id] = "waiting behind an earlier workload" if blocked else _no_fit(workload)
+                    waiting[workload.workload_id] = (
+                        "waiting behind an earlier workload" if blocked else _no_fit(workload)
+                    )
                     continue
                 attempts += 1
                 placements = self._place_gang(workload, rng, tried)
                 if placements is None:
-                    waiting[workload.id] = _no_fit(workload)
+                    waiting[workload.workload_id] = _no_fit(workload)
                     blocked_shapes.add(shape)  # the state only fills up during a step: the same shape fails too
                     blocked = self.config.discipline is QueueDiscipline.STRICT_FIFO
                     continue
-                binds.append(Bind(workload.id, placements))
+                binds.append(Bind(workload.workload_id, placements))
         finally:
             for placement in reversed(tried):
                 self.state.release(placement)

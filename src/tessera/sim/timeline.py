@@ -224,7 +224,12 @@ class _Replay:
             candidates = self._candidates()
             if not candidates:
                 return
-            pending = [PendingWorkload(str(i), self.requests[i], self.jobs[i].arrival_s) for i in candidates]
+            pending = [
+                PendingWorkload(
+                    str(i), self.requests[i], self.jobs[i].arrival_s, self.jobs[i].priority, gang=self.jobs[i].gang
+                )
+                for i in candidates
+            ]
             plan = self.scheduler.plan(pending, self.rng)
             for bind in plan.binds:
                 self._start(loop, now, int(bind.workload_id), bind.placements)

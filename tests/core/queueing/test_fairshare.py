@@ -62,8 +62,11 @@ def test_entitlement_worked_example() -> None:
     Owed nominal up to demand: a 2, b 4, c 4. Idle in the cohort: a's 6 unused. Rooms: b 6, c 6. Water-filling
     at weights 1:2 gives b 2 and c 4. Entitlements: a 2, b 6, c 8 GPUs.
     """
-    queues = [QueueSpec("a", "lab", {"*": gpus(8)}), QueueSpec("b", "lab", {"*": gpus(4)}),
-              QueueSpec("c", "lab", {"*": gpus(4)}, weight=2.0)]
+    queues = [
+        QueueSpec("a", "lab", {"*": gpus(8)}),
+        QueueSpec("b", "lab", {"*": gpus(4)}),
+        QueueSpec("c", "lab", {"*": gpus(4)}, weight=2.0),
+    ]
     demands = {"a": gpus(2), "b": gpus(10), "c": gpus(10)}
     assert entitlement(queues, CAPACITY, demands) == {"a": 2000.0, "b": 6000.0, "c": 8000.0}
     # c wants only 6: it is filled at 6 and b gets the rest of the idle 6 GPUs.
@@ -80,7 +83,10 @@ def test_entitlement_honours_limits_cohorts_and_capacity() -> None:
     demands = {"b": gpus(10), "c": gpus(10), "solo": gpus(10)}
     # a lends at most 2: b takes 1 (its borrowing limit), c the other 1; solo never exceeds nominal.
     assert entitlement(queues, ResourceVector(gpu_milli=20_000), demands) == {
-        "a": 0.0, "b": 5000.0, "c": 5000.0, "solo": 4000.0,
+        "a": 0.0,
+        "b": 5000.0,
+        "c": 5000.0,
+        "solo": 4000.0,
     }
     # Quotas of 20 GPUs on a 10-GPU cluster: nominal quotas are halved (limits are not): a lends 2 of its 4.
     halved = entitlement(queues, ResourceVector(gpu_milli=10_000), demands)

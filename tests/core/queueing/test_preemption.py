@@ -47,8 +47,10 @@ def test_within_queue_preempts_only_strictly_lower_priority() -> None:
 
 
 def test_never_preempts_non_preemptible_work() -> None:
-    running = [cand("serving", priority=100, preemptible=False), cand("borrowed", "b", preemptible=False,
-                                                                      borrowed=True)]
+    running = [
+        cand("serving", priority=100, preemptible=False),
+        cand("borrowed", "b", preemptible=False, borrowed=True),
+    ]
     assert select_victims("a", 1000, gpus(1), running, NOW_S, quota=NO_QUOTA_NEED) is None
 
 
@@ -84,14 +86,19 @@ def test_borrowing_preemptor_only_when_enabled_and_only_borrowed_own_work() -> N
     # With no own victim at all it cannot get within nominal; as a borrower it may evict only borrowed own work.
     assert select_victims("a", 100, gpus(2), running, NOW_S, quota=need) == ["a-low", "a-low-borrowed"]
     assert select_victims("a", 100, gpus(1), [running[1]], NOW_S, allow, quota=need) == ["a-low-borrowed"]
-    assert select_victims("a", 100, gpus(1), [running[0]], NOW_S, allow, quota=QuotaNeed(gpus(5), gpus(0), gpus(0))) \
+    assert (
+        select_victims("a", 100, gpus(1), [running[0]], NOW_S, allow, quota=QuotaNeed(gpus(5), gpus(0), gpus(0)))
         is None
+    )
 
 
 def test_victims_lose_the_least_work() -> None:
     # Fewest victims first: one 2-GPU job beats two 1-GPU jobs even though they are younger and checkpointed.
-    running = [cand("big", size=2, started_s=0), cand("s1", started_s=9000, checkpointed=True),
-               cand("s2", started_s=9500, checkpointed=True)]
+    running = [
+        cand("big", size=2, started_s=0),
+        cand("s1", started_s=9000, checkpointed=True),
+        cand("s2", started_s=9500, checkpointed=True),
+    ]
     assert select_victims("a", 500, gpus(2), running, NOW_S, quota=NO_QUOTA_NEED) == ["big"]
     # Same count: checkpointed first, even when older.
     running = [cand("young", started_s=9900), cand("old-ckpt", started_s=100, checkpointed=True)]
@@ -108,8 +115,9 @@ def test_greedy_fallback_and_victim_cap() -> None:
     victims = select_victims("a", 500, gpus(2), running, NOW_S, cheap, quota=NO_QUOTA_NEED)
     assert victims is not None and len(victims) == 4
     assert set(victims) == {"j29", "j28", "j27", "j26"}  # the youngest
-    assert select_victims("a", 500, gpus(2), running, NOW_S, PreemptionPolicy(max_victims=3),
-                          quota=NO_QUOTA_NEED) is None
+    assert (
+        select_victims("a", 500, gpus(2), running, NOW_S, PreemptionPolicy(max_victims=3), quota=NO_QUOTA_NEED) is None
+    )
     with pytest.raises(InvalidRequestError):
         PreemptionPolicy(max_victims=0)
 
@@ -193,8 +201,9 @@ def test_every_victim_ranks_strictly_below_the_preemptor(
 ) -> None:
     """The no-loop rule: rank(preemptor as admitted) > rank(victim) for every victim, and enough is freed."""
     quota = QuotaNeed(shortfall, deficit, shortfall)
-    victims = select_victims("a", priority, needed, running, NOW_S, PreemptionPolicy(borrower_may_preempt=borrower),
-                             quota=quota)
+    victims = select_victims(
+        "a", priority, needed, running, NOW_S, PreemptionPolicy(borrower_may_preempt=borrower), quota=quota
+    )
     smallest = None
     if len(running) <= 8:  # brute force: the fewest victims any allowed set needs
         sizes = [

@@ -55,8 +55,13 @@ class Day:
 def burst(index: int) -> list[Job]:
     queue = QUEUES[index % 2]
     return [
-        Job(f"{queue}-{index:02d}-{j}", queue, (TRAINING if j % 3 else BEST_EFFORT).value, index * BURST_EVERY_S,
-            checkpointed=j % 2 == 0)
+        Job(
+            f"{queue}-{index:02d}-{j}",
+            queue,
+            (TRAINING if j % 3 else BEST_EFFORT).value,
+            index * BURST_EVERY_S,
+            checkpointed=j % 2 == 0,
+        )
         for j in range(JOBS_PER_BURST)
     ]
 
@@ -109,8 +114,9 @@ def try_start(
             Candidate(r.workload_id, r.queue, r.priority, True, r.started_s or 0.0, r.checkpointed, ONE_GPU, r.borrowed)
             for r in running
         ]
-        ids = select_victims(job.queue, job.priority, (ONE_GPU - free).positive_part(), candidates, now,
-                             quota=need, guard=guard)
+        ids = select_victims(
+            job.queue, job.priority, (ONE_GPU - free).positive_part(), candidates, now, quota=need, guard=guard
+        )
         if not ids:
             return None, guard
         victims = [r for r in running if r.workload_id in ids]

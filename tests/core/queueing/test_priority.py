@@ -7,7 +7,7 @@ import pytest
 from tessera.core.errors import InvalidRequestError
 from tessera.core.queueing import (
     BUILTIN_PRIORITY_CLASSES,
-    PendingWorkload,
+    PendingEntry,
     PriorityClass,
     admissible_in_order,
     order_key,
@@ -39,11 +39,11 @@ def test_custom_classes() -> None:
 
 def test_order_is_priority_then_arrival_then_id() -> None:
     pending = [
-        PendingWorkload("late-high", 500, 30.0),
-        PendingWorkload("b", 100, 10.0),
-        PendingWorkload("a", 100, 10.0),
-        PendingWorkload("early-low", 100, 0.0),
-        PendingWorkload("critical", 1000, 99.0),
+        PendingEntry("late-high", 500, 30.0),
+        PendingEntry("b", 100, 10.0),
+        PendingEntry("a", 100, 10.0),
+        PendingEntry("early-low", 100, 0.0),
+        PendingEntry("critical", 1000, 99.0),
     ]
     assert [w.workload_id for w in order_pending(pending)] == ["critical", "late-high", "early-low", "a", "b"]
     assert order_key(500, 1.5, "x") == (-500, 1.5, "x")

@@ -94,8 +94,9 @@ def check_invariants(ledger: QuotaLedger, specs: list[QueueSpec]) -> None:
         assert borrowed <= lendable  # every borrowed unit is covered by a lender within its limits
         for spec in members:
             cap = spec.nominal[key] + (
-                spec.borrowing_limit.get(key, ResourceVector(BIG, BIG, BIG)) if spec.borrowing_limit else
-                ResourceVector(BIG, BIG, BIG)
+                spec.borrowing_limit.get(key, ResourceVector(BIG, BIG, BIG))
+                if spec.borrowing_limit
+                else ResourceVector(BIG, BIG, BIG)
             )
             assert usage[(spec.name, key)] <= (cap if spec.cohort else spec.nominal[key])
             lent = ledger.reclaimable_for(spec.name, key)

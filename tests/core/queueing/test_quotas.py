@@ -121,10 +121,12 @@ def test_lent_capacity_is_not_lent_twice() -> None:
 
 
 def test_borrowing_limit() -> None:
-    ledger = QuotaLedger([
-        QueueSpec("a", "lab", star(2), borrowing_limit=star(1)),
-        QueueSpec("b", "lab", star(8)),
-    ])
+    ledger = QuotaLedger(
+        [
+            QueueSpec("a", "lab", star(2), borrowing_limit=star(1)),
+            QueueSpec("b", "lab", star(8)),
+        ]
+    )
     assert ledger.can_admit("a", "*", gpus(3)) is not None
     assert ledger.can_admit("a", "*", gpus(3.5)) is None
     need = ledger.quota_need("a", "*", gpus(4))
@@ -142,11 +144,13 @@ def test_lending_limit_keeps_part_of_the_quota_home() -> None:
 
 
 def test_cohorts_and_flavor_pools_are_separate() -> None:
-    ledger = QuotaLedger([
-        QueueSpec("a", "one", {"T4": gpus(1), "*": gpus(1)}),
-        QueueSpec("b", "one", {"A100-80GB": gpus(4)}),
-        QueueSpec("c", "two", star(8)),
-    ])
+    ledger = QuotaLedger(
+        [
+            QueueSpec("a", "one", {"T4": gpus(1), "*": gpus(1)}),
+            QueueSpec("b", "one", {"A100-80GB": gpus(4)}),
+            QueueSpec("c", "two", star(8)),
+        ]
+    )
     assert ledger.can_admit("a", "T4", gpus(2)) is None  # nobody else in "one" has a T4 entry
     assert ledger.can_admit("a", "L4", gpus(2)) is None  # c's "*" is in another cohort
     assert ledger.can_admit("a", "L4", gpus(1)) is not None

@@ -42,9 +42,7 @@ BUILTIN_PRIORITY_CLASSES: Mapping[str, PriorityClass] = MappingProxyType(
 )
 
 
-def resolve_priority_class(
-    name: str, classes: Mapping[str, PriorityClass] = BUILTIN_PRIORITY_CLASSES
-) -> PriorityClass:
+def resolve_priority_class(name: str, classes: Mapping[str, PriorityClass] = BUILTIN_PRIORITY_CLASSES) -> PriorityClass:
     """The class called ``name`` (case-insensitive); raises ``InvalidRequestError("priority_class", ...)``."""
     found = classes.get(name.strip().lower()) or classes.get(name)
     if found is None:
@@ -67,7 +65,7 @@ class Pending(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class PendingWorkload:
+class PendingEntry:
     """A plain ``Pending`` value."""
 
     workload_id: str

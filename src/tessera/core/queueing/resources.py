@@ -41,9 +41,7 @@ class ResourceVector:
 
     def __le__(self, other: ResourceVector) -> bool:
         """Every component at most the other's (a partial order)."""
-        return (
-            self.gpu_milli <= other.gpu_milli and self.cpu_milli <= other.cpu_milli and self.mem_mib <= other.mem_mib
-        )
+        return self.gpu_milli <= other.gpu_milli and self.cpu_milli <= other.cpu_milli and self.mem_mib <= other.mem_mib
 
     def __ge__(self, other: ResourceVector) -> bool:
         return other <= self
