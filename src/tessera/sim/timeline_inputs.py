@@ -1,10 +1,11 @@
 """Workloads for the timeline simulator, built from the command line's options.
 
-- ``openb``: the openb pod list with its real timestamps on ``gpu_scale`` of the node list's GPUs (default 0.01, the
-  scale at which static binding starts to queue on the default trace), or the embedded synthetic stand-in (default
+- ``openb``: the openb pod list with its real timestamps on ``gpu_scale`` of the node list's GPUs (default 0.005, a
+  scale at which static binding queues on the default trace), or the embedded synthetic stand-in (default
   scale 0.15) when no files are given;
-- ``training``: Gavel-style jobs with Philly runtimes on a heterogeneous PAI-shaped cluster; with ``traces`` (a
-  folder holding ``gavel/``, ``philly/`` and ``pai/``) the real tables are read by path, otherwise the embedded ones.
+- ``training``: 1,000 Gavel-style jobs with Philly runtimes on 16 nodes of a heterogeneous PAI-shaped cluster at an
+  offered load of 1.5 (enough that jobs queue); with ``traces`` (a folder holding ``gavel/``, ``philly/`` and
+  ``pai/``) the real tables are read by path, otherwise the embedded ones.
 
 Called by ``tessera simulate timeline``.
 """
@@ -24,8 +25,11 @@ from tessera.sim.traces import check_pods_fit, load_nodes, load_pods, trace_name
 from tessera.sim.workloads import openb_timeline, synthetic_openb_timeline, training_workload
 
 TIMELINE_WORKLOADS = ("openb", "training")
-DEFAULT_OPENB_SCALE = 0.01
+DEFAULT_OPENB_SCALE = 0.005
 DEFAULT_SYNTHETIC_SCALE = 0.15
+TRAINING_JOBS = 1000
+TRAINING_NODES = 16
+TRAINING_OFFERED_LOAD = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +59,15 @@ def timeline_inputs(
     throughput, _ = load_gavel_models(traces / "gavel" if traces else None)
     sampler = philly_runtime_sampler(traces / "philly" / "philly_runtime.csv" if traces else None, seed)
     pai = traces / "pai" / "pai_machine_spec.csv" if traces else None
-    nodes, jobs = training_workload(seed, throughput_model=throughput, runtime_sampler=sampler, pai_path=pai)
+    nodes, jobs = training_workload(
+        seed,
+        TRAINING_JOBS,
+        throughput_model=throughput,
+        runtime_sampler=sampler,
+        pai_path=pai,
+        pai_max_nodes=TRAINING_NODES,
+        offered_load=TRAINING_OFFERED_LOAD,
+    )
     return TimelineInputs("training", nodes, jobs, throughput)
 
 
