@@ -38,8 +38,8 @@ from pathlib import Path
 from tessera.core.catalog import resolve_model
 from tessera.core.cluster import NodeSpec
 from tessera.core.errors import InputFileError, InvalidRequestError, UnknownGpuModelError
-from tessera.sim.synthetic import _apportion
-from tessera.sim.traces import _read_text
+from tessera.sim.synthetic import apportion
+from tessera.sim.traces import parse_count, read_text
 
 MIB_PER_GIB = 1024
 PAI_MACHINE_FILE = "pai_machine_spec.csv"
@@ -80,7 +80,7 @@ def pai_cluster(
 def load_pai_nodes(path: str | Path, *, misc_gpu_model: str = "G2", include_cpu_nodes: bool = False) -> list[NodeSpec]:
     """Every machine of a PAI machine list as a ``NodeSpec``; raises ``InputFileError`` for any bad value."""
     name = str(path)
-    reader = csv.reader(io.StringIO(_read_text(path), newline=""))
+    reader = csv.reader(io.StringIO(read_text(path), newline=""))
     nodes: list[NodeSpec] = []
     seen: dict[str, int] = {}
     try:
@@ -109,19 +109,11 @@ def _parse_machine(path: str, line: int, row: list[str], misc_gpu_model: str) ->
     machine, gpu_type = row[0].strip(), row[1].strip()
     if not machine:
         raise InputFileError(path, line, "machine", "missing value (a name is required)")
-    cores, mem_gib, gpus = (_count(path, line, col, text) for col, text in zip(PAI_COLUMNS[2:], row[2:], strict=True))
+    cores, mem_gib, gpus = (
+        parse_count(path, line, col, text) for col, text in zip(PAI_COLUMNS[2:], row[2:], strict=True)
+    )
     model = _pai_model(path, line, gpu_type, gpus, misc_gpu_model)
     return NodeSpec(machine, cores * 1000, mem_gib * MIB_PER_GIB, gpus, model)
-
-
-def _count(path: str, line: int, column: str, text: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise InputFileError(path, line, column, f"{text.strip()!r} is not an integer") from None
-    if value < 0:
-        raise InputFileError(path, line, column, f"must be >= 0, got {value}")
-    return value
 
 
 def _pai_model(path: str, line: int, gpu_type: str, gpus: int, misc_gpu_model: str) -> str | None:
@@ -171,7 +163,7 @@ def subsample_nodes(nodes: Sequence[NodeSpec], max_nodes: int) -> list[NodeSpec]
         return list(nodes)
     groups = _groups(nodes)
     models = list(groups)
-    counts = _apportion([len(groups[m]) for m in models], max_nodes)
+    counts = apportion([len(groups[m]) for m in models], max_nodes)
     return _pick(nodes, groups, dict(zip(models, counts, strict=True)))
 
 

@@ -32,7 +32,7 @@ from tessera.core.throughput import (
     ThroughputModel,
     canonical_gpu_model,
 )
-from tessera.sim.traces import _read_table
+from tessera.sim.traces import parse_count, read_table
 
 ISOLATED_FILE = "gavel_isolated_throughputs.csv"
 COLOCATED_FILE = "gavel_colocated_throughputs.csv"
@@ -112,7 +112,7 @@ def load_throughput_model(
 ) -> ThroughputModel:
     """The isolated table's rows of ``scale_factor`` and ``consolidated`` as a ``ThroughputModel``."""
     name = str(path)
-    columns, rows = _read_table(path, ISOLATED_COLUMNS, "throughputs")
+    columns, rows = read_table(path, ISOLATED_COLUMNS, "throughputs")
     table: dict[tuple[str, str], float] = {}
     first_line: dict[tuple[str, str], int] = {}
     for line, row in rows:
@@ -131,7 +131,7 @@ def load_throughput_model(
 def load_colocation_model(path: str | Path, *, scale_factor: int = 1, consolidated: bool = True) -> ColocationModel:
     """The co-located table's rows where both jobs have ``scale_factor``, as a ``ColocationModel``."""
     name = str(path)
-    columns, rows = _read_table(path, COLOCATED_COLUMNS, "co-located throughputs")
+    columns, rows = read_table(path, COLOCATED_COLUMNS, "co-located throughputs")
     measured: dict[tuple[str, str, str], tuple[float, float, int]] = {}  # key -> (throughput a, throughput b, line)
     isolated: dict[tuple[str, str], float] = {}  # (job, gpu) -> isolated throughput
     for line, row in rows:
@@ -182,8 +182,8 @@ def _selected(
     path: str, line: int, cell: Cell, scale_columns: tuple[str, ...], scale_factor: int, consolidated: bool
 ) -> bool:
     """Whether the row has the wanted scale factor(s) and placement (checking those values on the way)."""
-    scales = [_integer(path, line, column, cell(column)) for column in scale_columns]
-    flag = _integer(path, line, "consolidated", cell("consolidated"))
+    scales = [parse_count(path, line, column, cell(column)) for column in scale_columns]
+    flag = parse_count(path, line, "consolidated", cell("consolidated"))
     if flag not in (0, 1):
         raise InputFileError(path, line, "consolidated", f"must be 0 or 1, got {flag}")
     return all(scale == scale_factor for scale in scales) and flag == int(consolidated)
@@ -201,16 +201,6 @@ def _gpu(path: str, line: int, text: str) -> str:
         return canonical_gpu_model(_text(path, line, "gpu_type", text))
     except UnknownGpuModelError as exc:
         raise InputFileError(path, line, "gpu_type", exc.message) from exc
-
-
-def _integer(path: str, line: int, column: str, text: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise InputFileError(path, line, column, f"{text.strip()!r} is not an integer") from None
-    if value < 0:
-        raise InputFileError(path, line, column, f"must be >= 0, got {value}")
-    return value
 
 
 def _number(path: str, line: int, column: str, text: str, *, positive: bool = False) -> float:

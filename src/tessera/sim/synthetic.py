@@ -154,7 +154,7 @@ def synthetic_nodes(num_nodes: int = 300, seed: int = 0) -> list[NodeSpec]:
     """``num_nodes`` GPU nodes in openb's proportions (``NODE_MIX``), named ``syn-node-0000``…, order shuffled."""
     if num_nodes < 1:
         raise InvalidRequestError("num_nodes", f"must be >= 1, got {num_nodes}")
-    counts = _apportion([row[0] for row in NODE_MIX], num_nodes)
+    counts = apportion([row[0] for row in NODE_MIX], num_nodes)
     shapes = [shape for shape, count in zip(NODE_MIX, counts, strict=True) for _ in range(count)]
     order = np.random.default_rng(seed).permutation(len(shapes))
     return [_node(f"syn-node-{i:04d}", shapes[int(j)]) for i, j in enumerate(order)]
@@ -165,7 +165,7 @@ def _node(name: str, shape: tuple[int, int, int, int, str]) -> NodeSpec:
     return NodeSpec(name=name, cpu_milli=cores * 1000, mem_mib=mem_gib * MIB_PER_GIB, gpu_count=gpus, gpu_model=model)
 
 
-def _apportion(weights: Sequence[int], total: int) -> list[int]:
+def apportion(weights: Sequence[int], total: int) -> list[int]:
     """Integer counts summing to ``total`` in proportion to ``weights`` (largest remainder; ties by position)."""
     whole = sum(weights)
     quotas = [w * total for w in weights]

@@ -86,7 +86,7 @@ def trace_name(path: str | Path) -> str:
 def load_nodes(path: str | Path) -> list[NodeSpec]:
     """The nodes of a node list; raises ``InputFileError`` for any bad content (duplicate names included)."""
     name = str(path)
-    columns, rows = _read_table(path, NODE_COLUMNS, "nodes")
+    columns, rows = read_table(path, NODE_COLUMNS, "nodes")
     get = {col: _getter(columns, col) for col in NODE_COLUMNS}
     nodes: list[NodeSpec] = []
     first_line: dict[str, int] = {}
@@ -104,7 +104,7 @@ def load_nodes(path: str | Path) -> list[NodeSpec]:
 def load_pods(path: str | Path) -> list[TracePod]:
     """The pods of a pod list in the long (11-column) or short (5-column) form; raises ``InputFileError``."""
     name = str(path)
-    columns, rows = _read_table(path, POD_COLUMNS_SHORT, "pods")
+    columns, rows = read_table(path, POD_COLUMNS_SHORT, "pods")
     get = {col: _getter(columns, col) for col in POD_COLUMNS_LONG}
     spec_cache: dict[str, frozenset[str]] = {}
     return [_parse_pod(name, line, row, get, spec_cache) for line, row in rows]
@@ -151,7 +151,7 @@ def _gpus(count: int) -> str:
 # ----------------------------------------------------------------------------------------------- reading CSV
 
 
-def _read_text(path: str | Path) -> str:
+def read_text(path: str | Path) -> str:
     """The file's text (UTF-8, a leading BOM dropped); unreadable or undecodable files become ``InputFileError``."""
     name = str(path)
     try:
@@ -165,10 +165,10 @@ def _read_text(path: str | Path) -> str:
         raise InputFileError(name, line, None, f"not UTF-8 text (byte {exc.start})") from exc
 
 
-def _read_table(path: str | Path, required: Sequence[str], what: str) -> tuple[dict[str, int], list[tuple[int, Row]]]:
+def read_table(path: str | Path, required: Sequence[str], what: str) -> tuple[dict[str, int], list[tuple[int, Row]]]:
     """Column index by (lower-cased) name and the data rows with their line numbers; checks shape, not values."""
     name = str(path)
-    reader = csv.reader(io.StringIO(_read_text(path), newline=""))
+    reader = csv.reader(io.StringIO(read_text(path), newline=""))
     try:
         header = next(reader, None)
         if header is None:
@@ -220,7 +220,8 @@ def _getter(columns: dict[str, int], column: str) -> Getter:
 # ---------------------------------------------------------------------------------------------- field values
 
 
-def _parse_int(path: str, line: int, column: str, text: str) -> int:
+def parse_count(path: str, line: int, column: str, text: str) -> int:
+    """A non-negative integer cell, or an ``InputFileError`` naming path, line and column (shared by all loaders)."""
     match = _INT_RE.fullmatch(text)
     if match is None:
         if not text.strip():
@@ -233,7 +234,7 @@ def _parse_int(path: str, line: int, column: str, text: str) -> int:
 
 
 def _parse_optional_int(path: str, line: int, column: str, text: str) -> int | None:
-    return None if not text.strip() else _parse_int(path, line, column, text)
+    return None if not text.strip() else parse_count(path, line, column, text)
 
 
 def _parse_name(path: str, line: int, column: str, text: str) -> str:
@@ -259,9 +260,9 @@ def _parse_gpu_spec(path: str, line: int, text: str, cache: dict[str, frozenset[
 
 def _parse_node(path: str, line: int, row: Row, get: dict[str, Getter]) -> NodeSpec:
     sn = _parse_name(path, line, "sn", get["sn"](row))
-    cpu_milli = _parse_int(path, line, "cpu_milli", get["cpu_milli"](row))
-    mem_mib = _parse_int(path, line, "memory_mib", get["memory_mib"](row))
-    gpu_count = _parse_int(path, line, "gpu", get["gpu"](row))
+    cpu_milli = parse_count(path, line, "cpu_milli", get["cpu_milli"](row))
+    mem_mib = parse_count(path, line, "memory_mib", get["memory_mib"](row))
+    gpu_count = parse_count(path, line, "gpu", get["gpu"](row))
     model = _parse_node_model(path, line, get["model"](row), gpu_count)
     try:
         return NodeSpec(name=sn, cpu_milli=cpu_milli, mem_mib=mem_mib, gpu_count=gpu_count, gpu_model=model)
@@ -296,10 +297,10 @@ def _parse_pod(path: str, line: int, row: Row, get: dict[str, Getter], cache: di
 
 
 def _parse_request(path: str, line: int, row: Row, get: dict[str, Getter], cache: dict[str, frozenset[str]]) -> Request:
-    cpu_milli = _parse_int(path, line, "cpu_milli", get["cpu_milli"](row))
-    mem_mib = _parse_int(path, line, "memory_mib", get["memory_mib"](row))
-    num_gpus = _parse_int(path, line, "num_gpu", get["num_gpu"](row))
-    gpu_milli = _parse_int(path, line, "gpu_milli", get["gpu_milli"](row))
+    cpu_milli = parse_count(path, line, "cpu_milli", get["cpu_milli"](row))
+    mem_mib = parse_count(path, line, "memory_mib", get["memory_mib"](row))
+    num_gpus = parse_count(path, line, "num_gpu", get["num_gpu"](row))
+    gpu_milli = parse_count(path, line, "gpu_milli", get["gpu_milli"](row))
     _check_gpu_share(path, line, num_gpus, gpu_milli)
     gpu_types = _parse_gpu_spec(path, line, get["gpu_spec"](row), cache)
     try:
