@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tessera.core.errors import InputFileError, InvalidRequestError
-from tessera.sim.traces import _read_table
+from tessera.sim.traces import read_table
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -87,7 +87,7 @@ def philly_runtime_sampler(
 def load_runtimes(path: str | Path) -> FloatArray:
     """The ``runtime`` column of a runtime list (seconds, >= 0); raises ``InputFileError`` for bad values."""
     name = str(path)
-    columns, rows = _read_table(path, ("runtime",), "runtimes")
+    columns, rows = read_table(path, ("runtime",), "runtimes")
     index = columns["runtime"]
     values = np.empty(len(rows), dtype=np.float64)
     for i, (line, row) in enumerate(rows):
