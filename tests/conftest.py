@@ -1,5 +1,5 @@
 """Test-suite settings: Hypothesis runs without per-example deadlines (timing is never a pass/fail criterion here;
-CI machines are shared and a slow example is not a failure) and with a fixed number of examples."""
+CI machines are shared and a slow example is not a failure)."""
 
 from hypothesis import settings
 
