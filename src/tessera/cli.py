@@ -158,7 +158,7 @@ def _print_files(console: Console, files: ReportFiles) -> None:
 @simulate_app.command("timeline")
 def simulate_timeline(
     out: Annotated[Path, typer.Option("--out", help="Folder for summary.json, summary.md and the plots.")],
-    workload: Annotated[str, typer.Option("--workload", help="openb or training.")] = "openb",
+    workload: Annotated[str, typer.Option("--workload", help="openb, training or tenants.")] = "openb",
     nodes: NodesOption = None,
     pods: PodsOption = None,
     gpu_scale: Annotated[
@@ -188,7 +188,7 @@ def simulate_timeline(
                 f"{len(inputs.jobs):,} jobs"
             )
             for name in names:
-                result = run_timeline(inputs.nodes, inputs.jobs, name, seed, inputs.throughput)
+                result = run_timeline(inputs.nodes, inputs.jobs, name, seed, inputs.throughput, inputs.queues)
                 console.print(f"  {name}: {result.wall_s:.1f} s")
                 results.append(result)
         paths = write_timeline_report(out, workload_name, results)

@@ -202,3 +202,13 @@ def test_nodes_without_pods_is_an_error(tmp_path: Path) -> None:
     nodes = _write(tmp_path, "nodes.csv", NODES_CSV)
     result = runner.invoke(app, ["simulate", "fgd", "--nodes", str(nodes), "--out", str(tmp_path / "o")])
     _assert_one_line_error(result, str(nodes), "--pods")
+
+
+def test_simulate_timeline_tenants_writes_the_four_files(tmp_path: Path) -> None:
+    out = tmp_path / "tenants"
+    result = runner.invoke(
+        app, ["simulate", "timeline", "--workload", "tenants", "--policies", "tessera", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["allocation.png", "jct_cdf.png", "summary.json", "summary.md"]
+    assert "team-a" in (out / "summary.md").read_text()

@@ -51,3 +51,91 @@ def test_a_gang_is_placed_whole_or_not_at_all_and_plan_leaves_the_state_untouche
     assert len(nodes_used) == 2  # 3 whole GPUs need both 2-GPU nodes; no GPU is used twice
     gpus = [(p.node, p.gpu_indices) for p in plan.binds[0].placements]
     assert len(set(gpus)) == 3
+
+
+# ---------------------------------------------------------------------------------------------- queues and quotas
+
+from tessera.core.preemption import PreemptionPolicy  # noqa: E402
+from tessera.core.queueing import QueueSpec, ResourceVector  # noqa: E402
+from tessera.core.scheduler import Bind, RunningWorkload  # noqa: E402
+
+
+def gpus(count: int) -> dict[str, ResourceVector]:
+    return {"*": ResourceVector(count * 1000, 64_000, 131_072)}
+
+
+def quota_scheduler(*queues: QueueSpec, preempt: bool = False) -> Scheduler:
+    state = ClusterState([NodeSpec("a", 32_000, 65_536, 2, "T4"), NodeSpec("b", 32_000, 65_536, 2, "T4")])
+    config = SchedulerConfig(queues=queues, preemption=PreemptionPolicy() if preempt else None)
+    return Scheduler(Placer(state, make_policy("bestfit")), config)
+
+
+def one_gpu(queue: str) -> Request:
+    return Request(num_gpus=1, gpu_milli=1000, cpu_milli=1000, queue=queue)
+
+
+def apply(engine: Scheduler, plan_binds: tuple[Bind, ...], now_s: float = 0.0) -> list[RunningWorkload]:
+    running = []
+    for bind in plan_binds:
+        for placement in bind.placements:
+            engine.state.bind(placement)
+        admission = engine.charge(bind)
+        assert admission is not None
+        queue = admission.queue
+        running.append(RunningWorkload(bind.workload_id, queue, 0, bind.placements, admission, now_s))
+    return running
+
+
+def test_borrowing_stays_within_the_borrowing_limit_of_the_cohort() -> None:
+    engine = quota_scheduler(QueueSpec("a", "org", gpus(2)), QueueSpec("b", "org", gpus(2), borrowing_limit=gpus(1)))
+    pending = [PendingWorkload(f"b{i}", one_gpu("b"), float(i), queue="b") for i in range(4)]
+    plan = engine.plan(pending, np.random.default_rng(0))
+    assert [b.workload_id for b in plan.binds] == ["b0", "b1", "b2"]
+    assert plan.binds[2].admission is not None and plan.binds[2].admission.is_borrowing
+    assert "quota" in plan.waiting["b3"]
+
+
+def test_a_queue_without_a_cohort_never_exceeds_its_nominal_quota() -> None:
+    engine = quota_scheduler(QueueSpec("a", None, gpus(2)), QueueSpec("b", None, gpus(2)))
+    pending = [PendingWorkload(f"b{i}", one_gpu("b"), float(i), queue="b") for i in range(4)]
+    assert len(engine.plan(pending, np.random.default_rng(0)).binds) == 2
+
+
+def test_the_owner_reclaims_borrowed_capacity_in_one_step() -> None:
+    engine = quota_scheduler(QueueSpec("a", "org", gpus(2)), QueueSpec("b", "org", gpus(2)), preempt=True)
+    rng = np.random.default_rng(0)
+    borrowed = [PendingWorkload(f"b{i}", one_gpu("b"), float(i), queue="b") for i in range(4)]
+    running = apply(engine, engine.plan(borrowed, rng).binds)
+    assert len(running) == 4  # b uses a's idle quota
+    owner = [PendingWorkload(f"a{i}", one_gpu("a"), 10.0, queue="a") for i in range(2)]
+    plan = engine.plan(owner, rng, running, now_s=10.0)
+    assert sorted(p.workload_id for p in plan.preempts) == ["b2", "b3"]  # the borrowed (youngest) ones
+    assert all(p.reason.startswith("reclaim") for p in plan.preempts)
+    assert [b.workload_id for b in plan.binds] == ["a0", "a1"]
+    assert plan.binds[0].admission is not None and not plan.binds[0].admission.is_borrowing
+    # b within its nominal quota is never reclaimed: a third job of a does not preempt
+    for preempt in plan.preempts:
+        victim = next(r for r in running if r.workload_id == preempt.workload_id)
+        for placement in victim.placements:
+            engine.state.release(placement)
+        engine.release(victim.admission)
+    rest = [r for r in running if r.workload_id not in {"b2", "b3"}]
+    rest += apply(engine, plan.binds, 10.0)
+    third = engine.plan([PendingWorkload("a2", one_gpu("a"), 20.0, queue="a")], rng, rest, now_s=20.0)
+    assert not third.binds and not third.preempts
+
+
+def test_strict_fifo_and_best_effort_fifo_apply_per_queue() -> None:
+    big = Request(num_gpus=4, gpu_milli=1000, cpu_milli=1000)
+    strict = QueueSpec("s", None, gpus(2), strategy="StrictFIFO")
+    backfill = QueueSpec("f", None, gpus(2), strategy="BestEffortFIFO")
+    engine = quota_scheduler(strict, backfill)
+    pending = [
+        PendingWorkload("s-big", big, 0.0, queue="s"),
+        PendingWorkload("s-small", SMALL, 1.0, queue="s"),
+        PendingWorkload("f-big", big, 0.0, queue="f"),
+        PendingWorkload("f-small", SMALL, 1.0, queue="f"),
+    ]
+    plan = engine.plan(pending, np.random.default_rng(0))
+    assert [b.workload_id for b in plan.binds] == ["f-small"]
+    assert plan.waiting["s-small"] == "waiting behind an earlier workload"

@@ -12,6 +12,18 @@ Baselines are configurations of that one scheduler (``TIMELINE_POLICIES``):
 - ``fifo-share``: fractional GPUs, strict FIFO, best-fit placement;
 - ``tessera``: fractional GPUs, priority order with backfill (BestEffortFIFO), Tessera's placement policy.
 
+**Queues** (``run_timeline(..., queues=...)``, the ``tenants`` workload): the scheduler admits against the queues'
+quotas. ``tessera`` lets queues of a cohort borrow idle quota and takes it back by preemption (reclaim; also lower
+priority within a queue); ``static`` and ``fifo-share`` keep every queue within its nominal quota (no cohort, no
+borrowing, no preemption, StrictFIFO per queue). A preempted job returns to pending with its remaining time when
+checkpointed, else from the start. Per queue the replay integrates, over the times the queue has pending or running
+demand, the GPU it received and its entitlement (``core.queueing.fairshare.entitlement`` of the original quotas, so
+every policy is judged against the same promise); ``queue_shares`` is received / entitled, ``jain_index`` Jain's
+index over those shares. ``reclaim_latency_max_s`` measures "borrowed capacity is returned within one scheduling
+step": after each instant's steps, a queue is *blocked by borrowers* while one of its pending workloads fits within
+its unused nominal quota but cannot be admitted (``Scheduler.blocked_by_borrowers``); the longest such stretch is
+reported (0 when every reclaim happens in the step where the owner's demand appears).
+
 Called by ``tessera simulate timeline`` and the benchmarks.
 """
 
@@ -31,7 +43,17 @@ from tessera.core.cluster import ClusterState, NodeSpec
 from tessera.core.errors import InvalidRequestError
 from tessera.core.fragmentation import typical_pods
 from tessera.core.placement import Placer, make_policy
-from tessera.core.scheduler import PendingWorkload, QueueDiscipline, Scheduler, SchedulerConfig
+from tessera.core.preemption import PreemptionGuard, PreemptionPolicy
+from tessera.core.queueing import QueueSpec, ResourceVector, entitlement
+from tessera.core.scheduler import (
+    Bind,
+    PendingWorkload,
+    Preempt,
+    QueueDiscipline,
+    RunningWorkload,
+    Scheduler,
+    SchedulerConfig,
+)
 from tessera.core.throughput import ThroughputModel
 from tessera.core.workload import MILLI_PER_GPU, Placement, Request
 from tessera.sim.events import EventLoop
@@ -64,13 +86,15 @@ class TimelinePolicy:
     placement: str  # placement policy name (tessera.core.placement)
     whole_gpus: bool  # round every GPU share up to whole GPUs (static binding)
     discipline: QueueDiscipline
+    borrowing: bool = False  # with queues: borrow idle quota in a cohort and reclaim it by preemption
 
 
 TIMELINE_POLICIES: dict[str, TimelinePolicy] = {
     "static": TimelinePolicy("static", "bestfit", True, QueueDiscipline.STRICT_FIFO),
     "fifo-share": TimelinePolicy("fifo-share", "bestfit", False, QueueDiscipline.STRICT_FIFO),
-    "tessera": TimelinePolicy("tessera", "tessera", False, QueueDiscipline.BEST_EFFORT_FIFO),
+    "tessera": TimelinePolicy("tessera", "tessera", False, QueueDiscipline.BEST_EFFORT_FIFO, borrowing=True),
 }
+PREEMPTION_MIN_RUNTIME_S = 600.0  # PreemptionGuard: a preempted job runs this long before priority may preempt it
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +109,10 @@ class TimelineResult:
     alloc_times_s: FloatArray  # allocation over time: allocated GPU % of capacity from each time on
     alloc_pct: FloatArray
     preemptions: int = 0
-    jain_index: float = 1.0  # over queues of received / requested GPU-seconds (1.0: one queue)
+    jain_index: float = 1.0  # over queues of received / entitled GPU-seconds in busy periods (1.0: no queues)
+    queue_shares: dict[str, float] = dataclasses.field(default_factory=dict)  # queue -> received / entitled
+    reclaims: int = 0  # preemptions that returned borrowed capacity to another queue
+    reclaim_latency_max_s: float = 0.0  # longest wait of a reclaiming workload before its victims were preempted
 
     @property
     def jct_s(self) -> FloatArray:
@@ -117,12 +144,26 @@ def run_timeline(
     policy_name: str,
     seed: int = 0,
     throughput: ThroughputModel | None = None,
+    queues: Sequence[QueueSpec] = (),
 ) -> TimelineResult:
     """Replay ``jobs`` on ``nodes`` under one policy; every job either finishes or never fits.
 
     A job without ``duration_s`` runs ``work_steps / throughput(job_type, model)`` seconds on the GPU model it got.
+    With ``queues`` every job's ``queue`` must name one of them (module docstring).
     """
-    return _Replay(nodes, jobs, resolve_policy(policy_name), seed, throughput or ThroughputModel({})).run()
+    policy = resolve_policy(policy_name)
+    return _Replay(nodes, jobs, policy, seed, throughput or ThroughputModel({}), tuple(queues)).run()
+
+
+def policy_queues(queues: Sequence[QueueSpec], policy: TimelinePolicy) -> tuple[QueueSpec, ...]:
+    """The queues as ``policy`` runs them: as given (BestEffortFIFO) when it borrows, else alone at nominal quota."""
+    if policy.borrowing:
+        return tuple(dataclasses.replace(q, strategy="BestEffortFIFO") for q in queues)
+    return tuple(QueueSpec(q.name, None, q.nominal, weight=q.weight, strategy="StrictFIFO") for q in queues)
+
+
+Event = tuple[str, int, int]  # (kind, job index, run token: a depart of an earlier, preempted run is stale)
+Shape = tuple[Request, int, int, str]
 
 
 class _Replay:
@@ -133,6 +174,7 @@ class _Replay:
         policy: TimelinePolicy,
         seed: int,
         throughput: ThroughputModel,
+        queues: tuple[QueueSpec, ...] = (),
     ):
         self.policy = policy
         self.rng = np.random.default_rng(seed)
@@ -142,14 +184,29 @@ class _Replay:
         self.state = ClusterState(sorted(nodes, key=lambda n: n.name))
         typical = typical_pods(self.requests)
         placer = Placer(self.state, make_policy(policy.placement, typical, self.state.model_names))
-        self.scheduler = Scheduler(placer, SchedulerConfig(discipline=policy.discipline))
+        config = SchedulerConfig(
+            discipline=policy.discipline,
+            queues=policy_queues(queues, policy),
+            preemption=PreemptionPolicy() if queues and policy.borrowing else None,
+        )
+        self.scheduler = Scheduler(placer, config)
+        self.accounts = _QueueAccounts(queues, self.state) if queues else None
+        self.guard = PreemptionGuard(PREEMPTION_MIN_RUNTIME_S)
         self.start_s = np.full(len(self.jobs), np.nan)
         self.finish_s = np.full(len(self.jobs), np.nan)
         self.placements: dict[int, tuple[Placement, ...]] = {}
-        self.fifo: deque[int] = deque()  # strict FIFO: job indices in arrival order
-        self.groups: OrderedDict[tuple[Request, int, int], deque[int]] = OrderedDict()  # backfill: by shape
-        self.failed_at_release: dict[tuple[Request, int, int], int] = {}
+        self.running: dict[int, RunningWorkload] = {}  # with queues: what preemption may consider
+        self.tokens = [0] * len(self.jobs)
+        self.remaining_s: dict[int, float] = {}  # checkpointed, preempted jobs: time still to run
+        self.pending_since: dict[int, float] = {}
+        self.fifo: dict[str, deque[int]] = {}  # strict FIFO: job indices in arrival order, per queue
+        self.groups: OrderedDict[Shape, deque[int]] = OrderedDict()  # backfill: by shape
+        self.failed_at_release: dict[Shape, int] = {}
         self.releases = 0
+        self.preemptions = 0
+        self.reclaim_latencies: list[float] = []  # lengths of stretches a queue was blocked by borrowers
+        self.reclaims = 0
+        self.blocked_since: dict[str, float] = {}
         self.allocated_milli = 0
         self.alloc_integral = 0.0
         self.last_s = 0.0
@@ -158,16 +215,17 @@ class _Replay:
 
     def run(self) -> TimelineResult:
         started = time.perf_counter()
-        loop: EventLoop[tuple[str, int]] = EventLoop()
+        loop: EventLoop[Event] = EventLoop()
         order = sorted(range(len(self.jobs)), key=lambda i: (self.jobs[i].arrival_s, self.jobs[i].id))
         for i in order:
-            loop.schedule(self.jobs[i].arrival_s, ("arrive", i), priority=1)
+            loop.schedule(self.jobs[i].arrival_s, ("arrive", i, 0), priority=1)
         first = self.jobs[order[0]].arrival_s if order else 0.0
         self.last_s = first
         loop.run(lambda now, event: self._handle(loop, now, event))
         done = ~np.isnan(self.finish_s)
         span = max(float(np.nanmax(self.finish_s)) - first, 1e-9) if done.any() else 1e-9
         capacity = self.state.gpu_capacity_milli
+        shares = self.accounts.shares() if self.accounts else {}
         return TimelineResult(
             self.policy.name,
             np.array([self.jobs[i].arrival_s for i in np.flatnonzero(done)]),
@@ -178,84 +236,187 @@ class _Replay:
             time.perf_counter() - started,
             np.array(self.alloc_times),
             np.array(self.alloc_values) * 100.0 / max(capacity, 1),
+            preemptions=self.preemptions,
+            jain_index=jain_index(list(shares.values())),
+            queue_shares=shares,
+            reclaims=self.reclaims,
+            reclaim_latency_max_s=max(self.reclaim_latencies, default=0.0),
         )
 
-    def _handle(self, loop: EventLoop[tuple[str, int]], now: float, event: tuple[str, int]) -> None:
+    def _handle(self, loop: EventLoop[Event], now: float, event: Event) -> None:
         self._advance(now)
-        kind, i = event
+        kind, i, token = event
         if kind == "depart":
-            for placement in self.placements.pop(i):
-                self.state.release(placement)
-                self.allocated_milli -= placement.total_gpu_milli
-            self.releases += 1
+            if token == self.tokens[i]:  # else the run it ended was preempted
+                self._stop(i)
+                self.guard = self.guard.forget([self.jobs[i].id])
+                if self.accounts:
+                    self.accounts.demand_milli[self._queue(i)] -= self._milli(i)
         else:
-            self._enqueue(i)
+            self._enqueue(i, now)
+            if self.accounts:
+                self.accounts.demand_milli[self._queue(i)] += self._milli(i)
         upcoming = loop.next_time_s()
         if upcoming is None or upcoming > now:  # schedule once all events of this instant are in
             self._schedule(loop, now)
+            if self.policy.borrowing and self.accounts:
+                blocked = self._blocked_queues()
+                if blocked:  # borrowers took quota after the owner's shapes failed: retry them (reclaim) now
+                    for shape in [k for k in self.failed_at_release if k[3] in blocked]:
+                        del self.failed_at_release[shape]
+                    self._schedule(loop, now)
+                self._track_blocked(now)
             self.alloc_times.append(now)
             self.alloc_values.append(self.allocated_milli)
 
     def _advance(self, now: float) -> None:
         self.alloc_integral += self.allocated_milli * (now - self.last_s)
+        if self.accounts:
+            self.accounts.advance(now - self.last_s)
         self.last_s = now
 
-    def _enqueue(self, i: int) -> None:
+    def _milli(self, i: int) -> int:
+        """GPU milli the job asks for, all workers (as requested, before static rounding)."""
+        return self.jobs[i].request.total_gpu_milli * self.jobs[i].gang
+
+    def _queue(self, i: int) -> str:
+        return str(getattr(self.jobs[i], "queue", "default"))
+
+    def _enqueue(self, i: int, now: float) -> None:
+        self.pending_since[i] = now
         if self.policy.discipline is QueueDiscipline.STRICT_FIFO:
-            self.fifo.append(i)
+            self.fifo.setdefault(self._queue(i) if self.accounts else "", deque()).append(i)
         else:
             self.groups.setdefault(self._shape(i), deque()).append(i)
 
     def _candidates(self) -> list[int]:
         if self.policy.discipline is QueueDiscipline.STRICT_FIFO:
-            return list(self.fifo)[:64]
+            return [i for members in self.fifo.values() for i in list(members)[:64]]
         heads = []
         for shape, members in self.groups.items():
             if self.failed_at_release.get(shape) != self.releases:
                 heads.append(members[0])
         return heads
 
-    def _shape(self, i: int) -> tuple[Request, int, int]:
+    def _shape(self, i: int) -> Shape:
         job = self.jobs[i]
-        return (self.requests[i], job.gang, job.priority)
+        return (self.requests[i], job.gang, job.priority, self._queue(i))
 
-    def _schedule(self, loop: EventLoop[tuple[str, int]], now: float) -> None:
+    def _schedule(self, loop: EventLoop[Event], now: float) -> None:
         while True:
             candidates = self._candidates()
             if not candidates:
                 return
             pending = [
                 PendingWorkload(
-                    str(i), self.requests[i], self.jobs[i].arrival_s, self.jobs[i].priority, gang=self.jobs[i].gang
+                    str(i),
+                    self.requests[i],
+                    self.jobs[i].arrival_s,
+                    self.jobs[i].priority,
+                    queue=self._queue(i),
+                    gang=self.jobs[i].gang,
                 )
                 for i in candidates
             ]
-            plan = self.scheduler.plan(pending, self.rng)
+            running = list(self.running.values())
+            plan = self.scheduler.plan(pending, self.rng, running, now, self.guard)
+            for preempt in plan.preempts:
+                self._preempt(now, preempt)
             for bind in plan.binds:
-                self._start(loop, now, int(bind.workload_id), bind.placements)
+                self._start(loop, now, bind)
             for job_id in plan.waiting:
                 i = int(job_id)
                 self.failed_at_release[self._shape(i)] = self.releases
             if not plan.binds:
                 return
 
-    def _start(self, loop: EventLoop[tuple[str, int]], now: float, i: int, placements: tuple[Placement, ...]) -> None:
+    def _start(self, loop: EventLoop[Event], now: float, bind: Bind) -> None:
+        i = int(bind.workload_id)
+        placements = bind.placements
         for placement in placements:
             self.state.bind(placement)
             self.allocated_milli += placement.total_gpu_milli
         self.placements[i] = placements
-        if self.policy.discipline is QueueDiscipline.STRICT_FIFO:
-            self.fifo.remove(i)
-        else:
-            shape = self._shape(i)
-            members = self.groups[shape]
-            members.remove(i)
-            if not members:
-                del self.groups[shape]
-        duration = self._duration(i, placements)
-        self.start_s[i] = now
+        admission = self.scheduler.charge(bind)
+        job = self.jobs[i]
+        if admission is not None:
+            self.running[i] = RunningWorkload(
+                str(i),
+                self._queue(i),
+                job.priority,
+                placements,
+                admission,
+                now,
+                bool(getattr(job, "preemptible", False)),
+                bool(getattr(job, "checkpointed", False)),
+            )
+        if self.accounts:
+            self.accounts.received_milli[self._queue(i)] += self._milli(i)
+        self._dequeue(i)
+        duration = self.remaining_s.pop(i, None)
+        if duration is None:
+            duration = self._duration(i, placements)
+        if np.isnan(self.start_s[i]):  # waiting time counts until the first start
+            self.start_s[i] = now
         self.finish_s[i] = now + duration
-        loop.schedule(now + duration, ("depart", i), priority=0)
+        loop.schedule(now + duration, ("depart", i, self.tokens[i]), priority=0)
+
+    def _dequeue(self, i: int) -> None:
+        self.pending_since.pop(i, None)
+        if self.policy.discipline is QueueDiscipline.STRICT_FIFO:
+            self.fifo[self._queue(i) if self.accounts else ""].remove(i)
+            return
+        shape = self._shape(i)
+        members = self.groups[shape]
+        members.remove(i)
+        if not members:
+            del self.groups[shape]
+
+    def _stop(self, i: int) -> None:
+        """Release a running job's placements and quota."""
+        for placement in self.placements.pop(i):
+            self.state.release(placement)
+            self.allocated_milli -= placement.total_gpu_milli
+        running = self.running.pop(i, None)
+        if running is not None:
+            self.scheduler.release(running.admission)
+        if self.accounts:
+            self.accounts.received_milli[self._queue(i)] -= self._milli(i)
+        self.releases += 1
+
+    def _preempt(self, now: float, preempt: Preempt) -> None:
+        """Stop a running job and return it to pending: with its remaining time if checkpointed, else from zero."""
+        i = int(preempt.workload_id)
+        preemptor = int(preempt.preemptor)
+        if self._queue(preemptor) != self._queue(i):
+            self.reclaims += 1
+        checkpointed = self.running[i].checkpointed
+        self._stop(i)
+        self.tokens[i] += 1
+        if checkpointed:
+            self.remaining_s[i] = max(float(self.finish_s[i]) - now, 0.0)
+        self.finish_s[i] = np.nan
+        self.preemptions += 1
+        self.guard = self.guard.record([str(i)])
+        self._enqueue(i, now)
+
+    def _blocked_queues(self) -> set[str]:
+        blocked: set[str] = set()
+        for (request, gang, priority, queue), members in self.groups.items():
+            if queue in blocked:
+                continue
+            head = PendingWorkload(str(members[0]), request, 0.0, priority, queue=queue, gang=gang)
+            if self.scheduler.blocked_by_borrowers(head):
+                blocked.add(queue)
+        return blocked
+
+    def _track_blocked(self, now: float) -> None:
+        """Start or end each queue's stretch of being blocked by borrowers (module docstring)."""
+        blocked = self._blocked_queues()
+        for queue in blocked:
+            self.blocked_since.setdefault(queue, now)
+        for queue in [q for q in self.blocked_since if q not in blocked]:
+            self.reclaim_latencies.append(now - self.blocked_since.pop(queue))
 
     def _duration(self, i: int, placements: tuple[Placement, ...]) -> float:
         job = self.jobs[i]
@@ -263,3 +424,41 @@ class _Replay:
             return float(job.duration_s)
         model = self.state.nodes[placements[0].node].gpu_model or ""
         return float(job.work_steps or 0.0) / self.throughput.throughput(job.job_type or "", model)
+
+
+def jain_index(values: Sequence[float]) -> float:
+    """Jain's fairness index ``(sum x)^2 / (n * sum x^2)``: 1.0 when all are equal (and for no values)."""
+    squares = sum(x * x for x in values)
+    if not values or squares == 0:
+        return 1.0
+    return sum(values) ** 2 / (len(values) * squares)
+
+
+class _QueueAccounts:
+    """Per queue, time-weighted over its busy periods: GPU milli received and GPU milli it was entitled to."""
+
+    def __init__(self, queues: tuple[QueueSpec, ...], state: ClusterState) -> None:
+        self.queues = queues
+        self.capacity = ResourceVector(state.gpu_capacity_milli)
+        self.demand_milli = {q.name: 0 for q in queues}  # pending + running
+        self.received_milli = {q.name: 0 for q in queues}  # running
+        self.received_integral = {q.name: 0.0 for q in queues}
+        self.entitled_integral = {q.name: 0.0 for q in queues}
+
+    def advance(self, dt_s: float) -> None:
+        if dt_s <= 0 or not any(self.demand_milli.values()):
+            return
+        demands = {name: ResourceVector(milli) for name, milli in self.demand_milli.items()}
+        entitled = entitlement(self.queues, self.capacity, demands)
+        for name, milli in self.demand_milli.items():
+            if milli > 0:
+                self.received_integral[name] += self.received_milli[name] * dt_s
+                self.entitled_integral[name] += entitled[name] * dt_s
+
+    def shares(self) -> dict[str, float]:
+        """received / entitled per queue that ever had demand."""
+        return {
+            name: self.received_integral[name] / entitled
+            for name, entitled in self.entitled_integral.items()
+            if entitled > 0
+        }

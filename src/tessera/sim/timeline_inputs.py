@@ -5,7 +5,9 @@
   scale 0.15) when no files are given;
 - ``training``: 1,000 Gavel-style jobs with Philly runtimes on 16 nodes of a heterogeneous PAI-shaped cluster at an
   offered load of 1.5 (enough that jobs queue); with ``traces`` (a folder holding ``gavel/``, ``philly/`` and
-  ``pai/``) the real tables are read by path, otherwise the embedded ones.
+  ``pai/``) the real tables are read by path, otherwise the embedded ones;
+- ``tenants``: three queues with quotas in one cohort and bursty, contending demand over one day
+  (``tessera.sim.tenants``); ``TimelineInputs.queues`` holds their ``QueueSpec`` (``tenant_queue_specs``).
 
 Called by ``tessera simulate timeline``.
 """
@@ -17,14 +19,17 @@ from pathlib import Path
 
 from tessera.core.cluster import NodeSpec
 from tessera.core.errors import InvalidRequestError
+from tessera.core.queueing import QueueSpec, ResourceVector
 from tessera.core.throughput import ThroughputModel
 from tessera.sim.gavel import default_models, load_gavel_models
 from tessera.sim.jobs import TimelineJob
 from tessera.sim.philly import philly_runtime_sampler
+from tessera.sim.tenants import TenantQueue, tenants_workload
 from tessera.sim.traces import check_pods_fit, load_nodes, load_pods, trace_name
 from tessera.sim.workloads import openb_timeline, synthetic_openb_timeline, training_workload
 
-TIMELINE_WORKLOADS = ("openb", "training")
+TIMELINE_WORKLOADS = ("openb", "training", "tenants")
+TENANTS_HORIZON_S = 86_400.0
 DEFAULT_OPENB_SCALE = 0.005
 DEFAULT_SYNTHETIC_SCALE = 0.15
 TRAINING_JOBS = 1000
@@ -38,6 +43,7 @@ class TimelineInputs:
     nodes: list[NodeSpec]
     jobs: list[TimelineJob]
     throughput: ThroughputModel
+    queues: tuple[QueueSpec, ...] = ()  # tenant queues with quotas (tenants); empty = no quotas
 
 
 def timeline_inputs(
@@ -56,6 +62,9 @@ def timeline_inputs(
         raise InvalidRequestError("--gpu-scale", f"must be in (0, 1], got {gpu_scale}")
     if workload == "openb":
         return _openb(nodes_path, pods_path, gpu_scale, seed)
+    if workload == "tenants":
+        nodes, jobs, queues = tenants_workload(seed, TENANTS_HORIZON_S)
+        return TimelineInputs("tenants", nodes, jobs, default_models()[0], tenant_queue_specs(queues, nodes))
     throughput, _ = load_gavel_models(traces / "gavel" if traces else None)
     sampler = philly_runtime_sampler(traces / "philly" / "philly_runtime.csv" if traces else None, seed)
     pai = traces / "pai" / "pai_machine_spec.csv" if traces else None
@@ -83,3 +92,33 @@ def _openb(nodes_path: Path | None, pods_path: Path | None, gpu_scale: float | N
     check_pods_fit(pods, all_nodes, pods_path)
     nodes, jobs = openb_timeline(pods, all_nodes, gpu_scale or DEFAULT_OPENB_SCALE)
     return TimelineInputs(f"openb ({trace_name(pods_path)})", nodes, jobs, throughput)
+
+
+def tenant_queue_specs(queues: list[TenantQueue], nodes: list[NodeSpec]) -> tuple[QueueSpec, ...]:
+    """The tenants' queues as the scheduler's ``QueueSpec``: GPU amounts as given; CPU and memory in proportion to
+    the queue's GPU share of the cluster (so that GPUs, not host resources, bound what a queue may run)."""
+    total_gpu_milli = max(sum(n.gpu_count for n in nodes) * 1000, 1)
+    cpu_milli = sum(n.cpu_milli for n in nodes)
+    mem_mib = sum(n.mem_mib for n in nodes)
+
+    def vector(gpu_milli: int) -> ResourceVector:
+        share = gpu_milli / total_gpu_milli
+        return ResourceVector(gpu_milli, int(cpu_milli * share), int(mem_mib * share))
+
+    def limit(gpu_milli: int | None, flavors: list[str]) -> dict[str, ResourceVector] | None:
+        return None if gpu_milli is None else {flavor: vector(gpu_milli) for flavor in flavors}
+
+    specs = []
+    for q in queues:
+        flavors = list(q.nominal_gpu_milli)
+        specs.append(
+            QueueSpec(
+                q.name,
+                q.cohort,
+                {flavor: vector(milli) for flavor, milli in q.nominal_gpu_milli.items()},
+                limit(q.borrowing_limit_gpu_milli, flavors),
+                limit(q.lending_limit_gpu_milli, flavors),
+                q.weight,
+            )
+        )
+    return tuple(specs)

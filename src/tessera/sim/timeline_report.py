@@ -2,8 +2,9 @@
 
 ``summary.json`` is ``{"workload": str, "policies": {NAME: {"avg_jct_s", "p99_jct_s", "avg_wait_s", "p99_wait_s",
 "gpu_alloc_pct", "preemptions", "jain_index"}}}``, each value the mean over seeds. ``jain_index`` is Jain's
-fairness index over queues of the GPU-seconds each queue received divided by the GPU-seconds it asked for (1.0
-with a single queue). Called by ``tessera simulate timeline``.
+fairness index over queues of the GPU-seconds each queue received divided by its entitlement over its busy periods
+(1.0 without queues). With queues, ``summary.md`` adds a table per policy and queue of received / entitled, the
+number of reclaims and the longest reclaim latency (the most over seeds). Called by ``tessera simulate timeline``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -34,6 +35,9 @@ class TimelineSummary:
     preemptions: int
     jain_index: float
     unfinished: int
+    queue_shares: dict[str, float] = field(default_factory=dict)  # queue -> received / entitled, mean over seeds
+    reclaims: int = 0
+    reclaim_latency_max_s: float = 0.0
 
     def as_json(self) -> dict[str, float | int]:
         return {
@@ -65,6 +69,9 @@ def summarize(results: Sequence[TimelineResult]) -> list[TimelineSummary]:
                 round(_mean(float(r.preemptions) for r in runs)),
                 _mean(r.jain_index for r in runs),
                 round(_mean(float(r.unfinished) for r in runs)),
+                {q: _mean(r.queue_shares.get(q, 0.0) for r in runs) for q in runs[0].queue_shares},
+                round(_mean(float(r.reclaims) for r in runs)),
+                max(r.reclaim_latency_max_s for r in runs),
             )
         )
     return summaries
@@ -101,7 +108,25 @@ def _markdown(workload: str, summaries: Sequence[TimelineSummary]) -> str:
             f"| {s.p99_wait_s / 3600:.2f} | {s.gpu_alloc_pct:.1f} | {s.preemptions} | {s.jain_index:.3f} "
             f"| {s.unfinished} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _queue_table(summaries)) + "\n"
+
+
+def _queue_table(summaries: Sequence[TimelineSummary]) -> list[str]:
+    queues = sorted({q for s in summaries for q in s.queue_shares})
+    if not queues:
+        return []
+    lines = [
+        "",
+        "Share of entitlement received per queue (time-weighted over its busy periods; entitlement = nominal quota",
+        "plus fair share of idle capacity), reclaims of borrowed capacity and the longest reclaim latency:",
+        "",
+        "| policy | " + " | ".join(queues) + " | reclaims | max reclaim latency (s) |",
+        "|---|" + "---:|" * (len(queues) + 2),
+    ]
+    for s in summaries:
+        shares = " | ".join(f"{100 * s.queue_shares.get(q, 0.0):.1f}%" for q in queues)
+        lines.append(f"| {s.policy} | {shares} | {s.reclaims} | {s.reclaim_latency_max_s:.1f} |")
+    return lines
 
 
 def _plot_cdf(path: Path, workload: str, results: Sequence[TimelineResult]) -> None:
