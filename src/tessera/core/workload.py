@@ -28,6 +28,7 @@ class Request:
     mem_mib: int = 0  # host memory
     priority: int = 0  # larger runs first (used by queueing)
     queue: str = "default"  # tenant queue
+    job_type: str = ""  # model family for throughput models, e.g. "resnet50" ("" = unknown)
 
     def __post_init__(self) -> None:
         _require_non_negative("num_gpus", self.num_gpus)
