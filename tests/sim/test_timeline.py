@@ -89,3 +89,54 @@ def test_under_tessera_the_owner_reclaims_at_once_and_every_queue_gets_its_entit
     assert sorted(result.jct_s.tolist()) == [100.0] * 4 + [190.0, 190.0]  # resumed at 100 s with 90 s left
     static = run_timeline(nodes, jobs, "fifo-share", queues=queues)
     assert static.preemptions == 0 and static.queue_shares["b"] < result.queue_shares["b"]  # no borrowing
+
+
+# ------------------------------------------------------------------------------------------ tiresias and gavel
+
+from tessera.core.throughput import ThroughputModel  # noqa: E402
+
+
+def test_tiresias_lets_a_short_late_job_overtake_a_long_early_one_by_preemption() -> None:
+    jobs = [Job("long", 0.0, WHOLE, 20_000.0), Job("short", 4_000.0, WHOLE, 100.0)]
+    las = run_timeline(NODES, jobs, "tiresias")
+    # After 4,000 GPU-seconds (> 1 GPU-hour) "long" is in a lower LAS queue: "short" preempts it and runs at once.
+    assert las.preemptions == 1
+    assert las.jct_s.tolist() == [20_100.0, 100.0]  # "long" resumes from its checkpoint after "short"
+    static = run_timeline(NODES, jobs, "static")
+    assert static.preemptions == 0 and static.jct_s.tolist()[1] == 20_000.0 - 4_000.0 + 100.0
+
+
+def test_tiresias_respects_the_minimum_run_time_before_preempting() -> None:
+    nodes = [NodeSpec("n0", 64_000, 262_144, 8, "T4")]
+    wide = Request(num_gpus=8, gpu_milli=1000, cpu_milli=1000)
+    # "wide" reaches 1 GPU-hour after 450 s on 8 GPUs, but may not be preempted before it has run 600 s.
+    jobs = [Job("wide", 0.0, wide, 20_000.0), Job("late", 100.0, WHOLE, 100.0)]
+    result = run_timeline(nodes, jobs, "tiresias")
+    assert result.preemptions == 1 and result.wait_s.tolist() == [0.0, 500.0]
+
+
+def test_tiresias_preempts_when_a_running_job_is_demoted_while_another_waits() -> None:
+    # "wait" arrives at 3,000 s while "long" (queue 0 until 3,600 GPU-s) runs: it waits, then the demotion frees it.
+    jobs = [Job("long", 0.0, WHOLE, 20_000.0), Job("wait", 3_000.0, WHOLE, 100.0)]
+    result = run_timeline(NODES, jobs, "tiresias")
+    assert result.preemptions == 1 and result.wait_s.tolist()[1] == pytest.approx(600.0)
+
+
+def test_gavel_sends_a_job_type_that_gains_on_v100_to_the_v100_node() -> None:
+    nodes = [NodeSpec("a-t4", 16_000, 65_536, 1, "T4"), NodeSpec("b-v100", 16_000, 65_536, 1, "V100M16")]
+    model = ThroughputModel({("Transformer", "V100M16"): 4.0, ("Transformer", "T4"): 1.0})
+    jobs = [Job("t", 0.0, WHOLE, None, work_steps=400.0, job_type="Transformer")]
+    gavel = run_timeline(nodes, jobs, "gavel", throughput=model)
+    assert gavel.jct_s.tolist() == [100.0]  # 400 steps at 4 steps/s on the V100
+    assert gavel.preemptions == 0
+    static = run_timeline(nodes, jobs, "static", throughput=model)  # best-fit ignores speed: first node, the T4
+    assert static.jct_s.tolist() == [400.0]
+
+
+def test_preemption_counts_are_reported_for_every_policy() -> None:
+    jobs = [Job("long", 0.0, WHOLE, 20_000.0), Job("short", 4_000.0, WHOLE, 100.0)]
+    counts = {name: run_timeline(NODES, jobs, name).preemptions for name in TIMELINE_POLICIES}
+    assert counts == {"static": 0, "fifo-share": 0, "tiresias": 1, "gavel": 0, "tessera": 0}
+
+
+from tessera.sim.timeline import TIMELINE_POLICIES  # noqa: E402

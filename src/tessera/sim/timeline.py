@@ -10,6 +10,26 @@ Baselines are configurations of that one scheduler (``TIMELINE_POLICIES``):
 - ``static``: whole GPUs per workload (a fractional request takes a whole GPU), strict FIFO, no sharing: the static
   binding Tessera replaces;
 - ``fifo-share``: fractional GPUs, strict FIFO, best-fit placement;
+- ``tiresias``: discretised two-dimensional LAS (Tiresias, NSDI '19): whole GPUs, best-fit placement, no sharing.
+  A job's priority is its LAS queue (``core.queueing.las``): attained service = GPUs × seconds run, thresholds
+  ``TIRESIAS_THRESHOLDS_GPU_S`` = 1 and 10 GPU-hours (three queues), less service first, FIFO within a queue,
+  with backfill. The scheduler's ordinary within-queue preemption by priority does the rest: a waiting job that
+  does not fit preempts running jobs of lower LAS queues (``core.preemption.select_victims``: fewest, then youngest
+  victims; ``Preempt`` decisions). Without tenant queues the replay gives the scheduler one queue whose quota is
+  the whole cluster (``las_queues``) so that the quota-aware, preempting step runs. Every run is recorded in the
+  ``PreemptionGuard`` when it starts, so no job is preempted before it has run ``PREEMPTION_MIN_RUNTIME_S``
+  (against thrashing). Running jobs' priorities are recomputed at each step, and a ``recheck`` event at each
+  threshold crossing and each guard expiry triggers a step. As in the paper, every job may be preempted and
+  resumes from a checkpoint (remaining time kept, no restart overhead). Simplified: no Gittins-index variant, no
+  starvation promotion, no consolidation beyond best-fit; victims are chosen by the no-loop rule's cost (fewest,
+  youngest), not strictly from the lowest queue first;
+- ``gavel``: heterogeneity-aware scheduling after Gavel (OSDI '20), simplified: whole GPUs, no sharing, no
+  preemption, backfill, and ``hetero`` placement (the GPU type on which the job type runs fastest, from the
+  throughput model; best-fit among equally fast ones and for requests without a job type). Gavel solves a max-min
+  fairness program over normalized effective throughput and time-shares GPUs in rounds (leases of ~6 min, with
+  preemption); here there are no rounds, so every waiting job has received a normalized throughput of 0 and the
+  max-min order reduces to the ordinary order (priority, then arrival); what remains of Gavel is the
+  heterogeneity-aware choice of GPU type (and no space sharing, unlike ``tessera``);
 - ``tessera``: fractional GPUs, priority order with backfill (BestEffortFIFO), heterogeneity-aware placement
   (``hetero``: the GPU model on which the job type runs fastest, best-fit among equally fast ones; best-fit for
   requests without a job type). In a cluster where work also leaves, packing beats the fill-up-optimised
@@ -19,14 +39,15 @@ Baselines are configurations of that one scheduler (``TIMELINE_POLICIES``):
 **Queues** (``run_timeline(..., queues=...)``, the ``tenants`` workload): the scheduler admits against the queues'
 quotas. ``tessera`` lets queues of a cohort borrow idle quota and takes it back by preemption (reclaim; also lower
 priority within a queue); ``static`` and ``fifo-share`` keep every queue within its nominal quota (no cohort, no
-borrowing, no preemption, StrictFIFO per queue). A preempted job returns to pending with its remaining time when
-checkpointed, else from the start. Per queue the replay integrates, over the times the queue has pending or running
-demand, the GPU it received and its entitlement (``core.queueing.fairshare.entitlement`` of the original quotas, so
-every policy is judged against the same promise); ``queue_shares`` is received / entitled, ``jain_index`` Jain's
-index over those shares. ``reclaim_latency_max_s`` measures "borrowed capacity is returned within one scheduling
-step": after each instant's steps, a queue is *blocked by borrowers* while one of its pending workloads fits within
-its unused nominal quota but cannot be admitted (``Scheduler.blocked_by_borrowers``); the longest such stretch is
-reported (0 when every reclaim happens in the step where the owner's demand appears).
+borrowing, no preemption, StrictFIFO per queue); ``gavel`` does the same with BestEffortFIFO, and ``tiresias`` too
+but with LAS priorities and preemption within each queue. A preempted job returns to pending with its remaining time
+when checkpointed, else from the start. Per queue the replay integrates, over the times the queue has pending or
+running demand, the GPU it received and its entitlement (``core.queueing.fairshare.entitlement`` of the original
+quotas, so every policy is judged against the same promise); ``queue_shares`` is received / entitled, ``jain_index``
+Jain's index over those shares. ``reclaim_latency_max_s`` measures "borrowed capacity is returned within one
+scheduling step": after each instant's steps, a queue is *blocked by borrowers* while one of its pending workloads
+fits within its unused nominal quota but cannot be admitted (``Scheduler.blocked_by_borrowers``); the longest such
+stretch is reported (0 when every reclaim happens in the step where the owner's demand appears).
 
 Called by ``tessera simulate timeline`` and the benchmarks.
 """
@@ -49,6 +70,7 @@ from tessera.core.fragmentation import typical_pods
 from tessera.core.placement import Placer, make_policy
 from tessera.core.preemption import PreemptionGuard, PreemptionPolicy
 from tessera.core.queueing import QueueSpec, ResourceVector, entitlement
+from tessera.core.queueing.las import TIRESIAS_THRESHOLDS_GPU_S, check_thresholds, demotion_delays_s, las_priority
 from tessera.core.scheduler import (
     Bind,
     PendingWorkload,
@@ -91,14 +113,24 @@ class TimelinePolicy:
     whole_gpus: bool  # round every GPU share up to whole GPUs (static binding)
     discipline: QueueDiscipline
     borrowing: bool = False  # with queues: borrow idle quota in a cohort and reclaim it by preemption
+    # Non-empty: discretised LAS (core.queueing.las): priority from attained GPU-seconds, preemption by priority.
+    las_thresholds_gpu_s: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_thresholds(self.las_thresholds_gpu_s)
 
 
 TIMELINE_POLICIES: dict[str, TimelinePolicy] = {
     "static": TimelinePolicy("static", "bestfit", True, QueueDiscipline.STRICT_FIFO),
     "fifo-share": TimelinePolicy("fifo-share", "bestfit", False, QueueDiscipline.STRICT_FIFO),
+    "tiresias": TimelinePolicy(
+        "tiresias", "bestfit", True, QueueDiscipline.BEST_EFFORT_FIFO, las_thresholds_gpu_s=TIRESIAS_THRESHOLDS_GPU_S
+    ),
+    "gavel": TimelinePolicy("gavel", "hetero", True, QueueDiscipline.BEST_EFFORT_FIFO),
     "tessera": TimelinePolicy("tessera", "hetero", False, QueueDiscipline.BEST_EFFORT_FIFO, borrowing=True),
 }
 PREEMPTION_MIN_RUNTIME_S = 600.0  # PreemptionGuard: a preempted job runs this long before priority may preempt it
+_LAS_EPSILON_GPU_S = 1e-6  # a recheck event lands exactly on a threshold: count it as reached despite rounding
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,13 +199,27 @@ def run_timeline(
 
 
 def policy_queues(queues: Sequence[QueueSpec], policy: TimelinePolicy) -> tuple[QueueSpec, ...]:
-    """The queues as ``policy`` runs them: as given (BestEffortFIFO) when it borrows, else alone at nominal quota."""
+    """The queues as ``policy`` runs them: as given (BestEffortFIFO) when it borrows, else alone at nominal quota
+    with the policy's discipline."""
     if policy.borrowing:
         return tuple(dataclasses.replace(q, strategy="BestEffortFIFO") for q in queues)
-    return tuple(QueueSpec(q.name, None, q.nominal, weight=q.weight, strategy="StrictFIFO") for q in queues)
+    backfill = policy.discipline is QueueDiscipline.BEST_EFFORT_FIFO
+    return tuple(
+        QueueSpec(q.name, None, q.nominal, weight=q.weight, strategy="BestEffortFIFO" if backfill else "StrictFIFO")
+        for q in queues
+    )
 
 
-Event = tuple[str, int, int]  # (kind, job index, run token: a depart of an earlier, preempted run is stale)
+def las_queues(state: ClusterState) -> tuple[QueueSpec, ...]:
+    """Without tenant queues, LAS runs on one queue whose quota is the whole cluster: it never limits admission but
+    lets the scheduler's within-queue preemption by priority act (the quota-aware step is the one that preempts)."""
+    nodes = state.nodes
+    whole = ResourceVector(state.gpu_capacity_milli, sum(n.cpu_milli for n in nodes), sum(n.mem_mib for n in nodes))
+    return (QueueSpec(LAS_QUEUE, None, {"*": whole}, strategy="BestEffortFIFO"),)
+
+
+LAS_QUEUE = "default"
+Event = tuple[str, int, int]  # (kind, job index, run token: a depart or recheck of an earlier, preempted run is stale)
 Shape = tuple[Request, int, int, str]
 
 
@@ -204,11 +250,14 @@ class _Replay:
                 job_type_of=lambda request: request.job_type or None,
             ),
         )
-        config = SchedulerConfig(
-            discipline=policy.discipline,
-            queues=policy_queues(queues, policy),
-            preemption=PreemptionPolicy() if queues and policy.borrowing else None,
-        )
+        self.las = policy.las_thresholds_gpu_s
+        scheduler_queues = policy_queues(queues, policy) if queues else las_queues(self.state) if self.las else ()
+        preemption = None
+        if self.las:  # LAS preempts by priority within a queue, never across queues
+            preemption = PreemptionPolicy(within_queue=True, reclaim=False)
+        elif queues and policy.borrowing:
+            preemption = PreemptionPolicy()
+        config = SchedulerConfig(discipline=policy.discipline, queues=scheduler_queues, preemption=preemption)
         self.scheduler = Scheduler(placer, config)
         self.accounts = _QueueAccounts(queues, self.state) if queues else None
         self.guard = PreemptionGuard(PREEMPTION_MIN_RUNTIME_S)
@@ -219,6 +268,8 @@ class _Replay:
         self.tokens = [0] * len(self.jobs)
         self.remaining_s: dict[int, float] = {}  # checkpointed, preempted jobs: time still to run
         self.pending_since: dict[int, float] = {}
+        self.attained_gpu_s = [0.0] * len(self.jobs)  # LAS: GPU-seconds received, up to the current run's start
+        self.run_started: dict[int, float] = {}  # LAS: when each running job's current run started
         self.fifo: dict[str, deque[int]] = {}  # strict FIFO: job indices in arrival order, per queue
         self.groups: OrderedDict[Shape, deque[int]] = OrderedDict()  # backfill: by shape
         self.failed_at_release: dict[Shape, int] = {}
@@ -272,6 +323,9 @@ class _Replay:
                 self.guard = self.guard.forget([self.jobs[i].id])
                 if self.accounts:
                     self.accounts.demand_milli[self._queue(i)] -= self._milli(i)
+        elif kind == "recheck":
+            if token == self.tokens[i]:  # a running job's LAS queue dropped or its guard expired: retry the waiting
+                self.releases += 1
         else:
             self._enqueue(i, now)
             if self.accounts:
@@ -300,7 +354,23 @@ class _Replay:
         return self.jobs[i].request.total_gpu_milli * self.jobs[i].gang
 
     def _queue(self, i: int) -> str:
+        if not self.accounts:
+            return LAS_QUEUE
         return str(getattr(self.jobs[i], "queue", "default"))
+
+    def _gpus(self, i: int) -> float:
+        """GPUs the job holds while it runs (as placed: whole GPUs under static rounding), all workers."""
+        return self.requests[i].total_gpu_milli * self.jobs[i].gang / MILLI_PER_GPU
+
+    def _priority(self, i: int, now: float) -> int:
+        """The job's priority: its own, or under LAS the one its attained service (so far, at ``now``) gives."""
+        if not self.las:
+            return self.jobs[i].priority
+        attained = self.attained_gpu_s[i]
+        started = self.run_started.get(i)
+        if started is not None:
+            attained += self._gpus(i) * (now - started)
+        return las_priority(attained + _LAS_EPSILON_GPU_S, self.las)
 
     def _enqueue(self, i: int, now: float) -> None:
         self.pending_since[i] = now
@@ -320,7 +390,7 @@ class _Replay:
 
     def _shape(self, i: int) -> Shape:
         job = self.jobs[i]
-        return (self.requests[i], job.gang, job.priority, self._queue(i))
+        return (self.requests[i], job.gang, self._priority(i, self.last_s), self._queue(i))
 
     def _schedule(self, loop: EventLoop[Event], now: float) -> None:
         while True:
@@ -332,13 +402,15 @@ class _Replay:
                     str(i),
                     self.requests[i],
                     self.jobs[i].arrival_s,
-                    self.jobs[i].priority,
+                    self._priority(i, now),
                     queue=self._queue(i),
                     gang=self.jobs[i].gang,
                 )
                 for i in candidates
             ]
             running = list(self.running.values())
+            if self.las:  # running jobs age: their priority is the one their service gives now
+                running = [dataclasses.replace(r, priority=self._priority(int(r.workload_id), now)) for r in running]
             plan = self.scheduler.plan(pending, self.rng, running, now, self.guard)
             for preempt in plan.preempts:
                 self._preempt(now, preempt)
@@ -367,8 +439,8 @@ class _Replay:
                 placements,
                 admission,
                 now,
-                bool(getattr(job, "preemptible", False)),
-                bool(getattr(job, "checkpointed", False)),
+                bool(self.las) or bool(getattr(job, "preemptible", False)),  # LAS preempts any job, from a checkpoint
+                bool(self.las) or bool(getattr(job, "checkpointed", False)),
             )
         if self.accounts:
             self.accounts.received_milli[self._queue(i)] += self._milli(i)
@@ -380,6 +452,14 @@ class _Replay:
             self.start_s[i] = now
         self.finish_s[i] = now + duration
         loop.schedule(now + duration, ("depart", i, self.tokens[i]), priority=0)
+        if self.las:
+            self.run_started[i] = now
+            self.guard = self.guard.record([str(i)])  # every run is protected for its first minimum run time
+            # It may become a victim when its LAS queue drops and when its guard expires: step again then.
+            delays = demotion_delays_s(self.attained_gpu_s[i], self._gpus(i), self.las) + [PREEMPTION_MIN_RUNTIME_S]
+            for delay in delays:
+                if delay < duration:
+                    loop.schedule(now + delay, ("recheck", i, self.tokens[i]), priority=0)
 
     def _dequeue(self, i: int) -> None:
         self.pending_since.pop(i, None)
@@ -400,6 +480,9 @@ class _Replay:
         running = self.running.pop(i, None)
         if running is not None:
             self.scheduler.release(running.admission)
+        started = self.run_started.pop(i, None)
+        if started is not None:
+            self.attained_gpu_s[i] += self._gpus(i) * (self.last_s - started)
         if self.accounts:
             self.accounts.received_milli[self._queue(i)] -= self._milli(i)
         self.releases += 1
