@@ -34,7 +34,10 @@ Baselines are configurations of that one scheduler (``TIMELINE_POLICIES``):
   (``hetero``: the GPU model on which the job type runs fastest, best-fit among equally fast ones; best-fit for
   requests without a job type). In a cluster where work also leaves, packing beats the fill-up-optimised
   ``tessera`` placement: on the openb timeline (scale 0.005) it gave 7.20 h average JCT against 8.40 h, because the
-  ``tessera`` placement spreads small pods over idle 8-GPU nodes that big pods then wait for.
+  ``tessera`` placement spreads small pods over idle 8-GPU nodes that big pods then wait for. Within a priority
+  class, preemptible and checkpointed jobs are ordered by least attained service (LAS, as tiresias) and may be
+  preempted for a job of a lower LAS level; services and non-checkpointed jobs are never preempted for that
+  (restarting a job from zero to serve a shorter one loses more than it gains).
 
 **Queues** (``run_timeline(..., queues=...)``, the ``tenants`` workload): the scheduler admits against the queues'
 quotas. ``tessera`` lets queues of a cohort borrow idle quota and takes it back by preemption (reclaim; also lower
@@ -115,6 +118,8 @@ class TimelinePolicy:
     borrowing: bool = False  # with queues: borrow idle quota in a cohort and reclaim it by preemption
     # Non-empty: discretised LAS (core.queueing.las): priority from attained GPU-seconds, preemption by priority.
     las_thresholds_gpu_s: tuple[float, ...] = ()
+    # With LAS: keep the job's priority class first and apply LAS only among preemptible jobs of one class.
+    las_within_class: bool = False
 
     def __post_init__(self) -> None:
         check_thresholds(self.las_thresholds_gpu_s)
@@ -127,9 +132,18 @@ TIMELINE_POLICIES: dict[str, TimelinePolicy] = {
         "tiresias", "bestfit", True, QueueDiscipline.BEST_EFFORT_FIFO, las_thresholds_gpu_s=TIRESIAS_THRESHOLDS_GPU_S
     ),
     "gavel": TimelinePolicy("gavel", "hetero", True, QueueDiscipline.BEST_EFFORT_FIFO),
-    "tessera": TimelinePolicy("tessera", "hetero", False, QueueDiscipline.BEST_EFFORT_FIFO, borrowing=True),
+    "tessera": TimelinePolicy(
+        "tessera",
+        "hetero",
+        False,
+        QueueDiscipline.BEST_EFFORT_FIFO,
+        borrowing=True,
+        las_thresholds_gpu_s=TIRESIAS_THRESHOLDS_GPU_S,
+        las_within_class=True,
+    ),
 }
 PREEMPTION_MIN_RUNTIME_S = 600.0  # PreemptionGuard: a preempted job runs this long before priority may preempt it
+_LAS_CLASS_SPREAD = 10  # more than the number of LAS levels: a class never falls below the next one
 _LAS_EPSILON_GPU_S = 1e-6  # a recheck event lands exactly on a threshold: count it as reached despite rounding
 
 
@@ -251,9 +265,12 @@ class _Replay:
             ),
         )
         self.las = policy.las_thresholds_gpu_s
-        scheduler_queues = policy_queues(queues, policy) if queues else las_queues(self.state) if self.las else ()
+        # Without tenant queues, LAS and tessera's priority classes run on one whole-cluster queue, so that the
+        # step's within-queue priority preemption applies.
+        one_queue = not queues and (bool(self.las) or policy.borrowing)
+        scheduler_queues = policy_queues(queues, policy) if queues else las_queues(self.state) if one_queue else ()
         preemption = None
-        if self.las:  # LAS preempts by priority within a queue, never across queues
+        if one_queue:  # preemption by priority within the queue, never across queues
             preemption = PreemptionPolicy(within_queue=True, reclaim=False)
         elif queues and policy.borrowing:
             preemption = PreemptionPolicy()
@@ -362,6 +379,16 @@ class _Replay:
         """GPUs the job holds while it runs (as placed: whole GPUs under static rounding), all workers."""
         return self.requests[i].total_gpu_milli * self.jobs[i].gang / MILLI_PER_GPU
 
+    def _preemptible(self, job: TimelineJobLike) -> bool:
+        """Plain LAS preempts any job (from a checkpoint); LAS within classes only preemptible, checkpointed ones
+        (restarting a job from zero to serve a shorter one loses more than it gains); otherwise the job's flag."""
+        preemptible = bool(getattr(job, "preemptible", False))
+        if not self.las:
+            return preemptible
+        if not self.policy.las_within_class:
+            return True
+        return preemptible and bool(getattr(job, "checkpointed", False))
+
     def _priority(self, i: int, now: float) -> int:
         """The job's priority: its own, or under LAS the one its attained service (so far, at ``now``) gives."""
         if not self.las:
@@ -370,7 +397,12 @@ class _Replay:
         started = self.run_started.get(i)
         if started is not None:
             attained += self._gpus(i) * (now - started)
-        return las_priority(attained + _LAS_EPSILON_GPU_S, self.las)
+        las = las_priority(attained + _LAS_EPSILON_GPU_S, self.las)
+        if not self.policy.las_within_class:
+            return las
+        job = self.jobs[i]
+        # Classes are far apart (e.g. 1000, 100, 0); LAS levels (0, -1, -2) order jobs within one class.
+        return job.priority * _LAS_CLASS_SPREAD + (las if getattr(job, "preemptible", False) else 0)
 
     def _enqueue(self, i: int, now: float) -> None:
         self.pending_since[i] = now
@@ -439,8 +471,8 @@ class _Replay:
                 placements,
                 admission,
                 now,
-                bool(self.las) or bool(getattr(job, "preemptible", False)),  # LAS preempts any job, from a checkpoint
-                bool(self.las) or bool(getattr(job, "checkpointed", False)),
+                self._preemptible(job),
+                (bool(self.las) and not self.policy.las_within_class) or bool(getattr(job, "checkpointed", False)),
             )
         if self.accounts:
             self.accounts.received_milli[self._queue(i)] += self._milli(i)
