@@ -270,10 +270,10 @@ class _Replay:
         one_queue = not queues and (bool(self.las) or policy.borrowing)
         scheduler_queues = policy_queues(queues, policy) if queues else las_queues(self.state) if one_queue else ()
         preemption = None
-        if one_queue:  # preemption by priority within the queue, never across queues
-            preemption = PreemptionPolicy(within_queue=True, reclaim=False)
-        elif queues and policy.borrowing:
+        if queues and policy.borrowing:  # reclaim borrowed quota across queues, and priority within a queue
             preemption = PreemptionPolicy()
+        elif self.las or one_queue:  # priority (or LAS level) within a queue, never across queues
+            preemption = PreemptionPolicy(within_queue=True, reclaim=False)
         config = SchedulerConfig(discipline=policy.discipline, queues=scheduler_queues, preemption=preemption)
         self.scheduler = Scheduler(placer, config)
         self.accounts = _QueueAccounts(queues, self.state) if queues else None
