@@ -31,8 +31,9 @@ from tessera.sim.benchmark import measure_placement
 from tessera.sim.inputs import ExperimentInputs, load_inputs
 from tessera.sim.report import PolicySummary, ReportFiles, format_mean_std, format_seeds, summarize, write_report
 from tessera.sim.sweep import RunResult, check_inflate, parse_policies, parse_seeds, run_sweep
-from tessera.sim.timeline import TIMELINE_POLICIES, resolve_policy, run_timeline
+from tessera.sim.timeline import run_timeline
 from tessera.sim.timeline_inputs import timeline_inputs
+from tessera.sim.timeline_policies import TIMELINE_POLICIES, resolve_policy
 from tessera.sim.timeline_report import write_timeline_report
 
 EXIT_BAD_INPUT = 2

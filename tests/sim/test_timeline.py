@@ -8,7 +8,8 @@ import pytest
 from tessera.core.cluster import NodeSpec
 from tessera.core.errors import InvalidRequestError
 from tessera.core.workload import Request
-from tessera.sim.timeline import run_timeline, whole_gpu_request
+from tessera.sim.timeline import run_timeline
+from tessera.sim.timeline_policies import whole_gpu_request
 
 
 @dataclass(frozen=True)
@@ -139,4 +140,4 @@ def test_preemption_counts_are_reported_for_every_policy() -> None:
     assert counts == {"static": 0, "fifo-share": 0, "tiresias": 1, "gavel": 0, "tessera": 0}
 
 
-from tessera.sim.timeline import TIMELINE_POLICIES  # noqa: E402
+from tessera.sim.timeline_policies import TIMELINE_POLICIES  # noqa: E402

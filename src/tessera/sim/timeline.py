@@ -68,12 +68,11 @@ import numpy as np
 import numpy.typing as npt
 
 from tessera.core.cluster import ClusterState, NodeSpec
-from tessera.core.errors import InvalidRequestError
 from tessera.core.fragmentation import typical_pods
 from tessera.core.placement import Placer, make_policy
 from tessera.core.preemption import PreemptionGuard, PreemptionPolicy
-from tessera.core.queueing import QueueSpec, ResourceVector, entitlement
-from tessera.core.queueing.las import TIRESIAS_THRESHOLDS_GPU_S, check_thresholds, demotion_delays_s, las_priority
+from tessera.core.queueing import QueueSpec
+from tessera.core.queueing.las import demotion_delays_s, las_priority
 from tessera.core.scheduler import (
     Bind,
     PendingWorkload,
@@ -86,8 +85,20 @@ from tessera.core.scheduler import (
 from tessera.core.throughput import ThroughputModel
 from tessera.core.workload import MILLI_PER_GPU, Placement, Request
 from tessera.sim.events import EventLoop
+from tessera.sim.timeline_accounts import QueueAccounts, jain_index
+from tessera.sim.timeline_policies import (
+    LAS_QUEUE,
+    PREEMPTION_MIN_RUNTIME_S,
+    TimelinePolicy,
+    las_queues,
+    policy_queues,
+    resolve_policy,
+    whole_gpu_request,
+)
 
 FloatArray = npt.NDArray[np.float64]
+_LAS_CLASS_SPREAD = 10  # more than the number of LAS levels: a class never falls below the next one
+_LAS_EPSILON_GPU_S = 1e-6  # a recheck event lands exactly on a threshold: count it as reached despite rounding
 
 
 class TimelineJobLike(Protocol):
@@ -107,44 +118,6 @@ class TimelineJobLike(Protocol):
     def gang(self) -> int: ...
     @property
     def priority(self) -> int: ...
-
-
-@dataclass(frozen=True, slots=True)
-class TimelinePolicy:
-    name: str
-    placement: str  # placement policy name (tessera.core.placement)
-    whole_gpus: bool  # round every GPU share up to whole GPUs (static binding)
-    discipline: QueueDiscipline
-    borrowing: bool = False  # with queues: borrow idle quota in a cohort and reclaim it by preemption
-    # Non-empty: discretised LAS (core.queueing.las): priority from attained GPU-seconds, preemption by priority.
-    las_thresholds_gpu_s: tuple[float, ...] = ()
-    # With LAS: keep the job's priority class first and apply LAS only among preemptible jobs of one class.
-    las_within_class: bool = False
-
-    def __post_init__(self) -> None:
-        check_thresholds(self.las_thresholds_gpu_s)
-
-
-TIMELINE_POLICIES: dict[str, TimelinePolicy] = {
-    "static": TimelinePolicy("static", "bestfit", True, QueueDiscipline.STRICT_FIFO),
-    "fifo-share": TimelinePolicy("fifo-share", "bestfit", False, QueueDiscipline.STRICT_FIFO),
-    "tiresias": TimelinePolicy(
-        "tiresias", "bestfit", True, QueueDiscipline.BEST_EFFORT_FIFO, las_thresholds_gpu_s=TIRESIAS_THRESHOLDS_GPU_S
-    ),
-    "gavel": TimelinePolicy("gavel", "hetero", True, QueueDiscipline.BEST_EFFORT_FIFO),
-    "tessera": TimelinePolicy(
-        "tessera",
-        "hetero",
-        False,
-        QueueDiscipline.BEST_EFFORT_FIFO,
-        borrowing=True,
-        las_thresholds_gpu_s=TIRESIAS_THRESHOLDS_GPU_S,
-        las_within_class=True,
-    ),
-}
-PREEMPTION_MIN_RUNTIME_S = 600.0  # PreemptionGuard: a preempted job runs this long before priority may preempt it
-_LAS_CLASS_SPREAD = 10  # more than the number of LAS levels: a class never falls below the next one
-_LAS_EPSILON_GPU_S = 1e-6  # a recheck event lands exactly on a threshold: count it as reached despite rounding
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,26 +146,11 @@ class TimelineResult:
         return self.start_s - self.arrival_s
 
 
-def whole_gpu_request(request: Request) -> Request:
-    """The request as static binding sees it: any GPU share becomes whole GPUs."""
-    if request.num_gpus == 0 or request.gpu_milli == MILLI_PER_GPU:
-        return request
-    return dataclasses.replace(request, gpu_milli=MILLI_PER_GPU, gpu_mem_mib=0)
-
-
 def _typed(request: Request, job: TimelineJobLike) -> Request:
     """The request with the job's type, so that throughput-aware placement can read it."""
     if job.job_type and not request.job_type:
         return dataclasses.replace(request, job_type=job.job_type)
     return request
-
-
-def resolve_policy(name: str) -> TimelinePolicy:
-    policy = TIMELINE_POLICIES.get(name)
-    if policy is None:
-        known = ", ".join(TIMELINE_POLICIES)
-        raise InvalidRequestError("--policies", f"unknown timeline policy {name!r} (known: {known})")
-    return policy
 
 
 def run_timeline(
@@ -212,27 +170,6 @@ def run_timeline(
     return _Replay(nodes, jobs, policy, seed, throughput or ThroughputModel({}), tuple(queues)).run()
 
 
-def policy_queues(queues: Sequence[QueueSpec], policy: TimelinePolicy) -> tuple[QueueSpec, ...]:
-    """The queues as ``policy`` runs them: as given (BestEffortFIFO) when it borrows, else alone at nominal quota
-    with the policy's discipline."""
-    if policy.borrowing:
-        return tuple(dataclasses.replace(q, strategy="BestEffortFIFO") for q in queues)
-    backfill = policy.discipline is QueueDiscipline.BEST_EFFORT_FIFO
-    return tuple(
-        QueueSpec(q.name, None, q.nominal, weight=q.weight, strategy="BestEffortFIFO" if backfill else "StrictFIFO")
-        for q in queues
-    )
-
-
-def las_queues(state: ClusterState) -> tuple[QueueSpec, ...]:
-    """Without tenant queues, LAS runs on one queue whose quota is the whole cluster: it never limits admission but
-    lets the scheduler's within-queue preemption by priority act (the quota-aware step is the one that preempts)."""
-    nodes = state.nodes
-    whole = ResourceVector(state.gpu_capacity_milli, sum(n.cpu_milli for n in nodes), sum(n.mem_mib for n in nodes))
-    return (QueueSpec(LAS_QUEUE, None, {"*": whole}, strategy="BestEffortFIFO"),)
-
-
-LAS_QUEUE = "default"
 Event = tuple[str, int, int]  # (kind, job index, run token: a depart or recheck of an earlier, preempted run is stale)
 Shape = tuple[Request, int, int, str]
 
@@ -276,7 +213,7 @@ class _Replay:
             preemption = PreemptionPolicy(within_queue=True, reclaim=False)
         config = SchedulerConfig(discipline=policy.discipline, queues=scheduler_queues, preemption=preemption)
         self.scheduler = Scheduler(placer, config)
-        self.accounts = _QueueAccounts(queues, self.state) if queues else None
+        self.accounts = QueueAccounts(queues, self.state) if queues else None
         self.guard = PreemptionGuard(PREEMPTION_MIN_RUNTIME_S)
         self.start_s = np.full(len(self.jobs), np.nan)
         self.finish_s = np.full(len(self.jobs), np.nan)
@@ -559,41 +496,3 @@ class _Replay:
             return float(job.duration_s)
         model = self.state.nodes[placements[0].node].gpu_model or ""
         return float(job.work_steps or 0.0) / self.throughput.throughput(job.job_type or "", model)
-
-
-def jain_index(values: Sequence[float]) -> float:
-    """Jain's fairness index ``(sum x)^2 / (n * sum x^2)``: 1.0 when all are equal (and for no values)."""
-    squares = sum(x * x for x in values)
-    if not values or squares == 0:
-        return 1.0
-    return sum(values) ** 2 / (len(values) * squares)
-
-
-class _QueueAccounts:
-    """Per queue, time-weighted over its busy periods: GPU milli received and GPU milli it was entitled to."""
-
-    def __init__(self, queues: tuple[QueueSpec, ...], state: ClusterState) -> None:
-        self.queues = queues
-        self.capacity = ResourceVector(state.gpu_capacity_milli)
-        self.demand_milli = {q.name: 0 for q in queues}  # pending + running
-        self.received_milli = {q.name: 0 for q in queues}  # running
-        self.received_integral = {q.name: 0.0 for q in queues}
-        self.entitled_integral = {q.name: 0.0 for q in queues}
-
-    def advance(self, dt_s: float) -> None:
-        if dt_s <= 0 or not any(self.demand_milli.values()):
-            return
-        demands = {name: ResourceVector(milli) for name, milli in self.demand_milli.items()}
-        entitled = entitlement(self.queues, self.capacity, demands)
-        for name, milli in self.demand_milli.items():
-            if milli > 0:
-                self.received_integral[name] += self.received_milli[name] * dt_s
-                self.entitled_integral[name] += entitled[name] * dt_s
-
-    def shares(self) -> dict[str, float]:
-        """received / entitled per queue that ever had demand."""
-        return {
-            name: self.received_integral[name] / entitled
-            for name, entitled in self.entitled_integral.items()
-            if entitled > 0
-        }
