@@ -7,9 +7,12 @@ import pytest
 
 from tessera.core.cluster import NodeSpec
 from tessera.core.errors import InvalidRequestError
+from tessera.core.queueing import QueueSpec, ResourceVector
+from tessera.core.throughput import ThroughputModel
 from tessera.core.workload import Request
+from tessera.sim.jobs import TimelineJob
 from tessera.sim.timeline import run_timeline
-from tessera.sim.timeline_policies import whole_gpu_request
+from tessera.sim.timeline_policies import TIMELINE_POLICIES, whole_gpu_request
 
 
 @dataclass(frozen=True)
@@ -69,9 +72,6 @@ def test_static_rounds_shares_up_and_unknown_policies_name_the_option() -> None:
 
 # ---------------------------------------------------------------------------------------------- queues (tenants)
 
-from tessera.core.queueing import QueueSpec, ResourceVector  # noqa: E402
-from tessera.sim.jobs import TimelineJob  # noqa: E402
-
 
 def test_under_tessera_the_owner_reclaims_at_once_and_every_queue_gets_its_entitlement() -> None:
     nodes = [NodeSpec("n0", 64_000, 262_144, 4, "T4")]
@@ -93,8 +93,6 @@ def test_under_tessera_the_owner_reclaims_at_once_and_every_queue_gets_its_entit
 
 
 # ------------------------------------------------------------------------------------------ tiresias and gavel
-
-from tessera.core.throughput import ThroughputModel  # noqa: E402
 
 
 def test_tiresias_lets_a_short_late_job_overtake_a_long_early_one_by_preemption() -> None:
@@ -140,4 +138,9 @@ def test_preemption_counts_are_reported_for_every_policy() -> None:
     assert counts == {"static": 0, "fifo-share": 0, "tiresias": 1, "gavel": 0, "tessera": 0}
 
 
-from tessera.sim.timeline_policies import TIMELINE_POLICIES  # noqa: E402
+def test_las_still_preempts_when_tenant_queues_are_given() -> None:
+    """Regression: with queues, tiresias keeps its within-queue preemption by LAS level."""
+    quota = {"*": ResourceVector(1000, 16_000, 65_536)}
+    queues = [QueueSpec("default", None, quota, strategy="BestEffortFIFO")]
+    jobs = [Job("long", 0.0, WHOLE, 20_000.0), Job("short", 4_000.0, WHOLE, 100.0)]
+    assert run_timeline(NODES, jobs, "tiresias", queues=queues).preemptions == 1
