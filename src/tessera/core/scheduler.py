@@ -313,8 +313,30 @@ class _QuotaStep:
             quota=need,
             guard=self.guard,
         )
-        if not victim_ids:
-            return False
+        if victim_ids and self._stop_and_place(workload, flavor, demand, victim_ids):
+            return True
+        # The capacity those victims free may be spread over nodes the workload does not fit on: try the nodes
+        # holding the most preemptible capacity one at a time, asking each for what the workload lacks there.
+        for node, node_candidates in self._candidates_by_node(candidates)[:_NODES_TO_TRY]:
+            lacking = (demand - self._node_free(node)).positive_part()
+            victim_ids = select_victims(
+                workload.queue,
+                workload.priority,
+                lacking,
+                node_candidates,
+                self.now_s,
+                policy,
+                quota=need,
+                guard=self.guard,
+            )
+            if victim_ids and self._stop_and_place(workload, flavor, demand, victim_ids):
+                return True
+        return False
+
+    def _stop_and_place(
+        self, workload: PendingWorkload, flavor: Flavor, demand: ResourceVector, victim_ids: Sequence[str]
+    ) -> bool:
+        """Release ``victim_ids`` and place ``workload``; keep the result if it was admitted and placed, else undo."""
         victims = [self.running[v] for v in victim_ids]
         snapshot = self.ledger.copy()
         for victim in victims:
@@ -338,6 +360,20 @@ class _QuotaStep:
             self.preempts.append(Preempt(victim.workload_id, reason, workload.workload_id))
         self._bind(workload, flavor, demand, placements)
         return True
+
+    def _candidates_by_node(self, candidates: Sequence[Candidate]) -> list[tuple[int, list[Candidate]]]:
+        """Candidates grouped by the nodes they run on, the nodes with the most preemptible GPU first."""
+        by_node: dict[int, list[Candidate]] = {}
+        for candidate in candidates:
+            for node in {p.node for p in self.running[candidate.workload_id].placements}:
+                by_node.setdefault(node, []).append(candidate)
+        return sorted(by_node.items(), key=lambda item: (-sum(c.frees.gpu_milli for c in item[1]), item[0]))
+
+    def _node_free(self, node: int) -> ResourceVector:
+        state = self.scheduler.state
+        return ResourceVector(
+            int(state.gpu_free_milli[node].sum()), int(state.cpu_free_milli[node]), int(state.mem_free_mib[node])
+        )
 
     def _candidates(self, workload: PendingWorkload, flavor: Flavor) -> list[Candidate]:
         """Running workloads of the preemptor's queue, or of its cohort in the same flavor pool."""
@@ -365,6 +401,9 @@ class _QuotaStep:
                 )
             )
         return found
+
+
+_NODES_TO_TRY = 8  # node-targeted preemption attempts per workload and step (bounds a step's cost)
 
 
 def _charged(admission: Admission) -> ResourceVector:
