@@ -26,6 +26,7 @@ workload's ``Bind``. The runtime applies every ``Preempt`` before the binds.
 from __future__ import annotations
 
 import enum
+import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -302,32 +303,17 @@ class _QuotaStep:
         candidates = self._candidates(workload, flavor)
         if not candidates:
             return False
-        needed = ResourceVector.zero() if quota_blocked else demand
-        victim_ids = select_victims(
-            workload.queue,
-            workload.priority,
-            needed,
-            candidates,
-            self.now_s,
-            policy,
-            quota=need,
-            guard=self.guard,
+        # First the victims the quota and the cluster-wide need ask for; their capacity may be spread over nodes the
+        # workload does not fit on, so then the nodes holding the most preemptible capacity one at a time, asking
+        # each for what the workload lacks there.
+        first = (ResourceVector.zero() if quota_blocked else demand, candidates)
+        by_node = (
+            ((demand - self._node_free(node)).positive_part(), node_candidates)
+            for node, node_candidates in self._candidates_by_node(candidates)[:_NODES_TO_TRY]
         )
-        if victim_ids and self._stop_and_place(workload, flavor, demand, victim_ids):
-            return True
-        # The capacity those victims free may be spread over nodes the workload does not fit on: try the nodes
-        # holding the most preemptible capacity one at a time, asking each for what the workload lacks there.
-        for node, node_candidates in self._candidates_by_node(candidates)[:_NODES_TO_TRY]:
-            lacking = (demand - self._node_free(node)).positive_part()
+        for needed, pool in itertools.chain([first], by_node):
             victim_ids = select_victims(
-                workload.queue,
-                workload.priority,
-                lacking,
-                node_candidates,
-                self.now_s,
-                policy,
-                quota=need,
-                guard=self.guard,
+                workload.queue, workload.priority, needed, pool, self.now_s, policy, quota=need, guard=self.guard
             )
             if victim_ids and self._stop_and_place(workload, flavor, demand, victim_ids):
                 return True

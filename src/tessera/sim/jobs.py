@@ -101,6 +101,11 @@ def training_worker(queue: str, priority: int = PRIORITY_TRAINING) -> Request:
     )
 
 
+def elastic_range(gang: int, elastic: bool) -> tuple[int | None, int | None]:
+    """``(elastic_min, elastic_max)`` of a training gang: half to twice its size when elastic, else fixed."""
+    return (max(1, gang // 2), 2 * gang) if elastic else (None, None)
+
+
 def scale_factors(rng: np.random.Generator, count: int, total_gpus: int) -> npt.NDArray[np.int64]:
     """``count`` gang sizes from ``SCALE_FACTORS``, capped at the largest power of two <= ``total_gpus``."""
     sizes = np.array([size for size, _ in SCALE_FACTORS], dtype=np.int64)

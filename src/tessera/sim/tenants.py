@@ -47,6 +47,7 @@ from tessera.sim.jobs import (
     PRIORITY_INFERENCE,
     SCALE_FACTORS,
     TimelineJob,
+    elastic_range,
     scale_factors,
     training_worker,
 )
@@ -258,6 +259,7 @@ def _training_jobs(rng: np.random.Generator, queue: str, times: list[float], tot
     jobs: list[TimelineJob] = []
     for i, arrival_s in enumerate(times):
         gang = int(gangs[i])
+        low, high = elastic_range(gang, bool(elastic[i]))
         jobs.append(
             TimelineJob(
                 id=f"{queue}-train-{i:04d}",
@@ -269,8 +271,8 @@ def _training_jobs(rng: np.random.Generator, queue: str, times: list[float], tot
                 priority=worker.priority,
                 preemptible=True,
                 gang=gang,
-                elastic_min=max(1, gang // 2) if elastic[i] else None,
-                elastic_max=2 * gang if elastic[i] else None,
+                elastic_min=low,
+                elastic_max=high,
                 checkpointed=bool(checkpointed[i]),
             )
         )

@@ -20,6 +20,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from tessera.sim.timeline import TimelineResult  # noqa: E402
 
@@ -129,13 +131,27 @@ def _queue_table(summaries: Sequence[TimelineSummary]) -> list[str]:
     return lines
 
 
+def _first_run_per_policy(results: Sequence[TimelineResult]) -> list[TimelineResult]:
+    """The plots show one run (the first seed) per policy."""
+    first: dict[str, TimelineResult] = {}
+    for result in results:
+        first.setdefault(result.policy, result)
+    return list(first.values())
+
+
+def _save(figure: Figure, axis: Axes, path: Path) -> None:
+    axis.grid(alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def _plot_cdf(path: Path, workload: str, results: Sequence[TimelineResult]) -> None:
     figure, axis = plt.subplots(figsize=(7, 4.2))
-    seen: set[str] = set()
-    for result in results:
-        if result.policy in seen or not result.jct_s.size:
+    for result in _first_run_per_policy(results):
+        if not result.jct_s.size:
             continue
-        seen.add(result.policy)
         jct_h = np.sort(result.jct_s) / 3600.0
         axis.plot(np.maximum(jct_h, 1e-3), np.arange(1, jct_h.size + 1) / jct_h.size, label=result.policy)
     axis.set(
@@ -144,25 +160,15 @@ def _plot_cdf(path: Path, workload: str, results: Sequence[TimelineResult]) -> N
         ylabel="fraction of jobs",
         title=f"JCT CDF: {workload}",
     )
-    axis.grid(alpha=0.3)
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    _save(figure, axis, path)
 
 
 def _plot_allocation(path: Path, workload: str, results: Sequence[TimelineResult]) -> None:
     figure, axis = plt.subplots(figsize=(8, 4.2))
-    seen: set[str] = set()
-    for result in results:
-        if result.policy in seen or not result.alloc_times_s.size:
+    for result in _first_run_per_policy(results):
+        if not result.alloc_times_s.size:
             continue
-        seen.add(result.policy)
         days = (result.alloc_times_s - result.alloc_times_s[0]) / 86400.0
         axis.step(days, result.alloc_pct, where="post", label=result.policy, linewidth=0.8)
     axis.set(xlabel="time (days)", ylabel="allocated GPU (% of capacity)", title=f"GPU allocation: {workload}")
-    axis.grid(alpha=0.3)
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    _save(figure, axis, path)

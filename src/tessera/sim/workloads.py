@@ -36,6 +36,7 @@ from tessera.sim.jobs import (
     PRIORITY_TRAINING,
     SCALE_FACTORS,
     TimelineJob,
+    elastic_range,
     scale_factors,
     training_worker,
 )
@@ -208,6 +209,7 @@ def training_workload(
     for i, job_type in enumerate(types):
         work_steps = float(runtime_s[i]) * model.reference_steps_per_s(job_type)
         gang = int(gangs[i])
+        low, high = elastic_range(gang, bool(elastic[i]))
         job = TimelineJob(
             id=f"train-{i:05d}",
             arrival_s=float(arrival_s[i]),
@@ -219,8 +221,8 @@ def training_workload(
             priority=worker.priority,
             preemptible=True,
             gang=gang,
-            elastic_min=max(1, gang // 2) if elastic[i] else None,
-            elastic_max=2 * gang if elastic[i] else None,
+            elastic_min=low,
+            elastic_max=high,
             checkpointed=bool(checkpointed[i]),
         )
         jobs.append(job)
