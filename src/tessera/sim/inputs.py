@@ -30,10 +30,15 @@ class ExperimentInputs:
         return sum(node.gpu_count for node in self.nodes)
 
 
-def load_inputs(nodes_path: Path | None, pods_path: Path | None) -> ExperimentInputs:
-    """The given node and pod lists (both or neither); raises ``InputFileError`` / ``InvalidRequestError``."""
+def load_trace_files(
+    nodes_path: Path | None, pods_path: Path | None
+) -> tuple[str, list[NodeSpec], list[TracePod]] | None:
+    """(trace name, nodes, pods) from the two files, checked to fit; ``None`` when neither is given.
+
+    Giving only one of them is an ``InvalidRequestError`` naming the missing option; bad content an ``InputFileError``.
+    """
     if nodes_path is None and pods_path is None:
-        return default_inputs()
+        return None
     if nodes_path is None or pods_path is None:
         given, missing = ("--nodes", "--pods") if pods_path is None else ("--pods", "--nodes")
         path = nodes_path if pods_path is None else pods_path
@@ -41,7 +46,16 @@ def load_inputs(nodes_path: Path | None, pods_path: Path | None) -> ExperimentIn
     nodes = load_nodes(nodes_path)
     pods = load_pods(pods_path)
     check_pods_fit(pods, nodes, pods_path)
-    return ExperimentInputs(trace_name(pods_path), nodes, _requests_by_name(pods))
+    return trace_name(pods_path), nodes, pods
+
+
+def load_inputs(nodes_path: Path | None, pods_path: Path | None) -> ExperimentInputs:
+    """The given node and pod lists (both or neither); raises ``InputFileError`` / ``InvalidRequestError``."""
+    loaded = load_trace_files(nodes_path, pods_path)
+    if loaded is None:
+        return default_inputs()
+    name, nodes, pods = loaded
+    return ExperimentInputs(name, nodes, _requests_by_name(pods))
 
 
 def default_inputs() -> ExperimentInputs:

@@ -22,10 +22,10 @@ from tessera.core.errors import InvalidRequestError
 from tessera.core.queueing import QueueSpec, ResourceVector
 from tessera.core.throughput import ThroughputModel
 from tessera.sim.gavel import default_models, load_gavel_models
+from tessera.sim.inputs import load_trace_files
 from tessera.sim.jobs import TimelineJob
 from tessera.sim.philly import philly_runtime_sampler
 from tessera.sim.tenants import TenantQueue, tenants_workload
-from tessera.sim.traces import check_pods_fit, load_nodes, load_pods, trace_name
 from tessera.sim.workloads import openb_timeline, synthetic_openb_timeline, training_workload
 
 TIMELINE_WORKLOADS = ("openb", "training", "tenants")
@@ -82,16 +82,13 @@ def timeline_inputs(
 
 def _openb(nodes_path: Path | None, pods_path: Path | None, gpu_scale: float | None, seed: int) -> TimelineInputs:
     throughput = default_models()[0]
-    if nodes_path is None and pods_path is None:
+    loaded = load_trace_files(nodes_path, pods_path)
+    if loaded is None:
         nodes, jobs = synthetic_openb_timeline(seed, gpu_scale or DEFAULT_SYNTHETIC_SCALE)
         return TimelineInputs("openb (synthetic stand-in)", nodes, jobs, throughput)
-    if nodes_path is None or pods_path is None:
-        missing = "--nodes" if nodes_path is None else "--pods"
-        raise InvalidRequestError(missing, "give both --nodes and --pods, or neither")
-    all_nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
-    check_pods_fit(pods, all_nodes, pods_path)
+    name, all_nodes, pods = loaded
     nodes, jobs = openb_timeline(pods, all_nodes, gpu_scale or DEFAULT_OPENB_SCALE)
-    return TimelineInputs(f"openb ({trace_name(pods_path)})", nodes, jobs, throughput)
+    return TimelineInputs(f"openb ({name})", nodes, jobs, throughput)
 
 
 def tenant_queue_specs(queues: list[TenantQueue], nodes: list[NodeSpec]) -> tuple[QueueSpec, ...]:
