@@ -78,13 +78,6 @@ class ClusterState:
     def gpu_capacity_milli(self) -> int:
         return self.total_gpus * MILLI_PER_GPU
 
-    def allocated_gpu_milli(self) -> int:
-        return int(self.gpu_cap_milli.sum() - self.gpu_free_milli.sum())
-
-    def idle_gpu_milli(self) -> IntArray:
-        """Free GPU milli per node."""
-        return np.asarray(self.gpu_free_milli.sum(axis=1), dtype=np.int64)
-
     def allowed_models(self, request: Request) -> BoolArray:
         """Which model indices (plus the trailing CPU-only index) may host ``request``'s GPUs."""
         allowed = np.ones(len(self.model_names) + 1, dtype=np.bool_)
