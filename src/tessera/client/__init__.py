@@ -1,0 +1,1 @@
+"""The HTTP client of Tessera's API, used by the CLI (``tessera submit``, ``jobs``, ``show``, ...)."""
