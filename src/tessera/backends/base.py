@@ -47,6 +47,11 @@ class Backend(Protocol):
         """Track a workload launched by an earlier server; if it ended meanwhile, the next ``poll`` reports it."""
         ...
 
+    def find(self, workload_id: str) -> ProcessRef | None:
+        """The process of a workload launched earlier whose ``ProcessRef`` never reached the store (the server died
+        between launch and write), or None when it was never launched."""
+        ...
+
     def stop(self, workload_id: str, grace_s: float) -> None:
         """SIGTERM the workload's process group now and SIGKILL it after ``grace_s``; returns at once. Its end is
         reported by ``poll`` like any other."""
