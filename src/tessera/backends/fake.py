@@ -1,0 +1,91 @@
+"""An in-memory ``Backend`` for unit tests of the server loop: no process is started.
+
+``launch`` records the spec and hands out a made-up ``ProcessRef``; a test ends a workload with ``finish`` (or
+``stop``, which ends it with -15 as if it honoured SIGTERM) and the next ``poll`` reports it, once. Like the local
+backend, ``find`` knows a launched workload's ref until its end is reported, also after ``close`` (so one instance
+can play a restarted server's backend too).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from tessera.backends.base import Backend, ExitStatus, LaunchSpec, ProcessRef
+from tessera.core.errors import InvalidRequestError
+
+FIRST_FAKE_PID = 100_000
+STOPPED_EXIT_CODE = -15  # what a workload that honours SIGTERM reports
+
+
+class FakeBackend:
+    """``Backend`` double; ``launched``, ``adopted`` and ``stops`` record every call, in order."""
+
+    def __init__(self) -> None:
+        self.launched: list[LaunchSpec] = []
+        self.adopted: list[ProcessRef] = []
+        self.stops: list[tuple[str, float]] = []  # (workload id, grace_s) per stop call
+        self.closed = False
+        self._lock = threading.Lock()
+        self._running: dict[str, ProcessRef] = {}
+        self._ended: dict[str, int | None] = {}  # ended, to be reported by the next poll (insertion order)
+        self._findable: dict[str, ProcessRef] = {}  # launched, end not reported yet
+        self._next_pid = FIRST_FAKE_PID
+
+    def launch(self, spec: LaunchSpec) -> ProcessRef:
+        with self._lock:
+            if spec.workload_id in self._running:
+                raise InvalidRequestError("workload_id", f"{spec.workload_id!r} is already running")
+            pid, self._next_pid = self._next_pid, self._next_pid + 1
+            ref = ProcessRef(spec.workload_id, pid, pid, f"fake-{pid}", f"fake/{spec.workload_id}.exit")
+            self.launched.append(spec)
+            self._running[spec.workload_id] = ref
+            self._findable[spec.workload_id] = ref
+            return ref
+
+    def find(self, workload_id: str) -> ProcessRef | None:
+        with self._lock:
+            return self._findable.get(workload_id)
+
+    def adopt(self, ref: ProcessRef) -> None:
+        with self._lock:
+            self.adopted.append(ref)
+            self._running.setdefault(ref.workload_id, ref)
+
+    def finish(self, workload_id: str, exit_code: int | None) -> None:
+        """Ends a tracked workload with ``exit_code`` (None: vanished); the next ``poll`` reports it."""
+        with self._lock:
+            if workload_id not in self._running:
+                raise KeyError(f"{workload_id!r} is not tracked by this FakeBackend")
+            self._ended.setdefault(workload_id, exit_code)
+
+    def stop(self, workload_id: str, grace_s: float) -> None:
+        with self._lock:
+            self.stops.append((workload_id, grace_s))
+            if workload_id in self._running:
+                self._ended.setdefault(workload_id, STOPPED_EXIT_CODE)
+
+    def poll(self) -> list[ExitStatus]:
+        with self._lock:
+            ended = [ExitStatus(workload_id, code) for workload_id, code in self._ended.items()]
+            for workload_id in self._ended:
+                del self._running[workload_id]
+                self._findable.pop(workload_id, None)
+            self._ended.clear()
+            return ended
+
+    def tracked(self) -> set[str]:
+        with self._lock:
+            return set(self._running)
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            self._running.clear()
+            self._ended.clear()
+
+
+if TYPE_CHECKING:  # mypy checks that the class satisfies the seam
+
+    def _as_backend(backend: FakeBackend) -> Backend:
+        return backend

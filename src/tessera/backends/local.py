@@ -1,0 +1,311 @@
+"""The local backend: runs each workload as real processes on this host, for the control plane (``tessera up``).
+
+Every workload runs under ``tessera.backends.supervisor`` (see there), started in a new session so that it leads the
+workload's process group and keeps running if the server dies. The supervisor writes the command's exit code to
+``<run_dir>/<id>.exit`` (the id percent-encoded) and then kills whatever is left of the group.
+
+- **Exit codes.** ``poll`` reports the code from the exit file. Without one (the supervisor itself was killed): -9
+  if this backend sent SIGKILL, else minus the signal that killed the supervisor when it is this process's child,
+  else None (unknown).
+- **Stop.** ``stop`` sends SIGTERM at once (to the supervisor, which relays it to the whole group once; to the group
+  directly if the supervisor is gone) and records a deadline; the ``poll`` after the deadline SIGKILLs the group.
+  So ``poll`` must be called regularly (the server loop calls it about every 0.2 s); ``close`` drops pending kills.
+- **Adoption.** A restarted server hands ``adopt`` the ``ProcessRef`` it stored, or the one ``find`` reads back
+  from ``<run_dir>/<id>.ref.json`` (written by ``launch``, removed once the end is reported). Such a process is not
+  our child: it counts as running while ``/proc/PID/stat`` exists, is not a zombie, and shows the recorded start
+  time, so a reused PID reads as ended (and is never signalled). Exit files stay after the end is reported (a server
+  that dies before recording the end reads them again); ``launch`` of the same id removes the old one.
+- **Nothing left behind.** When a workload ends, ``poll`` SIGKILLs its group once more and reports the end only when
+  no process of the group is left running (or after ``DRAIN_TIMEOUT_S``, with a warning).
+
+Linux only (``/proc``, process groups). Thread-safe: one lock guards the state, so API threads may call ``stop``
+while the server loop calls ``poll``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+from urllib.parse import quote
+
+from tessera.backends import procfs
+from tessera.backends.base import Backend, ExitStatus, LaunchSpec, ProcessRef
+from tessera.core.errors import InvalidRequestError, TesseraError
+
+logger = logging.getLogger(__name__)
+
+DRAIN_TIMEOUT_S = 5.0  # how long an ended workload's SIGKILLed processes may take to vanish before we report anyway
+SUPERVISOR_MODULE = "tessera.backends.supervisor"
+
+
+@dataclass(slots=True)
+class _Watch:
+    """One tracked workload; mutated only under ``LocalBackend._lock``."""
+
+    ref: ProcessRef
+    popen: subprocess.Popen[bytes] | None  # None: adopted from an earlier server, not our child
+    term_sent: bool = False
+    kill_at_s: float | None = None  # time.monotonic() deadline for SIGKILL, set by stop()
+    kill_sent: bool = False
+    ended: bool = False  # the supervisor is gone; waiting for the rest of the group to vanish
+    exit_code: int | None = None
+    report_by_s: float = 0.0  # report even if some process of the group is still there at this time
+
+
+class LocalBackend:
+    """``Backend`` that runs workloads as processes on this host; per-workload exit files live in ``run_dir``."""
+
+    def __init__(self, run_dir: Path, python: str = sys.executable) -> None:
+        if not procfs.PROC_ROOT.joinpath("self", "stat").exists():
+            raise TesseraError("the local backend needs Linux (/proc is not available)")
+        self.run_dir = run_dir
+        self.python = python
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._watches: dict[str, _Watch] = {}
+
+    def exit_path(self, workload_id: str) -> Path:
+        """Where the supervisor of ``workload_id`` writes its exit code."""
+        return self.run_dir / f"{_file_stem(workload_id)}.exit"
+
+    def ref_path(self, workload_id: str) -> Path:
+        """Where ``launch`` records the ``ProcessRef`` of ``workload_id`` until its end is reported (for ``find``)."""
+        return self.run_dir / f"{_file_stem(workload_id)}.ref.json"
+
+    def launch(self, spec: LaunchSpec) -> ProcessRef:
+        """Starts the supervisor (which starts the command) and returns at once; a command that cannot be run is
+        reported by ``poll`` with exit code 127 or 126. Raises ``OSError`` if the supervisor cannot be started
+        (``NotADirectoryError`` for a missing ``workdir``), ``InvalidRequestError`` for an empty command or a
+        workload that is already running."""
+        if not spec.argv:
+            raise InvalidRequestError("argv", "the command is empty")
+        if spec.workdir is not None and not spec.workdir.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "the workload's directory does not exist", str(spec.workdir))
+        _reap_released_children()
+        exit_file = self.exit_path(spec.workload_id)
+        command = [self.python, "-m", SUPERVISOR_MODULE, "--exit-file", str(exit_file), "--", *spec.argv]
+        with self._lock:
+            if spec.workload_id in self._watches:
+                raise InvalidRequestError("workload_id", f"{spec.workload_id!r} is already running")
+            exit_file.unlink(missing_ok=True)  # left by an earlier run of the same workload
+            with _open_log(spec.log_path) as log:
+                popen = subprocess.Popen(
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, **spec.env},
+                    cwd=spec.workdir,
+                    start_new_session=True,  # leads its own session and process group: pgid == pid
+                )
+            marker = procfs.read_start_marker(popen.pid)  # our unreaped child: its /proc entry is there
+            assert marker is not None, "a child that was not waited for always has a /proc entry"
+            ref = ProcessRef(spec.workload_id, popen.pid, popen.pid, marker, str(exit_file))
+            self._watches[spec.workload_id] = _Watch(ref=ref, popen=popen)
+            try:
+                _write_atomically(self.ref_path(spec.workload_id), json.dumps(dataclasses.asdict(ref)) + "\n")
+            except OSError as error:  # the workload runs all the same; only find() will not know it
+                logger.warning("%s: cannot record its process reference: %s", spec.workload_id, error)
+        logger.info("launched %s as pid %d: %s", spec.workload_id, popen.pid, shlex.join(spec.argv))
+        return ref
+
+    def adopt(self, ref: ProcessRef) -> None:
+        """Tracks a workload started by an earlier server; if it has ended, the next ``poll`` reports it."""
+        with self._lock:
+            if ref.workload_id in self._watches:
+                logger.debug("adopt: %s is already tracked", ref.workload_id)
+                return
+            self._watches[ref.workload_id] = _Watch(ref=ref, popen=None)
+        logger.info("adopted %s (pid %d)", ref.workload_id, ref.pid)
+
+    def find(self, workload_id: str) -> ProcessRef | None:
+        """The ``ProcessRef`` that ``launch`` recorded for ``workload_id`` (also by an earlier server), or None if
+        it was never launched or its end has been reported since. Hand it to ``adopt``."""
+        with self._lock:
+            watch = self._watches.get(workload_id)
+        if watch is not None:
+            return watch.ref
+        path = self.ref_path(workload_id)
+        try:
+            ref = ProcessRef(**json.loads(path.read_text()))
+        except FileNotFoundError:
+            return None
+        except (ValueError, TypeError) as error:
+            logger.warning("%s does not hold a process reference: %s", path, error)
+            return None
+        return ref if ref.workload_id == workload_id else None
+
+    def stop(self, workload_id: str, grace_s: float) -> None:
+        """SIGTERM now, SIGKILL at the first ``poll`` after ``grace_s``; a no-op for a workload not tracked (it
+        may have ended meanwhile). A second call may bring the deadline forward but sends no second SIGTERM."""
+        with self._lock:
+            watch = self._watches.get(workload_id)
+            if watch is None or watch.ended:
+                logger.debug("stop: %s is not running", workload_id)
+                return
+            deadline_s = time.monotonic() + max(grace_s, 0.0)
+            if watch.kill_at_s is None or deadline_s < watch.kill_at_s:
+                watch.kill_at_s = deadline_s
+            if grace_s <= 0:
+                self._kill_group(watch)
+            elif not watch.term_sent:
+                watch.term_sent = True
+                self._terminate(watch)
+
+    def poll(self) -> list[ExitStatus]:
+        """Workloads that ended since the last call, each once; SIGKILLs those whose stop grace has run out."""
+        _reap_released_children()
+        now_s = time.monotonic()
+        ended: list[ExitStatus] = []
+        with self._lock:
+            for workload_id, watch in list(self._watches.items()):
+                status = self._advance(watch, now_s)
+                if status is not None:
+                    del self._watches[workload_id]
+                    self.ref_path(workload_id).unlink(missing_ok=True)  # ended and reported: nothing to find
+                    ended.append(status)
+        for status in ended:
+            logger.info("%s ended with exit code %s", status.workload_id, status.exit_code)
+        return ended
+
+    def tracked(self) -> set[str]:
+        with self._lock:
+            return set(self._watches)
+
+    def close(self) -> None:
+        """Stops watching; the processes keep running (a later backend can ``adopt`` them). Pending kills are
+        dropped. Our children are still reaped when they end, by any ``LocalBackend`` of this process."""
+        with self._lock:
+            children = [watch.popen for watch in self._watches.values() if watch.popen is not None]
+            self._watches.clear()
+        with _released_lock:
+            _released_children.extend(children)
+
+    # ------------------------------------------------------------------------------------------------ internals
+
+    def _advance(self, watch: _Watch, now_s: float) -> ExitStatus | None:
+        """One poll step of one workload; its ``ExitStatus`` once it has ended and nothing of it is left."""
+        if not watch.ended:
+            if watch.kill_at_s is not None and now_s >= watch.kill_at_s and not watch.kill_sent:
+                logger.info("%s: stop grace over, sending SIGKILL", watch.ref.workload_id)
+                self._kill_group(watch)
+            if self._supervisor_running(watch):
+                return None
+            watch.ended = True
+            watch.exit_code = self._exit_code(watch)
+            watch.report_by_s = now_s + DRAIN_TIMEOUT_S
+            self._signal_group(watch, signal.SIGKILL)  # whatever outlived the supervisor
+        left = procfs.live_group_members(watch.ref.pgid) if self._group_is_ours(watch) else []
+        if left and now_s < watch.report_by_s:
+            return None
+        if left:
+            logger.warning("%s: processes %s of its group still there after SIGKILL", watch.ref.workload_id, left)
+        return ExitStatus(watch.ref.workload_id, watch.exit_code)
+
+    def _supervisor_running(self, watch: _Watch) -> bool:
+        if watch.popen is not None:
+            return watch.popen.poll() is None
+        return procfs.is_running(watch.ref.pid, watch.ref.started_marker)
+
+    def _exit_code(self, watch: _Watch) -> int | None:
+        written = _read_exit_file(Path(watch.ref.exit_file))
+        if written is not None:
+            return written
+        if watch.kill_sent:
+            return -signal.SIGKILL
+        if watch.popen is not None and watch.popen.returncode is not None and watch.popen.returncode < 0:
+            return watch.popen.returncode  # the supervisor was killed by a signal before it could write
+        logger.warning("%s: the process is gone and left no exit code", watch.ref.workload_id)
+        return None
+
+    def _terminate(self, watch: _Watch) -> None:
+        """SIGTERM: through the supervisor (it relays to the group once), or to the group if it is gone."""
+        if self._supervisor_running(watch):
+            try:
+                os.kill(watch.ref.pid, signal.SIGTERM)
+                return
+            except ProcessLookupError:
+                pass  # it ended just now: signal what may be left of the group
+        self._signal_group(watch, signal.SIGTERM)
+
+    def _kill_group(self, watch: _Watch) -> None:
+        if self._signal_group(watch, signal.SIGKILL):
+            watch.kill_sent = True
+
+    def _group_is_ours(self, watch: _Watch) -> bool:
+        """False once the supervisor's PID names another process: then a process group with that id is not ours.
+        (While any process of our group lives, Linux keeps the PID from being reused.)"""
+        return not procfs.is_pid_reused(watch.ref.pid, watch.ref.started_marker)
+
+    def _signal_group(self, watch: _Watch, signum: int) -> bool:
+        """Signals the workload's process group if it is still ours; True if some process received the signal."""
+        if not self._group_is_ours(watch):
+            logger.info("%s: pid %d was reused; not signalling it", watch.ref.workload_id, watch.ref.pid)
+            return False
+        try:
+            os.killpg(watch.ref.pgid, signum)
+        except ProcessLookupError:
+            return False  # nothing left
+        except PermissionError:
+            logger.warning("%s: not allowed to signal process group %d", watch.ref.workload_id, watch.ref.pgid)
+            return False
+        return True
+
+
+def _open_log(log_path: Path | None) -> IO[bytes]:
+    if log_path is None:
+        return open(os.devnull, "wb")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    return open(log_path, "ab")
+
+
+def _file_stem(workload_id: str) -> str:
+    """A single, safe file name component for any workload id."""
+    return quote(workload_id, safe="")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def _read_exit_file(path: Path) -> int | None:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        logger.warning("%s does not hold an exit code: %r", path, text[:80])
+        return None
+
+
+# Children of this process that a closed LocalBackend no longer watches; any LocalBackend's poll/launch reaps them
+# when they end, so a server restarted inside the same process (tests) leaves no zombies. Process-wide by nature.
+_released_children: list[subprocess.Popen[bytes]] = []
+_released_lock = threading.Lock()
+
+
+def _reap_released_children() -> None:
+    with _released_lock:
+        _released_children[:] = [child for child in _released_children if child.poll() is None]
+
+
+if TYPE_CHECKING:  # mypy checks that the class satisfies the seam
+
+    def _as_backend(backend: LocalBackend) -> Backend:
+        return backend

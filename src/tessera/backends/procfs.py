@@ -1,0 +1,67 @@
+"""What Linux's ``/proc`` says about a process: alive or not, when it started, which process group it is in.
+
+Used by the local backend to tell whether a workload it did not start itself (adopted after a server restart) is
+still running, and to make sure a reused PID is never mistaken for the workload. Linux only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC_ROOT = Path("/proc")
+_GONE_STATES = frozenset({"Z", "X", "x"})  # zombie or dead: the process has ended, only its entry is left
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    pid: int
+    state: str  # one letter: R running, S sleeping, D disk wait, Z zombie, ...
+    pgid: int
+    start_marker: str  # field 22 of /proc/PID/stat: start time in clock ticks since boot
+
+
+def read_proc_stat(pid: int) -> ProcStat | None:
+    """The process's entry in ``/proc``, or None if there is no such process."""
+    try:
+        text = (PROC_ROOT / str(pid) / "stat").read_text()
+    except OSError:  # no such process, or it ended while we read
+        return None
+    # "PID (COMM) STATE PPID PGRP ... STARTTIME ...": COMM may hold spaces and ")", so split after the last ")".
+    fields = text[text.rindex(")") + 2 :].split()
+    # fields[0] is field 3 of the man page (state); field N is fields[N - 3].
+    return ProcStat(pid=pid, state=fields[0], pgid=int(fields[2]), start_marker=fields[19])
+
+
+def read_start_marker(pid: int) -> str | None:
+    """The process's start time as ``/proc`` reports it (the ``started_marker`` of a ``ProcessRef``)."""
+    stat = read_proc_stat(pid)
+    return None if stat is None else stat.start_marker
+
+
+def is_running(pid: int, start_marker: str) -> bool:
+    """True if ``pid`` is the process that started at ``start_marker`` and it has not ended (zombies have ended)."""
+    stat = read_proc_stat(pid)
+    return stat is not None and stat.start_marker == start_marker and stat.state not in _GONE_STATES
+
+
+def is_pid_reused(pid: int, start_marker: str) -> bool:
+    """True if ``pid`` now names a different process than the one that started at ``start_marker``."""
+    stat = read_proc_stat(pid)
+    return stat is not None and stat.start_marker != start_marker
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """PIDs of the processes of group ``pgid`` that have not ended (scans ``/proc``)."""
+    members = []
+    for entry in os.scandir(PROC_ROOT):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = read_proc_stat(int(entry.name))
+        except (ValueError, IndexError):  # a malformed entry: not one of ours
+            continue
+        if stat is not None and stat.pgid == pgid and stat.state not in _GONE_STATES:
+            members.append(stat.pid)
+    return members

@@ -1,0 +1,56 @@
+"""The in-memory FakeBackend that server-loop unit tests use: launch, finish, stop, adopt, each end reported once."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.backends.base import ExitStatus, LaunchSpec, ProcessRef
+from tessera.backends.fake import FakeBackend
+from tessera.core.errors import InvalidRequestError
+
+
+def test_launch_finish_and_stop_are_reported_once_each() -> None:
+    backend = FakeBackend()
+    ref_a = backend.launch(LaunchSpec("a", ("train",), env={"CUDA_VISIBLE_DEVICES": "GPU-0"}))
+    ref_b = backend.launch(LaunchSpec("b", ("serve",)))
+    assert ref_a.workload_id == "a" and ref_a.pid != ref_b.pid
+    assert [spec.workload_id for spec in backend.launched] == ["a", "b"]
+    assert backend.tracked() == {"a", "b"}
+    assert backend.poll() == []
+    with pytest.raises(InvalidRequestError):
+        backend.launch(LaunchSpec("a", ("again",)))
+
+    assert backend.find("a") == ref_a and backend.find("zzz") is None
+    backend.finish("a", 3)
+    backend.stop("b", grace_s=10)
+    assert backend.stops == [("b", 10)]
+    assert backend.poll() == [ExitStatus("a", 3), ExitStatus("b", -15)]
+    assert backend.poll() == []
+    assert backend.find("a") is None  # its end was reported
+    assert backend.tracked() == set()
+    backend.stop("b", grace_s=1)  # ended already: recorded, nothing reported
+    assert backend.poll() == []
+    with pytest.raises(KeyError):
+        backend.finish("a", 0)
+
+
+def test_adopted_workloads_are_tracked_and_close_forgets_them() -> None:
+    backend = FakeBackend()
+    ref = ProcessRef("w", 42, 42, "123", "/run/w.exit")
+    backend.adopt(ref)
+    assert backend.adopted == [ref] and backend.tracked() == {"w"}
+    backend.finish("w", None)
+    assert backend.poll() == [ExitStatus("w", None)]
+    backend.adopt(ref)
+    backend.close()
+    assert backend.closed and backend.tracked() == set() and backend.poll() == []
+
+
+def test_find_serves_a_restarted_server_that_never_stored_the_ref() -> None:
+    backend = FakeBackend()
+    ref = backend.launch(LaunchSpec("w", ("train",)))
+    backend.close()  # the server died before it stored ref
+    assert backend.find("w") == ref
+    backend.adopt(ref)
+    backend.finish("w", 0)
+    assert backend.poll() == [ExitStatus("w", 0)]

@@ -1,0 +1,287 @@
+"""The local backend with real processes: environment, log, exit codes, stop with and without SIGTERM honoured,
+nothing of a workload's process group left behind, and re-adoption by a second backend instance."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tessera.backends.base import ExitStatus, LaunchSpec, ProcessRef
+from tessera.backends.local import LocalBackend
+from tessera.core.errors import InvalidRequestError
+
+pytestmark = pytest.mark.e2e
+
+TIMEOUT_S = 5.0
+
+# Counts SIGTERMs, exits 0 a little after the first one.
+GRACEFUL_WORKLOAD = """
+import signal, sys, time
+received = []
+signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+print("ready", flush=True)
+while not received:
+    time.sleep(0.01)
+time.sleep(0.3)
+print("SIGTERM received" * len(received), flush=True)
+"""
+
+# A stand-in server: launches one workload, prints its ProcessRef as JSON, then waits to be killed.
+SERVER_SCRIPT = """
+import dataclasses, json, sys, time
+from pathlib import Path
+from tessera.backends.base import LaunchSpec
+from tessera.backends.local import LocalBackend
+ref = LocalBackend(Path(sys.argv[1])).launch(LaunchSpec("w", ("sh", "-c", sys.argv[2])))
+print(json.dumps(dataclasses.asdict(ref)), flush=True)
+time.sleep(60)
+"""
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = TIMEOUT_S) -> None:
+    deadline_s = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline_s:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        time.sleep(0.02)
+
+
+def wait_for_exits(backend: LocalBackend, *workload_ids: str, timeout_s: float = TIMEOUT_S) -> dict[str, ExitStatus]:
+    """Polls until every one of ``workload_ids`` is reported; checks each is reported once, then no longer tracked."""
+    reported: dict[str, ExitStatus] = {}
+    deadline_s = time.monotonic() + timeout_s
+    while set(workload_ids) - set(reported):
+        if time.monotonic() > deadline_s:
+            raise AssertionError(f"{sorted(set(workload_ids) - set(reported))} not reported within {timeout_s} s")
+        for status in backend.poll():
+            assert status.workload_id not in reported, f"{status.workload_id} reported twice"
+            reported[status.workload_id] = status
+        time.sleep(0.02)
+    assert not set(workload_ids) & backend.tracked()
+    assert not set(workload_ids) & {status.workload_id for status in backend.poll()}
+    return reported
+
+
+def wait_for_exit(backend: LocalBackend, workload_id: str) -> ExitStatus:
+    return wait_for_exits(backend, workload_id)[workload_id]
+
+
+def is_running(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie (independent of the backend's own /proc helpers)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> Iterator[LocalBackend]:
+    local = LocalBackend(tmp_path / "run")
+    yield local
+    for workload_id in local.tracked():  # a failed test must not leave processes behind
+        local.stop(workload_id, grace_s=0)
+    local.close()
+
+
+def shell(workload_id: str, script: str, log_path: Path, **env: str) -> LaunchSpec:
+    return LaunchSpec(workload_id, ("sh", "-c", script), env=env, log_path=log_path, workdir=log_path.parent)
+
+
+def test_env_is_passed_and_stdout_and_stderr_go_to_the_log(backend: LocalBackend, tmp_path: Path) -> None:
+    log = tmp_path / "logs" / "w.log"
+    log.parent.mkdir()
+    script = 'echo "devices=$CUDA_VISIBLE_DEVICES"; echo "to stderr" >&2; echo "home=$HOME"'
+    ref = backend.launch(shell("w", script, log, CUDA_VISIBLE_DEVICES="GPU-1234,MIG-5678"))
+    assert ref.pgid == ref.pid and ref.started_marker and backend.tracked() == {"w"}
+    assert wait_for_exit(backend, "w") == ExitStatus("w", 0)
+    text = log.read_text()
+    assert "devices=GPU-1234,MIG-5678" in text
+    assert "to stderr" in text
+    assert f"home={os.environ.get('HOME', '')}" in text  # the server's environment is kept
+
+
+def test_exit_codes_are_recorded_and_a_relaunch_ignores_the_old_exit_file(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    backend.launch(shell("a", "exit 0", tmp_path / "a.log"))
+    backend.launch(shell("b", "exit 3", tmp_path / "b.log"))
+    assert wait_for_exits(backend, "a", "b") == {"a": ExitStatus("a", 0), "b": ExitStatus("b", 3)}
+    assert backend.exit_path("b").read_text().strip() == "3"
+
+    go = tmp_path / "go"
+    backend.launch(shell("b", f"while [ ! -e {go} ]; do sleep 0.02; done; exit 4", tmp_path / "b.log"))
+    with pytest.raises(InvalidRequestError):
+        backend.launch(shell("b", "exit 0", tmp_path / "b.log"))
+    time.sleep(0.1)
+    assert backend.poll() == []  # the exit file of the first "b" was removed
+    go.touch()
+    assert wait_for_exit(backend, "b").exit_code == 4
+
+
+def test_a_command_not_found_gives_127_and_a_log_line(backend: LocalBackend, tmp_path: Path) -> None:
+    log = tmp_path / "missing.log"
+    backend.launch(LaunchSpec("m", ("tessera-no-such-command",), log_path=log))
+    assert wait_for_exit(backend, "m").exit_code == 127
+    lines = log.read_text().splitlines()
+    assert any("tessera-no-such-command" in line and "command not found" in line for line in lines)
+
+
+def test_a_file_that_is_not_executable_gives_126(backend: LocalBackend, tmp_path: Path) -> None:
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")  # no execute bit
+    backend.launch(LaunchSpec("x", (str(script),), log_path=tmp_path / "x.log"))
+    assert wait_for_exit(backend, "x").exit_code == 126
+
+
+def test_processes_left_behind_by_the_command_are_killed(backend: LocalBackend, tmp_path: Path) -> None:
+    backend.launch(shell("w", "sleep 1000 & echo $! > grandchild.pid; exit 0", tmp_path / "w.log"))
+    assert wait_for_exit(backend, "w").exit_code == 0
+    assert not is_running(int((tmp_path / "grandchild.pid").read_text()))
+
+
+def test_stop_sends_sigterm_which_the_command_honours(backend: LocalBackend, tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    ref = backend.launch(shell("w", "echo ready; exec sleep 1000", log))
+    wait_until(lambda: "ready" in log.read_text())
+    started_s = time.monotonic()
+    backend.stop("w", grace_s=30)
+    assert wait_for_exit(backend, "w").exit_code == -15  # ended by SIGTERM, long before the SIGKILL deadline
+    assert time.monotonic() - started_s < 5
+    assert backend.exit_path("w").read_text().strip() == "-15"  # written by the supervisor
+    assert "ended by signal SIGTERM" in log.read_text()
+    assert not is_running(ref.pid)
+    backend.stop("w", grace_s=1)  # no longer tracked: a no-op
+
+
+def test_a_command_that_handles_sigterm_may_exit_cleanly(backend: LocalBackend, tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    backend.launch(LaunchSpec("w", (sys.executable, "-c", GRACEFUL_WORKLOAD), log_path=log))
+    wait_until(lambda: "ready" in log.read_text())
+    backend.stop("w", grace_s=30)
+    assert wait_for_exit(backend, "w").exit_code == 0
+    # Handled once. (Pending signals coalesce, so this alone cannot prove the supervisor relays a SIGTERM once.)
+    assert log.read_text().count("SIGTERM received") == 1
+
+
+def test_stop_right_after_launch(backend: LocalBackend, tmp_path: Path) -> None:
+    ref = backend.launch(shell("w", "echo started; sleep 1000", tmp_path / "w.log"))
+    backend.stop("w", grace_s=30)  # most likely before the supervisor could start the command
+    assert wait_for_exit(backend, "w").exit_code == -15
+    assert not is_running(ref.pid)
+
+
+def test_stop_kills_a_command_that_ignores_sigterm_and_its_whole_group(backend: LocalBackend, tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    script = "trap '' TERM; sleep 1000 & echo $! > grandchild.pid; echo ready; while :; do sleep 0.05; done"
+    ref = backend.launch(shell("w", script, log))
+    wait_until(lambda: "ready" in log.read_text())
+    grandchild_pid = int((tmp_path / "grandchild.pid").read_text())
+    assert is_running(grandchild_pid)
+    grace_s = 0.5
+    started_s = time.monotonic()
+    backend.stop("w", grace_s=grace_s)
+    time.sleep(0.2)
+    assert backend.poll() == [] and is_running(grandchild_pid)  # SIGTERM ignored, grace not over yet
+    assert wait_for_exit(backend, "w").exit_code == -9
+    assert time.monotonic() - started_s >= grace_s
+    assert not is_running(grandchild_pid)
+    assert not is_running(ref.pid)
+
+
+def test_a_second_backend_adopts_a_running_workload_and_reports_its_exit_code(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    first = LocalBackend(tmp_path / "run")
+    ref = first.launch(shell("w", f"while [ ! -e {go} ]; do sleep 0.02; done; exit 7", tmp_path / "w.log"))
+    first.close()
+    assert first.tracked() == set()
+    time.sleep(0.1)
+    assert is_running(ref.pid)  # close() left it running
+
+    second = LocalBackend(tmp_path / "run")
+    second.adopt(ref)
+    assert second.tracked() == {"w"}
+    assert second.poll() == []
+    go.touch()
+    assert wait_for_exit(second, "w") == ExitStatus("w", 7)
+
+
+def test_the_workload_outlives_a_server_killed_with_sigkill(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    script = f"while [ ! -e {go} ]; do sleep 0.02; done; exit 7"
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER_SCRIPT, str(tmp_path / "run"), script],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None
+    ref = ProcessRef(**json.loads(server.stdout.readline()))
+    server.kill()
+    server.wait()
+    assert is_running(ref.pid)
+    backend = LocalBackend(tmp_path / "run")
+    assert backend.find("w") == ref  # what a server that died before storing the ref recovers by
+    assert backend.find("other") is None
+    backend.adopt(ref)
+    assert backend.poll() == []
+    go.touch()
+    assert wait_for_exit(backend, "w") == ExitStatus("w", 7)
+    assert backend.find("w") is None  # its end was reported
+
+
+def test_an_adopted_workload_can_be_stopped(tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    first = LocalBackend(tmp_path / "run")
+    ref = first.launch(shell("w", "trap '' TERM; echo ready; while :; do sleep 0.05; done", log))
+    wait_until(lambda: "ready" in log.read_text())
+    first.close()
+    second = LocalBackend(tmp_path / "run")
+    second.adopt(ref)
+    second.stop("w", grace_s=0.2)
+    assert wait_for_exit(second, "w").exit_code == -9
+    assert not is_running(ref.pid)
+
+
+def test_adopting_a_workload_that_already_ended_reports_it_at_the_next_poll(tmp_path: Path) -> None:
+    first = LocalBackend(tmp_path / "run")
+    ref = first.launch(shell("w", "exit 5", tmp_path / "w.log"))
+    first.close()
+    wait_until(lambda: Path(ref.exit_file).exists() and not is_running(ref.pid))
+    second = LocalBackend(tmp_path / "run")
+    second.adopt(ref)
+    assert second.poll() == [ExitStatus("w", 5)]
+    assert second.tracked() == set()
+
+
+def test_a_reused_pid_is_treated_as_ended_and_left_alone(tmp_path: Path) -> None:
+    stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        wait_until(lambda: is_running(stranger.pid))
+        ref = ProcessRef("w", stranger.pid, stranger.pid, "1", str(tmp_path / "run" / "w.exit"))
+        backend = LocalBackend(tmp_path / "run")
+        backend.adopt(ref)
+        backend.stop("w", grace_s=0)  # must not signal the stranger
+        assert backend.poll() == [ExitStatus("w", None)]
+        time.sleep(0.05)
+        assert stranger.poll() is None
+        backend.adopt(replace(ref, workload_id="v", pid=2**22 + 1, pgid=2**22 + 1))  # no such pid at all
+        assert backend.poll() == [ExitStatus("v", None)]
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_launch_rejects_an_empty_command_and_a_missing_workdir(backend: LocalBackend, tmp_path: Path) -> None:
+    with pytest.raises(InvalidRequestError, match="argv"):
+        backend.launch(LaunchSpec("w", ()))
+    with pytest.raises(NotADirectoryError):  # an OSError: the server records "could not start"
+        backend.launch(LaunchSpec("w", ("true",), workdir=tmp_path / "absent"))
+    assert backend.tracked() == set()
