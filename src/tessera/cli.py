@@ -13,6 +13,7 @@ Every ``TesseraError`` (bad input file, bad option value) and every unreadable p
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -25,8 +26,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tessera.client.commands import register as register_client_commands
 from tessera.core.errors import InvalidRequestError, TesseraError
-from tessera.core.placement import FGD_STUDY_POLICIES
+from tessera.core.placement import FGD_STUDY_POLICIES, make_policy
+from tessera.server.loop import LoopConfig
+from tessera.server.up import DEFAULT_PORT, UpConfig, serve
 from tessera.sim.benchmark import measure_placement
 from tessera.sim.inputs import ExperimentInputs, load_inputs
 from tessera.sim.report import PolicySummary, ReportFiles, format_mean_std, format_seeds, summarize, write_report
@@ -214,6 +218,31 @@ def bench_placement(
         inputs = load_inputs(nodes, pods)
         result = measure_placement(inputs, names[0], seed, inflate)
         typer.echo(json.dumps(result))
+
+
+register_client_commands(app)
+
+
+@app.command("up")
+def up(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = DEFAULT_PORT,
+    db: Annotated[str | None, typer.Option("--db", help="Database URL (default: SQLite in --data-dir).")] = None,
+    gpus: Annotated[str, typer.Option("--gpus", help="auto (NVML, else simulated) or a pool like 4xA100-80GB,2xT4.")]
+    = "auto",
+    admin_token: Annotated[
+        str | None, typer.Option("--admin-token", help="Admin token (default: generated and printed once).")
+    ] = None,
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="Store, logs and process files.")] = Path(".tessera"),
+    policy: Annotated[str, typer.Option("--policy", help="Placement policy.")] = "tessera-online",
+) -> None:
+    """Start the control plane: HTTP API, scheduler loop and local backend in one process."""
+    with one_line_errors():
+        make_policy(policy)  # fail early on an unknown name
+        loop = LoopConfig(run_dir=data_dir, placement_policy=policy)
+        config = UpConfig(host, port, data_dir, db, gpus, admin_token, loop)
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        serve(config, announce=typer.echo)
 
 
 def main() -> None:

@@ -1,0 +1,285 @@
+"""The CLI over the API: ``tessera submit``, ``jobs``, ``show``, ``logs``, ``cancel``, ``nodes``, ``queues`` and
+``token create``. Registered on the main typer app by ``tessera.cli``; every failure is one ``error:`` line, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from tessera.client.http import ApiError, TesseraClient
+from tessera.client.settings import resolve_settings
+from tessera.client.specfile import SpecFile, load_spec_file
+from tessera.terminal import one_line_errors
+
+UrlOption = Annotated[str | None, typer.Option("--url", help="Server address (default: $TESSERA_URL, config file).")]
+TokenOption = Annotated[
+    str | None, typer.Option("--token", help="Bearer token (default: $TESSERA_TOKEN, config file).", show_default=False)
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+token_app = typer.Typer(help="Manage API tokens (admin).", no_args_is_help=True)
+
+
+def _client(url: str | None, token: str | None) -> TesseraClient:
+    settings = resolve_settings(url, token)
+    return TesseraClient(settings.url, settings.token)
+
+
+def submit(
+    command: Annotated[list[str] | None, typer.Argument(help="The command to run, after --.")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", help="GPUs (0: CPU only).")] = None,
+    gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", help="Device memory per GPU, e.g. 10GiB.")] = None,
+    gpu_milli: Annotated[int | None, typer.Option("--gpu-milli", help="Share of the GPU in thousandths.")] = None,
+    gpu_fraction: Annotated[float | None, typer.Option("--gpu-fraction", help="Share of the GPU, e.g. 0.3.")] = None,
+    gpu_compute: Annotated[int | None, typer.Option("--gpu-compute", help="Compute share in percent.")] = None,
+    gpu_type: Annotated[str | None, typer.Option("--gpu-type", help="Allowed GPU types, e.g. A100,H100.")] = None,
+    cpu: Annotated[str | None, typer.Option("--cpu", help="CPU cores, e.g. 4 or 500m.")] = None,
+    mem: Annotated[str | None, typer.Option("--mem", help="Host memory, e.g. 16GiB.")] = None,
+    priority: Annotated[str | None, typer.Option("--priority", help="A number or a priority class.")] = None,
+    queue: Annotated[str | None, typer.Option("--queue", help="Queue (default: your tenant's).")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="A name to recognise it by.")] = None,
+    kind: Annotated[str | None, typer.Option("--kind", help="batch (default) or service.")] = None,
+    spec_file: Annotated[Path | None, typer.Option("-f", "--file", help="A YAML spec (flags override it).")] = None,
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Submit a workload: tessera submit --gpu-fraction 0.3 -- python train.py"""
+    with one_line_errors():
+        loaded = load_spec_file(spec_file) if spec_file is not None else SpecFile(None, {}, {})
+        body = dict(loaded.body)
+        flags: dict[str, Any] = {
+            "gpus": gpus,
+            "gpu_mem": gpu_mem,
+            "gpu_milli": gpu_milli,
+            "gpu_fraction": gpu_fraction,
+            "gpu_compute": gpu_compute,
+            "gpu_types": [t for t in gpu_type.split(",") if t.strip()] if gpu_type else None,
+            "cpu": cpu,
+            "mem": mem,
+            "priority": int(priority) if priority and priority.lstrip("-").isdigit() else priority,
+            "queue": queue,
+            "name": name,
+            "kind": kind,
+            "command": list(command) if command else None,
+        }
+        body.update({k: v for k, v in flags.items() if v is not None})
+        if "gpus" not in body and any(k in body for k in ("gpu_mem", "gpu_milli", "gpu_fraction", "gpu_compute")):
+            body["gpus"] = 1  # a share without a count means one GPU
+        if not body.get("command"):
+            raise ApiError(0, "command: nothing to run; put it after --, e.g. tessera submit -- python train.py")
+        with _client(url, token) as client:
+            try:
+                created = client.submit(body)
+            except ApiError as exc:
+                raise loaded.locate(exc) from None
+        if as_json:
+            typer.echo(json.dumps(created))
+        else:
+            typer.echo(f"submitted workload {created['id']} to queue {created['queue']} ({created['state']})")
+
+
+def jobs(
+    as_json: JsonOption = False,
+    all_states: Annotated[bool, typer.Option("--all", "-a", help="Include ended workloads.")] = False,
+    queue: Annotated[str | None, typer.Option("--queue", help="Only this queue.")] = None,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """List workloads (pending and running; --all for ended ones too)."""
+    with one_line_errors(), _client(url, token) as client:
+        states = None if all_states else ["pending", "running"]
+        rows = client.workloads(states, queue)
+        if as_json:
+            typer.echo(json.dumps(rows))
+            return
+        table = Table(box=None, header_style="bold")
+        for column in ("ID", "NAME", "QUEUE", "STATE", "GPUS", "SHARE", "TIME", "WHERE / WHY"):
+            table.add_column(column, no_wrap=column != "WHERE / WHY")
+        now = time.time()
+        for w in rows:
+            table.add_row(
+                str(w["id"]),
+                escape(w["name"] or " ".join(w["command"])[:30]),
+                w["queue"],
+                w["state"],
+                str(w["gpus"]),
+                _share(w),
+                _elapsed(w, now),
+                escape(_where(w)),
+            )
+        Console().print(table)
+
+
+def show(
+    workload_id: Annotated[int, typer.Argument(help="Workload id.")],
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """One workload: its request, state, placement, and why it is pending or how it ended."""
+    with one_line_errors(), _client(url, token) as client:
+        w = client.workload(workload_id)
+        if as_json:
+            typer.echo(json.dumps(w))
+            return
+        console = Console(highlight=False)
+        console.print(f"[bold]workload {w['id']}[/bold] {escape(w['name'])}  state: [bold]{w['state']}[/bold]")
+        console.print(f"  queue {w['queue']} (tenant {w['tenant']}), priority {w['priority']} {w['priority_class']}")
+        console.print(f"  command: {escape(' '.join(w['command']))}")
+        console.print(
+            f"  request: {w['gpus']} GPU(s), share {_share(w)}, {w['cpu_milli'] / 1000:g} CPU, "
+            f"{w['mem_mib']} MiB" + (f", types {','.join(w['gpu_types'])}" if w["gpu_types"] else "")
+        )
+        if w["reason"]:
+            label = "why pending" if w["state"] == "pending" else "reason"
+            console.print(f"  {label}: {escape(w['reason'])}")
+        if w["placement"]:
+            sim = " (simulated GPUs)" if w["simulated_gpus"] else ""
+            console.print(f"  placed: {escape(_where(w))}{sim}")
+        if w["exit_code"] is not None:
+            console.print(f"  exit code: {w['exit_code']}")
+        for event in client.events(workload_id)[-10:]:
+            stamp = time.strftime("%H:%M:%S", time.localtime(event["at"]))
+            console.print(f"  {stamp} {event['kind']}: {escape(event['message'])}")
+
+
+def logs(
+    workload_id: Annotated[int, typer.Argument(help="Workload id.")],
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing until the workload ends.")] = False,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """A workload's output (stdout and stderr)."""
+    with one_line_errors(), _client(url, token) as client:
+        if follow:
+            for text in client.follow_logs(workload_id):
+                typer.echo(text, nl=False)
+        else:
+            offset = 0
+            while True:
+                chunk = client.logs(workload_id, offset)
+                typer.echo(chunk["data"], nl=False)
+                if chunk["next_offset"] == offset:
+                    break
+                offset = chunk["next_offset"]
+
+
+def cancel(
+    workload_id: Annotated[int, typer.Argument(help="Workload id.")],
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Cancel a workload (a running one gets SIGTERM, then SIGKILL after a grace period)."""
+    with one_line_errors(), _client(url, token) as client:
+        w = client.cancel(workload_id)
+        done = "cancelled" if w["state"] == "cancelled" else f"stopping ({w['state']})"
+        typer.echo(f"workload {w['id']}: {done}")
+
+
+def nodes(url: UrlOption = None, token: TokenOption = None, as_json: JsonOption = False) -> None:
+    """Nodes and per-GPU allocation."""
+    with one_line_errors(), _client(url, token) as client:
+        found = client.nodes()
+        if as_json:
+            typer.echo(json.dumps(found))
+            return
+        console = Console(highlight=False)
+        for node in found:
+            console.print(
+                f"[bold]{escape(node['name'])}[/bold]  CPU {node['cpu_free_milli'] / 1000:g}/"
+                f"{node['cpu_milli'] / 1000:g} free  memory {node['mem_free_mib']}/{node['mem_mib']} MiB free"
+            )
+            for gpu in node["gpus"]:
+                label = " [yellow](simulated)[/yellow]" if gpu["simulated"] else ""
+                used = gpu["allocated_milli"]
+                on = ",".join(str(w) for w in gpu["workloads"]) or "-"
+                console.print(
+                    f"  GPU {gpu['index']} {gpu['model']}{label} {_bar(used)} {used / 10:5.1f}%  "
+                    f"workloads {on}  {escape(gpu['uuid'])}"
+                )
+
+
+def queues(url: UrlOption = None, token: TokenOption = None, as_json: JsonOption = False) -> None:
+    """Queues, their quotas and what they use now."""
+    with one_line_errors(), _client(url, token) as client:
+        found = client.queues()
+        if as_json:
+            typer.echo(json.dumps(found))
+            return
+        table = Table(box=None, header_style="bold")
+        for column in ("QUEUE", "TENANT", "COHORT", "NOMINAL GPUS", "USED GPUS", "RUNNING", "PENDING"):
+            table.add_column(column)
+        for q in found:
+            nominal = ", ".join(f"{f}={v['gpu_milli'] / 1000:g}" for f, v in q["nominal"].items() if "gpu_milli" in v)
+            used = sum(u["gpu_milli"] for u in q["usage"].values()) / 1000
+            table.add_row(
+                q["name"],
+                q["tenant"],
+                q["cohort"] or "-",
+                nominal or "unlimited",
+                f"{used:g}",
+                str(q["running"]),
+                str(q["pending"]),
+            )
+        Console().print(table)
+
+
+@token_app.command("create")
+def token_create(
+    tenant: Annotated[str, typer.Option("--tenant", help="Tenant the token acts for.")],
+    label: Annotated[str, typer.Option("--label", help="A note to recognise the token by.")] = "",
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Create a token for a tenant (printed once; the server keeps only its hash)."""
+    with one_line_errors(), _client(url, token) as client:
+        created = client.create_token(tenant, label)
+        if as_json:
+            typer.echo(json.dumps(created))
+        else:
+            typer.echo(f"token for tenant {created['tenant']} (queue {created['queue']}), shown once:")
+            typer.echo(created["token"])
+
+
+def register(app: typer.Typer) -> None:
+    for command in (submit, jobs, show, logs, cancel, nodes, queues):
+        app.command(command.__name__)(command)
+    app.add_typer(token_app, name="token")
+
+
+def _share(w: dict[str, Any]) -> str:
+    if not w["gpus"]:
+        return "-"
+    if w["gpu_milli"] and w["gpu_milli"] < 1000:
+        return f"{w['gpu_milli'] / 10:g}%"
+    if w["gpu_mem_mib"] and not w["gpu_milli"]:
+        return f"{w['gpu_mem_mib']} MiB"
+    return "whole"
+
+
+def _where(w: dict[str, Any]) -> str:
+    if w["state"] == "running" and w["placement"]:
+        return "; ".join(f"{p['node']} GPU {','.join(map(str, p['gpus'])) or '-'}" for p in w["placement"])
+    return str(w["reason"])
+
+
+def _elapsed(w: dict[str, Any], now: float) -> str:
+    start = w["started_at"] if w["state"] == "running" else w["submitted_at"]
+    end = w["finished_at"] or now
+    seconds = max(0, int(end - (start or now)))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def _bar(milli: int, width: int = 20) -> str:
+    filled = round(milli / 1000 * width)
+    return "[" + "█" * filled + "·" * (width - filled) + "]"

@@ -1,0 +1,126 @@
+"""``TesseraClient``: the API over httpx, one method per route. Errors become ``ApiError`` with the server's one-line
+detail (and the field it names), or a clear line when the server cannot be reached."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from tessera.errors import TesseraError
+
+
+class ApiError(TesseraError):
+    def __init__(self, status: int, detail: str, field: str | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.field = field
+
+
+class TesseraClient:
+    def __init__(
+        self, url: str, token: str | None, *, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> TesseraClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ApiError(
+                0, f"cannot reach the Tessera server at {self.url} ({exc}); is `tessera up` running?"
+            ) from None
+        if response.is_success:
+            return response.json()
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        detail = body.get("detail") if isinstance(body, dict) else None
+        if not isinstance(detail, str):
+            detail = f"HTTP {response.status_code}: {response.text[:200]}"
+        raise ApiError(response.status_code, detail, body.get("field") if isinstance(body, dict) else None)
+
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/healthz")
+        return result
+
+    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", "/v1/workloads", json=spec)
+        return result
+
+    def workloads(self, states: list[str] | None = None, queue: str | None = None) -> list[dict[str, Any]]:
+        """All visible workloads (paged through), optionally of some states or one queue."""
+        out: list[dict[str, Any]] = []
+        after = 0
+        while True:
+            params: dict[str, Any] = {"limit": 10_000, "after": after}
+            if states:
+                params["state"] = states
+            if queue:
+                params["queue"] = queue
+            page: list[dict[str, Any]] = self._call("GET", "/v1/workloads", params=params)
+            out.extend(page)
+            if len(page) < 10_000:
+                return out
+            after = page[-1]["id"]
+
+    def workload(self, workload_id: int) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/v1/workloads/{workload_id}")
+        return result
+
+    def events(self, workload_id: int) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", f"/v1/workloads/{workload_id}/events")
+        return result
+
+    def cancel(self, workload_id: int) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/v1/workloads/{workload_id}/cancel")
+        return result
+
+    def logs(self, workload_id: int, offset: int = 0) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/v1/workloads/{workload_id}/logs", params={"offset": offset})
+        return result
+
+    def follow_logs(self, workload_id: int, poll_s: float = 0.5) -> Iterator[str]:
+        """Log text as it is written, until the workload has ended and everything was read."""
+        import time
+
+        offset = 0
+        while True:
+            chunk = self.logs(workload_id, offset)
+            if chunk["data"]:
+                yield chunk["data"]
+            offset = chunk["next_offset"]
+            if chunk["next_offset"] == chunk["offset"]:
+                if chunk["finished"]:
+                    return
+                time.sleep(poll_s)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/v1/nodes")
+        return result
+
+    def queues(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/v1/queues")
+        return result
+
+    def put_queue(self, body: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", "/v1/queues", json=body)
+        return result
+
+    def create_token(self, tenant: str, label: str = "") -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", "/v1/tokens", json={"tenant": tenant, "label": label})
+        return result

@@ -1,0 +1,61 @@
+"""Where the CLI finds the server and its token: flags, then ``TESSERA_URL`` / ``TESSERA_TOKEN``, then the config
+file (``$TESSERA_CONFIG``, default ``~/.config/tessera/config.yaml`` with keys ``url`` and ``token``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from tessera.errors import InputFileError
+
+DEFAULT_URL = "http://127.0.0.1:8470"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    url: str
+    token: str | None
+
+
+def config_path(environ: Mapping[str, str]) -> Path:
+    explicit = environ.get("TESSERA_CONFIG")
+    if explicit:
+        return Path(explicit)
+    base = environ.get("XDG_CONFIG_HOME") or str(Path(environ.get("HOME", "~")).expanduser() / ".config")
+    return Path(base) / "tessera" / "config.yaml"
+
+
+def resolve_settings(url: str | None, token: str | None, environ: Mapping[str, str] | None = None) -> ClientSettings:
+    env = os.environ if environ is None else environ
+    path = config_path(env)
+    stored = _read_config(path) if path.exists() else {}
+    return ClientSettings(
+        url=url or env.get("TESSERA_URL") or stored.get("url") or DEFAULT_URL,
+        token=token or env.get("TESSERA_TOKEN") or stored.get("token"),
+    )
+
+
+def _read_config(path: Path) -> dict[str, str]:
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise InputFileError(str(path), None if mark is None else mark.line + 1, None, "not valid YAML") from None
+    except OSError as exc:
+        raise InputFileError(str(path), None, None, exc.strerror or "cannot be read") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise InputFileError(str(path), 1, None, "expected a mapping with keys url and token")
+    out: dict[str, str] = {}
+    for key in ("url", "token"):
+        value = loaded.get(key)
+        if value is not None and not isinstance(value, str):
+            raise InputFileError(str(path), None, key, "must be a string")
+        if value:
+            out[key] = value
+    return out

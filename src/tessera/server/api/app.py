@@ -1,0 +1,80 @@
+"""``create_app(ctx)``: the FastAPI application over one server's store and loop.
+
+Errors are JSON: ``{"detail": "...", "field": "..."}`` with 401 (no or wrong token), 403 (admin only), 404 (not
+found, including another tenant's workload) or 422 (invalid body; ``field`` names the offending field).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from tessera.errors import InvalidRequestError
+from tessera.server.api import routes
+from tessera.server.api.schemas import Health
+from tessera.server.loop import SchedulerLoop
+from tessera.server.metrics import ServerMetrics
+from tessera.server.pool import Pool
+from tessera.server.store.store import Store
+
+
+@dataclass
+class ServerContext:
+    store: Store
+    loop: SchedulerLoop
+    pool: Pool
+    metrics: ServerMetrics
+    clock: Callable[[], float]
+    ready: bool = False
+
+
+def create_app(ctx: ServerContext) -> FastAPI:
+    app = FastAPI(
+        title="Tessera",
+        version="0.1.0",
+        description="Fractional, multi-tenant GPU scheduling: submit workloads, watch queues, nodes and GPUs.",
+    )
+    app.state.ctx = ctx
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_body(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
+        field = ".".join(loc) or "body"
+        detail = f"{field}: {first.get('msg', 'invalid')}"
+        return JSONResponse(status_code=422, content={"detail": detail, "field": field, "errors": _plain(errors)})
+
+    @app.exception_handler(InvalidRequestError)
+    async def _invalid_request(_: Request, exc: InvalidRequestError) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": str(exc), "field": exc.field})
+
+    @app.get("/healthz", response_model=Health, tags=["operations"])
+    def healthz() -> Health | JSONResponse:
+        if not ctx.ready:
+            return JSONResponse(status_code=503, content={"detail": "starting"})
+        gpus = sum(len(d) for d in ctx.pool.devices)
+        return Health(status="ok", simulated_gpus=ctx.pool.simulated, gpus=gpus)
+
+    @app.get("/metrics", response_class=PlainTextResponse, tags=["operations"])
+    def metrics() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(ctx.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.include_router(routes.router(ctx), prefix="/v1")
+    return app
+
+
+def _plain(errors: object) -> object:
+    """Validation errors as JSON-safe values (pydantic may put exceptions in ``ctx``)."""
+    if isinstance(errors, dict):
+        return {str(k): _plain(v) for k, v in errors.items() if k != "ctx"}
+    if isinstance(errors, list | tuple):
+        return [_plain(e) for e in errors]
+    if errors is None or isinstance(errors, str | int | float | bool):
+        return errors
+    return str(errors)

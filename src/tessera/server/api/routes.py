@@ -1,0 +1,215 @@
+"""The ``/v1`` routes. A tenant sees and touches only its own workloads and queues (another tenant's workload is
+404, as if it did not exist); an admin sees everything and alone manages queues and tokens."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
+from fastapi import Path as PathParam
+
+from tessera.server.api.schemas import (
+    EventOut,
+    GpuOut,
+    LogChunk,
+    NodeOut,
+    PlacementOut,
+    QueueIn,
+    QueueOut,
+    TokenIn,
+    TokenOut,
+    WorkloadOut,
+    WorkloadSpec,
+)
+from tessera.server.auth import create_tenant_token, principal_for
+from tessera.server.store.models import WorkloadRow
+from tessera.server.store.store import TERMINAL_STATES
+from tessera.server.submit import Principal, queue_row, workload_row
+
+if TYPE_CHECKING:
+    from tessera.server.api.app import ServerContext
+
+StateName = Literal["pending", "running", "succeeded", "failed", "cancelled", "preempted"]
+MAX_LOG_CHUNK = 1 << 20
+WorkloadId = Annotated[int, PathParam(ge=1, le=2**62)]
+
+
+def current_principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    """The caller of a ``/v1`` route, from its bearer token; 401 without a valid one."""
+    found = principal_for(request.app.state.ctx.store, authorization)
+    if found is None:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing or invalid token", {"WWW-Authenticate": "Bearer"})
+    return found
+
+
+Caller = Annotated[Principal, Depends(current_principal)]
+
+
+def router(ctx: ServerContext) -> APIRouter:
+    api = APIRouter()
+
+    def visible(workload_id: int, caller: Principal) -> WorkloadRow:
+        row = ctx.store.get_workload(workload_id)
+        if row is None or not (caller.is_admin or row.tenant == caller.tenant):
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no workload {workload_id}")
+        return row
+
+    def admin_only(caller: Principal) -> None:
+        if not caller.is_admin:
+            raise HTTPException(status.HTTP_403_FORBIDDEN, detail="admin token required")
+
+    @api.post("/workloads", status_code=201, response_model=WorkloadOut, tags=["workloads"])
+    def submit(spec: WorkloadSpec, caller: Caller) -> WorkloadOut:
+        now = ctx.clock()
+        row = workload_row(spec, caller, ctx.store.queues(), ctx.pool, now)
+        return workload_out(ctx.store.add_workload(row, now), ctx)
+
+    @api.get("/workloads", response_model=list[WorkloadOut], tags=["workloads"])
+    def list_workloads(
+        caller: Caller,
+        state: Annotated[list[StateName] | None, Query()] = None,
+        queue: Annotated[str | None, Query(max_length=100)] = None,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+        after: Annotated[int, Query(ge=0, le=2**62, description="only ids above this (paging)")] = 0,
+    ) -> list[WorkloadOut]:
+        tenant = None if caller.is_admin else caller.tenant
+        rows = ctx.store.list_workloads(tenant=tenant, states=state or (), queue=queue, limit=limit, after_id=after)
+        return [workload_out(r, ctx) for r in rows]
+
+    @api.get("/workloads/{workload_id}", response_model=WorkloadOut, tags=["workloads"])
+    def get_workload(workload_id: WorkloadId, caller: Caller) -> WorkloadOut:
+        return workload_out(visible(workload_id, caller), ctx)
+
+    @api.post("/workloads/{workload_id}/cancel", response_model=WorkloadOut, tags=["workloads"])
+    def cancel(workload_id: WorkloadId, caller: Caller) -> WorkloadOut:
+        visible(workload_id, caller)
+        row = ctx.store.request_cancel(workload_id, ctx.clock())
+        assert row is not None
+        return workload_out(row, ctx)
+
+    @api.get("/workloads/{workload_id}/events", response_model=list[EventOut], tags=["workloads"])
+    def workload_events(workload_id: WorkloadId, caller: Caller) -> list[EventOut]:
+        visible(workload_id, caller)
+        return [
+            EventOut(workload_id=e.workload_id, at=e.at, kind=e.kind, message=e.message)
+            for e in ctx.store.events(workload_id)
+        ]
+
+    @api.get("/workloads/{workload_id}/logs", response_model=LogChunk, tags=["workloads"])
+    def logs(
+        workload_id: WorkloadId,
+        caller: Caller,
+        offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_LOG_CHUNK)] = 65536,
+    ) -> LogChunk:
+        row = visible(workload_id, caller)
+        path = ctx.loop.log_path(workload_id)
+        data = b""
+        if path.exists():
+            with path.open("rb") as f:
+                f.seek(offset)
+                data = f.read(limit)
+        finished = row.state in TERMINAL_STATES
+        text = data.decode("utf-8", errors="replace")
+        return LogChunk(data=text, offset=offset, next_offset=offset + len(data), finished=finished)
+
+    @api.get("/nodes", response_model=list[NodeOut], tags=["cluster"])
+    def nodes(caller: Caller) -> list[NodeOut]:
+        return nodes_out(ctx)
+
+    @api.get("/queues", response_model=list[QueueOut], tags=["queues"])
+    def queues(caller: Caller) -> list[QueueOut]:
+        return [queue_out(q, ctx) for q in ctx.store.queues() if caller.may_use(q)]
+
+    @api.post("/queues", status_code=201, response_model=QueueOut, tags=["queues"])
+    def put_queue(body: QueueIn, caller: Caller) -> QueueOut:
+        admin_only(caller)
+        row = ctx.store.put_queue(queue_row(body, ctx.pool, ctx.clock()))
+        return queue_out(row, ctx)
+
+    @api.post("/tokens", status_code=201, response_model=TokenOut, tags=["tokens"])
+    def create_token(body: TokenIn, caller: Caller) -> TokenOut:
+        admin_only(caller)
+        secret, queue = create_tenant_token(ctx.store, body.tenant, body.label, ctx.clock())
+        return TokenOut(token=secret, tenant=body.tenant, queue=queue.name)
+
+    return api
+
+
+def workload_out(row: WorkloadRow, ctx: ServerContext) -> WorkloadOut:
+    placement = None
+    if row.placement is not None and row.state == "running":
+        placement = [PlacementOut(**p) for p in row.placement]
+    return WorkloadOut(
+        id=row.id,
+        name=row.name,
+        tenant=row.tenant,
+        queue=row.queue,
+        kind=row.kind,
+        state=row.state,  # type: ignore[arg-type]  # stored from WorkloadState values
+        reason=row.reason,
+        priority=row.priority,
+        priority_class=row.priority_class,
+        gpus=row.num_gpus,
+        gpu_milli=row.gpu_milli,
+        gpu_mem_mib=row.gpu_mem_mib,
+        gpu_types=[t for t in row.gpu_types.split(",") if t],
+        cpu_milli=row.cpu_milli,
+        mem_mib=row.mem_mib,
+        command=list(row.command),
+        submitted_at=row.submitted_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        exit_code=row.exit_code,
+        attempts=row.attempts,
+        placement=placement,
+        simulated_gpus=row.num_gpus > 0 and ctx.pool.simulated,
+    )
+
+
+def nodes_out(ctx: ServerContext) -> list[NodeOut]:
+    snap = ctx.loop.snapshot
+    out: list[NodeOut] = []
+    for n, node in enumerate(ctx.pool.nodes):
+        gpus = [
+            GpuOut(
+                index=g,
+                uuid=d.uuid,
+                model=d.model,
+                mem_mib=d.mem_mib,
+                simulated=d.simulated,
+                allocated_milli=1000 - int(snap.gpu_free_milli[n, g]),
+                workloads=sorted(snap.gpu_workloads.get((n, g), [])),
+            )
+            for g, d in enumerate(ctx.pool.devices[n])
+        ]
+        out.append(
+            NodeOut(
+                name=node.name,
+                gpu_model=node.gpu_model,
+                cpu_milli=node.cpu_milli,
+                cpu_free_milli=int(snap.cpu_free_milli[n]),
+                mem_mib=node.mem_mib,
+                mem_free_mib=int(snap.mem_free_mib[n]),
+                gpus=gpus,
+            )
+        )
+    return out
+
+
+def queue_out(row: Any, ctx: ServerContext) -> QueueOut:
+    usage = ctx.loop.snapshot.queue_usage.get(row.name, {})
+    counts = {(s, q): n for s, q, n in ctx.store.count_by_state_and_queue() if q == row.name}
+    return QueueOut(
+        name=row.name,
+        tenant=row.tenant,
+        cohort=row.cohort,
+        nominal=row.nominal,
+        borrowing_limit=row.borrowing_limit,
+        lending_limit=row.lending_limit,
+        weight=row.weight,
+        strategy=row.strategy,
+        usage={f: {"gpu_milli": u[0], "cpu_milli": u[1], "mem_mib": u[2]} for f, u in usage.items()},
+        pending=counts.get(("pending", row.name), 0),
+        running=counts.get(("running", row.name), 0),
+    )

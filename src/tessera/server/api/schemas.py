@@ -1,0 +1,175 @@
+"""Request and response bodies of the API (pydantic). New fields always get defaults, so old clients keep working.
+
+Text fields refuse NUL characters and unencodable surrogates: they could not be stored or passed to a process.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+
+def _storable(text: str) -> str:
+    if "\x00" in text:
+        raise ValueError("must not contain NUL characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid UTF-8 text") from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_storable)]
+Name = Annotated[str, AfterValidator(_storable), Field(max_length=200)]
+QueueName = Annotated[str, AfterValidator(_storable), Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")]
+Memory = int | float | Annotated[str, Field(max_length=50)]
+Cpu = int | float | Annotated[str, Field(max_length=50)]
+
+
+class WorkloadSpec(BaseModel):
+    """What ``POST /v1/workloads`` takes (``tessera submit``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: list[Text] = Field(min_length=1, max_length=1000, description="argv of the process; argv[0] on PATH")
+    name: Name = ""
+    kind: Literal["batch", "service"] = Field("batch", description="a service is restarted when it exits")
+    gpus: int = Field(0, ge=0, le=64, description="GPUs per worker (0: CPU only)")
+    gpu_milli: int | None = Field(None, ge=1, le=1000, description="share of each GPU in thousandths")
+    gpu_fraction: float | None = Field(None, gt=0, le=1, description="share of the GPU as a fraction (0.3)")
+    gpu_compute: int | None = Field(None, ge=1, le=100, description="compute share in percent (MPS limit)")
+    gpu_mem: Memory | None = Field(None, description="device memory per GPU: MiB, or '10GiB'")
+    gpu_types: list[Annotated[str, Field(max_length=50)]] = Field(default_factory=list, max_length=20)
+    cpu: Cpu | None = Field(None, description="CPU cores: 4, 0.5 or '500m'")
+    mem: Memory | None = Field(None, description="host memory: MiB, or '16GiB'")
+    priority: int | Annotated[str, Field(max_length=50)] | None = Field(
+        None, description="a number (larger first) or a priority class: inference-critical, training, best-effort"
+    )
+    queue: QueueName | None = Field(None, description="default: the tenant's queue")
+    env: dict[Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], Text] = Field(
+        default_factory=dict, max_length=200
+    )
+
+
+class PlacementOut(BaseModel):
+    node: str
+    gpus: list[int]
+    gpu_milli: int
+    uuids: list[str]
+
+
+class WorkloadOut(BaseModel):
+    id: int
+    name: str
+    tenant: str
+    queue: str
+    kind: str
+    state: Literal["pending", "running", "succeeded", "failed", "cancelled", "preempted"]
+    reason: str = Field(description="why it is pending, or how it ended")
+    priority: int
+    priority_class: str
+    gpus: int
+    gpu_milli: int
+    gpu_mem_mib: int
+    gpu_types: list[str]
+    cpu_milli: int
+    mem_mib: int
+    command: list[str]
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    exit_code: int | None
+    attempts: int
+    placement: list[PlacementOut] | None
+    simulated_gpus: bool = Field(description="placed on simulated GPUs: the process sees no real GPU")
+
+
+class EventOut(BaseModel):
+    workload_id: int | None
+    at: float
+    kind: str
+    message: str
+
+
+class LogChunk(BaseModel):
+    data: str
+    offset: int = Field(description="byte offset of data in the log")
+    next_offset: int
+    finished: bool = Field(description="the workload has ended: no more output will come")
+
+
+class GpuOut(BaseModel):
+    index: int
+    uuid: str
+    model: str
+    mem_mib: int
+    simulated: bool
+    allocated_milli: int
+    workloads: list[int]
+
+
+class NodeOut(BaseModel):
+    name: str
+    gpu_model: str | None
+    cpu_milli: int
+    cpu_free_milli: int
+    mem_mib: int
+    mem_free_mib: int
+    gpus: list[GpuOut]
+
+
+class QuotaIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: float | None = Field(None, ge=0, le=1_000_000, description="GPUs (1.5 = one and a half); absent: no limit")
+    cpu: Cpu | None = None
+    mem: Memory | None = None
+
+
+class QueueIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: QueueName
+    tenant: QueueName
+    cohort: QueueName | None = None
+    nominal: dict[Annotated[str, Field(max_length=50)], QuotaIn] = Field(
+        default_factory=dict, max_length=50, description="per GPU model or '*'; empty: the whole pool"
+    )
+    borrowing_limit: dict[Annotated[str, Field(max_length=50)], QuotaIn] | None = Field(None, max_length=50)
+    lending_limit: dict[Annotated[str, Field(max_length=50)], QuotaIn] | None = Field(None, max_length=50)
+    weight: float = Field(1.0, gt=0, le=1e6)
+    strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "BestEffortFIFO"
+
+
+class QueueOut(BaseModel):
+    name: str
+    tenant: str
+    cohort: str | None
+    nominal: dict[str, dict[str, int]]
+    borrowing_limit: dict[str, dict[str, int]] | None
+    lending_limit: dict[str, dict[str, int]] | None
+    weight: float
+    strategy: str
+    usage: dict[str, dict[str, int]] = Field(description="what runs now, per quota entry")
+    pending: int
+    running: int
+
+
+class TokenIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: QueueName
+    label: Name = ""
+
+
+class TokenOut(BaseModel):
+    token: str = Field(description="shown once; only its hash is stored")
+    tenant: str
+    queue: str
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    simulated_gpus: bool
+    gpus: int

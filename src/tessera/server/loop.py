@@ -1,0 +1,463 @@
+"""The scheduler loop: the core's scheduling step on a wall clock, with the store as the source of truth.
+
+One ``step()``: collect the workloads that ended (``Backend.poll``), stop those whose cancel was requested, plan with
+``core.scheduler.Scheduler`` over the pending workloads, **write every decision to the store in one transaction**,
+and only then act on it (stop victims, launch processes). A restarted server calls ``recover()`` first: it rebinds
+the stored placements, re-charges the quotas and re-adopts the processes that outlived the crash.
+
+A bind that needs preempted victims to go first is launched only once they have exited (``held``): two processes
+never hold one GPU share at once. The simulator runs the same ``Scheduler``; only the clock and the backend differ.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tessera.agent.isolation import isolation_env
+from tessera.backends.base import Backend, ExitStatus, LaunchSpec, ProcessRef
+from tessera.core.cluster import ClusterState
+from tessera.core.placement import make_policy
+from tessera.core.placement.base import Placer, TieBreak
+from tessera.core.preemption import PreemptionGuard, PreemptionPolicy
+from tessera.core.queueing import QueueSpec
+from tessera.core.queueing.quotas import Admission
+from tessera.core.scheduler import Bind, PendingWorkload, RunningWorkload, Scheduler, SchedulerConfig, StepPlan
+from tessera.core.workload import Placement, WorkloadState
+from tessera.errors import InvalidRequestError, TesseraError
+from tessera.server.pool import Pool
+from tessera.server.records import (
+    admission_of,
+    admission_record,
+    placement_of,
+    placement_record,
+    queue_spec,
+    request_of,
+)
+from tessera.server.store.models import WorkloadRow
+from tessera.server.store.store import Event, Store
+
+log = logging.getLogger(__name__)
+
+PENDING = WorkloadState.PENDING.value
+RUNNING = WorkloadState.RUNNING.value
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    run_dir: Path  # logs and per-workload process files
+    placement_policy: str = "tessera-online"  # core.placement policy name
+    seed: int = 0  # the step's random generator (ties), so a replay makes the same decisions
+    interval_s: float = 0.2  # time between steps
+    stop_grace_s: float = 10.0  # SIGTERM -> SIGKILL
+    requeue_preempted: bool = True  # a preempted workload waits again (False: it ends as "preempted")
+    service_max_restarts: int = 3  # a service that exits is relaunched this many times, then fails
+    preemption_min_runtime_s: float = 600.0  # a workload preempted once runs this long before priority preempts it
+
+
+@dataclass(slots=True)
+class _Running:
+    row: WorkloadRow
+    placements: tuple[Placement, ...]  # empty once preempted (its capacity went to the preemptor)
+    admission: Admission | None
+    started_s: float
+    launched: bool  # False: decided and stored, process not started yet
+    waits_for: set[int] = field(default_factory=set)  # preempted victims that must exit before the launch
+    stop_sent: str | None = None  # "cancel" or "preempted: ..." once a stop was sent
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """A copy of the allocation after a step, for readers on other threads (API, metrics)."""
+
+    gpu_free_milli: np.ndarray[Any, np.dtype[np.int64]]
+    cpu_free_milli: np.ndarray[Any, np.dtype[np.int64]]
+    mem_free_mib: np.ndarray[Any, np.dtype[np.int64]]
+    gpu_workloads: dict[tuple[int, int], list[int]]  # (node, gpu) -> workloads on it
+    queue_usage: dict[str, dict[str, tuple[int, int, int]]]  # queue -> quota entry -> (gpu_milli, cpu_milli, mem_mib)
+
+
+@dataclass(frozen=True, slots=True)
+class StepReport:
+    binds: int
+    preempts: int
+    ended: int
+    pending: int
+    duration_s: float
+
+
+class SchedulerLoop:
+    def __init__(
+        self,
+        store: Store,
+        backend: Backend,
+        pool: Pool,
+        config: LoopConfig,
+        clock: Callable[[], float] = time.time,
+        on_step: Callable[[StepReport], None] | None = None,
+        on_start: Callable[[WorkloadRow, float], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.backend = backend
+        self.pool = pool
+        self.config = config
+        self.clock = clock
+        self.on_step = on_step
+        self.on_start = on_start  # (workload, seconds it waited): metrics
+        self.state = ClusterState(pool.nodes)
+        self.rng = np.random.default_rng(config.seed)
+        self.guard = PreemptionGuard(config.preemption_min_runtime_s)
+        self.placer = Placer(
+            self.state, make_policy(config.placement_policy, (), self.state.model_names), TieBreak.FIRST
+        )
+        self.running: dict[int, _Running] = {}
+        self._pending: dict[int, WorkloadRow] = {}
+        self._reasons: dict[int, str] = {}
+        self.queue_specs: tuple[QueueSpec, ...] = ()
+        self.scheduler = Scheduler(self.placer)
+        self.last_plan = StepPlan()
+        self.snapshot = self._snapshot()
+
+    # ----------------------------------------------------------------------------------------------- the step
+
+    def step(self) -> StepReport:
+        started = time.perf_counter()
+        now = self.clock()
+        self._refresh_queues()
+        ended = self._collect_exits(now)
+        self._send_cancels(now)
+        self._launch_ready(now)
+        pending = self._pending_workloads()
+        plan = self.scheduler.plan(pending, self.rng, self._candidates(), now, self.guard)
+        self._apply(plan, now)
+        self.last_plan = plan
+        self.snapshot = self._snapshot()
+        report = StepReport(len(plan.binds), len(plan.preempts), ended, len(pending), time.perf_counter() - started)
+        if self.on_step is not None:
+            self.on_step(report)
+        return report
+
+    def _pending_workloads(self) -> list[PendingWorkload]:
+        ids = set(self.store.ids_in(PENDING))
+        for gone in set(self._pending) - ids:
+            del self._pending[gone]
+            self._reasons.pop(gone, None)
+        new = ids - set(self._pending)
+        for row in self.store.workloads_by_id(sorted(new)):
+            if row.state == PENDING:
+                self._pending[row.id] = row
+        return [
+            PendingWorkload(str(r.id), request_of(r), r.submitted_at, r.priority, r.queue)
+            for r in self._pending.values()
+        ]
+
+    def _candidates(self) -> list[RunningWorkload]:
+        return [
+            RunningWorkload(
+                str(wid), r.row.queue, r.row.priority, r.placements, r.admission, r.started_s, r.row.preemptible
+            )
+            for wid, r in self.running.items()
+            if r.placements and r.admission is not None and r.stop_sent is None
+        ]
+
+    def _apply(self, plan: StepPlan, now: float) -> None:
+        changes: list[dict[str, Any]] = []
+        events: list[Event] = []
+        victims: set[int] = set()
+        for preempt in plan.preempts:
+            wid = int(preempt.workload_id)
+            entry = self.running[wid]
+            self._release(entry)
+            entry.placements, entry.admission = (), None
+            entry.stop_sent = f"preempted: {preempt.reason}"
+            victims.add(wid)
+            changes.append({"id": wid, "stop_reason": entry.stop_sent})
+            events.append(Event(wid, "preempted", f"{preempt.reason} (for workload {preempt.preemptor})"))
+        self.guard = self.guard.record(str(v) for v in victims)
+        bound: list[_Running] = []
+        for bind in plan.binds:
+            entry = self._bind(bind, now, victims)
+            bound.append(entry)
+            changes.append(self._bind_change(entry, now))
+            events.append(Event(entry.row.id, "bound", _describe(entry, self.pool)))
+        for wid_text, reason in plan.waiting.items():
+            wid = int(wid_text)
+            if self._reasons.get(wid) != reason:
+                self._reasons[wid] = reason
+                changes.append({"id": wid, "reason": reason})
+        self.store.update_workloads(changes, events, now)  # decisions are durable before anything acts on them
+        for wid in victims:
+            self.backend.stop(str(wid), self.config.stop_grace_s)
+        for entry in bound:
+            if self.on_start is not None:
+                self.on_start(entry.row, now - entry.row.submitted_at)
+            if not entry.waits_for:
+                self._launch(entry, now)
+
+    def _bind(self, bind: Bind, now: float, victims: set[int]) -> _Running:
+        wid = int(bind.workload_id)
+        row = self._pending.pop(wid)
+        self._reasons.pop(wid, None)
+        for placement in bind.placements:
+            self.state.bind(placement)
+        admission = self.scheduler.charge(bind)
+        waits = {v for v in victims if v in self.running}
+        entry = _Running(row, bind.placements, admission, now, launched=False, waits_for=waits)
+        self.running[wid] = entry
+        return entry
+
+    def _bind_change(self, entry: _Running, now: float) -> dict[str, Any]:
+        row = entry.row
+        row.attempts += 1
+        return {
+            "id": row.id,
+            "state": RUNNING,
+            "placement": [placement_record(p, self.pool) for p in entry.placements],
+            "admission": admission_record(entry.admission),
+            "started_at": now,
+            "attempts": row.attempts,
+            "reason": "",
+            "stop_reason": None,
+            "pid": None,
+            "pgid": None,
+            "started_marker": None,
+            "exit_file": None,
+        }
+
+    # -------------------------------------------------------------------------------------------- processes
+
+    def _launch_ready(self, now: float) -> None:
+        for entry in list(self.running.values()):
+            if not entry.launched and entry.stop_sent is None:
+                entry.waits_for &= set(self.running)
+                if not entry.waits_for:
+                    self._launch(entry, now)
+
+    def _launch(self, entry: _Running, now: float) -> None:
+        row = entry.row
+        spec = self._launch_spec(entry)
+        try:
+            ref = self.backend.launch(spec)
+        except (OSError, TesseraError) as exc:
+            entry.launched = True
+            self._finish(entry, WorkloadState.FAILED, None, f"could not start: {exc}", now)
+            return
+        entry.launched = True
+        self.store.update_workloads([{"id": row.id, **_ref_columns(ref)}], [Event(row.id, "started", _pid(ref))], now)
+
+    def _launch_spec(self, entry: _Running) -> LaunchSpec:
+        row = entry.row
+        devices = [self.pool.device(p.node, g) for p in entry.placements for g in p.gpu_indices]
+        milli = max((p.gpu_milli_each for p in entry.placements), default=0)
+        env = dict(row.env)
+        env.update(isolation_env(str(row.id), devices, milli, row.gpu_mem_mib))
+        log_path = self.log_path(row.id)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        return LaunchSpec(str(row.id), tuple(row.command), env, log_path)
+
+    def log_path(self, workload_id: int) -> Path:
+        return self.config.run_dir / "logs" / f"{workload_id}.log"
+
+    def _send_cancels(self, now: float) -> None:
+        wanted = self.store.cancel_requested_ids()
+        for wid in wanted:
+            entry = self.running.get(wid)
+            if entry is None or entry.stop_sent == "cancel":
+                continue
+            if not entry.launched:
+                self._finish(entry, WorkloadState.CANCELLED, None, "cancelled before it started", now)
+                continue
+            entry.stop_sent = "cancel"
+            self.store.update_workloads([{"id": wid, "stop_reason": "cancel"}], [], now)
+            self.backend.stop(str(wid), self.config.stop_grace_s)
+
+    def _collect_exits(self, now: float) -> int:
+        statuses = self.backend.poll()
+        for status in statuses:
+            entry = self.running.get(int(status.workload_id))
+            if entry is None:
+                log.warning("backend reported the end of unknown workload %s", status.workload_id)
+                continue
+            self._on_exit(entry, status, now)
+        return len(statuses)
+
+    def _on_exit(self, entry: _Running, status: ExitStatus, now: float) -> None:
+        code = status.exit_code
+        row = entry.row
+        if entry.stop_sent == "cancel":
+            self._finish(entry, WorkloadState.CANCELLED, code, "cancelled", now)
+        elif entry.stop_sent is not None:  # preempted
+            if self.config.requeue_preempted:
+                self._requeue(entry, f"{entry.stop_sent}; requeued", now)
+            else:
+                self._finish(entry, WorkloadState.PREEMPTED, code, entry.stop_sent, now)
+        elif row.kind == "service" and row.attempts <= self.config.service_max_restarts:
+            self._requeue(entry, f"service exited ({_exit_text(code)}); restarting", now)
+        elif code == 0:
+            self._finish(entry, WorkloadState.SUCCEEDED, code, "exit code 0", now)
+        else:
+            self._finish(entry, WorkloadState.FAILED, code, _exit_text(code), now)
+
+    def _finish(self, entry: _Running, state: WorkloadState, code: int | None, reason: str, now: float) -> None:
+        wid = entry.row.id
+        self._release(entry)
+        self.running.pop(wid, None)
+        self.guard = self.guard.forget([str(wid)])
+        change = {"id": wid, "state": state.value, "exit_code": code, "finished_at": now, "reason": reason}
+        self.store.update_workloads([change], [Event(wid, state.value, reason)], now)
+
+    def _requeue(self, entry: _Running, reason: str, now: float) -> None:
+        wid = entry.row.id
+        self._release(entry)
+        self.running.pop(wid, None)
+        change = {
+            "id": wid,
+            "state": PENDING,
+            "placement": None,
+            "admission": None,
+            "stop_reason": None,
+            "pid": None,
+            "reason": reason,
+            "exit_code": None,
+        }
+        self.store.update_workloads([change], [Event(wid, "requeued", reason)], now)
+
+    def _release(self, entry: _Running) -> None:
+        for placement in entry.placements:
+            self.state.release(placement)
+        self.scheduler.release(entry.admission)
+        entry.placements, entry.admission = (), None
+
+    def _snapshot(self) -> ClusterSnapshot:
+        on_gpu: dict[tuple[int, int], list[int]] = {}
+        for wid, entry in self.running.items():
+            for p in entry.placements:
+                for g in p.gpu_indices:
+                    on_gpu.setdefault((p.node, g), []).append(wid)
+        usage: dict[str, dict[str, tuple[int, int, int]]] = {}
+        ledger = self.scheduler.ledger
+        for spec in self.queue_specs:
+            if ledger is not None:
+                used = {f: ledger.usage(spec.name, f) for f in spec.nominal}
+                usage[spec.name] = {f: (u.gpu_milli, u.cpu_milli, u.mem_mib) for f, u in used.items()}
+        return ClusterSnapshot(
+            self.state.gpu_free_milli.copy(),
+            self.state.cpu_free_milli.copy(),
+            self.state.mem_free_mib.copy(),
+            on_gpu,
+            usage,
+        )
+
+    # ------------------------------------------------------------------------------------------------ queues
+
+    def _refresh_queues(self) -> None:
+        specs = tuple(queue_spec(row) for row in self.store.queues())
+        if specs == self.queue_specs:
+            return
+        self.queue_specs = specs
+        config = SchedulerConfig(queues=specs, preemption=PreemptionPolicy() if specs else None)
+        self.scheduler = Scheduler(self.placer, config)
+        for entry in self.running.values():
+            self._recharge(entry)
+
+    def _recharge(self, entry: _Running) -> None:
+        admission = entry.admission
+        if admission is None or self.scheduler.ledger is None:
+            return
+        try:
+            entry.admission = self.scheduler.ledger.admit(
+                admission.queue, admission.flavor_key, admission.from_nominal + admission.borrowed
+            )
+        except Exception as exc:  # a quota was cut below what already runs: keep it running, uncharged
+            log.warning("workload %s no longer fits its queue's quota: %s", entry.row.id, exc)
+            entry.admission = None
+
+    # ---------------------------------------------------------------------------------------------- recovery
+
+    def recover(self) -> int:
+        """Rebuild the in-memory view from the store after a (re)start; returns how many workloads were running."""
+        self._refresh_queues()
+        now = self.clock()
+        rows = self.store.workloads_in([RUNNING])
+        for row in sorted(rows, key=lambda r: r.id):
+            self._recover_one(row, now)
+        self.snapshot = self._snapshot()
+        return len(rows)
+
+    def _recover_one(self, row: WorkloadRow, now: float) -> None:
+        request = request_of(row)
+        preempted = row.stop_reason is not None and row.stop_reason.startswith("preempted")
+        try:
+            placements = () if preempted else tuple(placement_of(p, request, self.pool) for p in row.placement or [])
+            for placement in placements:
+                self.state.bind(placement)
+        except (KeyError, InvalidRequestError) as exc:
+            log.warning("workload %s: stored placement no longer fits the pool (%s)", row.id, exc)
+            placements = ()
+        entry = _Running(row, placements, admission_of(row.admission), row.started_at or now, launched=False)
+        entry.stop_sent = row.stop_reason
+        self.running[row.id] = entry
+        self._recharge(entry)
+        ref = _ref_of(row) or self.backend.find(str(row.id))
+        if ref is not None:
+            entry.launched = True
+            self.backend.adopt(ref)
+            if entry.stop_sent is not None:
+                self.backend.stop(str(row.id), self.config.stop_grace_s)
+        elif preempted:
+            self._requeue(entry, f"{row.stop_reason}; requeued", now)
+        elif not placements and row.placement:
+            self._requeue(entry, "the GPU pool changed while the server was down; requeued", now)
+
+    # ------------------------------------------------------------------------------------------------ running
+
+    def run_forever(self, stop: Callable[[], bool]) -> None:
+        """Step every ``interval_s`` until ``stop()`` says so; a failing step is logged and retried."""
+        while not stop():
+            try:
+                self.step()
+            except Exception:
+                log.exception("scheduling step failed; retrying")
+            time.sleep(self.config.interval_s)
+
+
+def _ref_columns(ref: ProcessRef) -> dict[str, Any]:
+    return {"pid": ref.pid, "pgid": ref.pgid, "started_marker": ref.started_marker, "exit_file": ref.exit_file}
+
+
+def _ref_of(row: WorkloadRow) -> ProcessRef | None:
+    if row.pid is None or row.pgid is None or row.started_marker is None or row.exit_file is None:
+        return None
+    return ProcessRef(str(row.id), row.pid, row.pgid, row.started_marker, row.exit_file)
+
+
+def _pid(ref: ProcessRef) -> str:
+    return f"process {ref.pid} started"
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "the process vanished (no exit code)"
+    if code < 0:
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _describe(entry: _Running, pool: Pool) -> str:
+    parts: list[str] = []
+    for p in entry.placements:
+        node = pool.nodes[p.node]
+        if not p.gpu_indices:
+            parts.append(f"node {node.name} (no GPU)")
+            continue
+        share = "" if p.gpu_milli_each >= 1000 else f" at {p.gpu_milli_each / 10:g}%"
+        gpus = ",".join(str(g) for g in p.gpu_indices)
+        parts.append(f"node {node.name} GPU {gpus} ({node.gpu_model}){share}")
+    waits = f"; starts when workloads {sorted(entry.waits_for)} have stopped" if entry.waits_for else ""
+    return "placed on " + "; ".join(parts) + waits

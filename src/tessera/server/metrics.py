@@ -1,0 +1,100 @@
+"""Prometheus metrics at ``/metrics``: workloads by state and queue, time spent pending, scheduling step latency,
+per-GPU allocated share and memory, per-queue usage against quota; with NVML, GPU usage under dcgm-exporter's names.
+
+Counts and allocations are read at scrape time from the store and the loop's snapshot (``MetricsCollector``);
+latencies are observed as they happen (``ServerMetrics.observe_*``). One registry per server, never the global one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from tessera.server.records import NO_LIMIT
+from tessera.server.store.store import Store
+
+if TYPE_CHECKING:
+    from tessera.server.loop import SchedulerLoop
+
+_PENDING_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
+_STEP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+class ServerMetrics:
+    def __init__(self, store: Store, loop: SchedulerLoop) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.pending_seconds = Histogram(
+            "tessera_workload_pending_seconds",
+            "Time from submission to placement",
+            ["queue"],
+            buckets=_PENDING_BUCKETS,
+            registry=self.registry,
+        )
+        self.step_seconds = Histogram(
+            "tessera_scheduling_step_seconds",
+            "Duration of one scheduling step",
+            buckets=_STEP_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(_StateCollector(store, loop))
+
+    def register(self, collector: Collector) -> None:
+        self.registry.register(collector)
+
+
+class _StateCollector(Collector):
+    def __init__(self, store: Store, loop: SchedulerLoop) -> None:
+        self.store = store
+        self.loop = loop
+
+    def collect(self) -> Iterator[Metric]:
+        yield self._workloads()
+        yield from self._gpus()
+        yield from self._queues()
+
+    def _workloads(self) -> Metric:
+        family = GaugeMetricFamily("tessera_workloads", "Workloads by state and queue", labels=["state", "queue"])
+        for state, queue, count in self.store.count_by_state_and_queue():
+            family.add_metric([state, queue], count)
+        return family
+
+    def _gpus(self) -> Iterator[Metric]:
+        labels = ["node", "gpu", "uuid", "model", "simulated"]
+        share = GaugeMetricFamily("tessera_gpu_allocated_ratio", "Share of the GPU allocated (0..1)", labels=labels)
+        memory = GaugeMetricFamily("tessera_gpu_allocated_memory_mib", "Device memory allocated", labels=labels)
+        snapshot = self.loop.snapshot
+        pool = self.loop.pool
+        for n, node in enumerate(pool.nodes):
+            for g, device in enumerate(pool.devices[n]):
+                used_milli = 1000 - int(snapshot.gpu_free_milli[n, g])
+                values = [node.name, str(g), device.uuid, device.model, str(device.simulated).lower()]
+                share.add_metric(values, used_milli / 1000)
+                memory.add_metric(values, used_milli * device.mem_mib / 1000)
+        yield share
+        yield memory
+
+    def _queues(self) -> Iterator[Metric]:
+        labels = ["queue", "flavor", "resource"]
+        usage = GaugeMetricFamily("tessera_queue_usage", "What a queue's running workloads hold", labels=labels)
+        quota = GaugeMetricFamily(
+            "tessera_queue_nominal_quota", "A queue's nominal quota (absent: no limit)", labels=labels
+        )
+        specs = {s.name: s for s in self.loop.queue_specs}
+        for queue, entries in self.loop.snapshot.queue_usage.items():
+            for flavor, used in entries.items():
+                nominal = specs[queue].nominal[flavor] if queue in specs else None
+                for resource, value, cap in zip(
+                    ("gpu_milli", "cpu_milli", "mem_mib"),
+                    used,
+                    (nominal.gpu_milli, nominal.cpu_milli, nominal.mem_mib) if nominal else (None,) * 3,
+                    strict=True,
+                ):
+                    usage.add_metric([queue, flavor, resource], value)
+                    if cap is not None and cap < NO_LIMIT:
+                        quota.add_metric([queue, flavor, resource], cap)
+        yield usage
+        yield quota

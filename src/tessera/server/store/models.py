@@ -1,0 +1,103 @@
+"""Tables of the control plane. Times are seconds since the epoch (float) so SQLite and PostgreSQL agree exactly.
+
+A workload row holds everything needed to rebuild the scheduler's view after a restart: its request, its state,
+where it was placed (node name, GPU indices, share, GPU UUIDs) and how to find its process again (``ProcessRef``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class WorkloadRow(Base):
+    __tablename__ = "workloads"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    tenant: Mapped[str] = mapped_column(String(100), index=True)
+    queue: Mapped[str] = mapped_column(String(100), index=True)
+    kind: Mapped[str] = mapped_column(String(20), default="batch")  # batch | service
+    state: Mapped[str] = mapped_column(String(20), index=True)  # core.workload.WorkloadState values
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    priority_class: Mapped[str] = mapped_column(String(50), default="")
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=True)
+    # The request (per worker), in core.workload.Request's units.
+    num_gpus: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_mem_mib: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_types: Mapped[str] = mapped_column(String(200), default="")  # comma-joined canonical models; "" = any
+    cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    mem_mib: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_compute_pct: Mapped[int | None] = mapped_column(Integer, nullable=True)  # MPS compute limit; None = share
+    command: Mapped[list[str]] = mapped_column(JSON)
+    env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reason: Mapped[str] = mapped_column(Text, default="")  # why it is pending, or how it ended
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # launches so far (a requeue launches again)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    stop_reason: Mapped[str | None] = mapped_column(String(200), nullable=True)  # set when a stop was sent
+    # Where it runs: [{"node": str, "gpus": [int], "gpu_milli": int, "uuids": [str]}], one entry per worker.
+    placement: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    # The quota charge (core Admission): {"queue", "flavor_key", "from_nominal": [g, c, m], "borrowed": [g, c, m]}.
+    admission: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # How to find its process again (backends.base.ProcessRef); pid None while running = launch not yet confirmed.
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    pgid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    started_marker: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    exit_file: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    log_path: Mapped[str] = mapped_column(String(500), default="")
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    workload_id: Mapped[int | None] = mapped_column(ForeignKey("workloads.id"), nullable=True, index=True)
+    at: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(50))  # submitted, bound, started, pending, preempted, finished, ...
+    message: Mapped[str] = mapped_column(Text, default="")
+
+
+class TokenRow(Base):
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex of the secret
+    tenant: Mapped[str | None] = mapped_column(String(100), nullable=True)  # None for an admin token
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    label: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class QueueRow(Base):
+    __tablename__ = "queues"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(100), index=True)
+    cohort: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    # Per flavor ("*" or a GPU model): {"gpu_milli": int, "cpu_milli": int, "mem_mib": int}; {} = unlimited.
+    nominal: Mapped[dict[str, dict[str, int]]] = mapped_column(JSON, default=dict)
+    borrowing_limit: Mapped[dict[str, dict[str, int]] | None] = mapped_column(JSON, nullable=True)
+    lending_limit: Mapped[dict[str, dict[str, int]] | None] = mapped_column(JSON, nullable=True)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    strategy: Mapped[str] = mapped_column(String(20), default="BestEffortFIFO")
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class MetaRow(Base):
+    """Key/value facts about the installation (e.g. the GPU pool the store was last served with)."""
+
+    __tablename__ = "meta"
+
+    key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[Any] = mapped_column(JSON)

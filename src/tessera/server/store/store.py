@@ -1,0 +1,187 @@
+"""``Store``: every read and write of the control plane's state, one short transaction per call.
+
+The API threads and the scheduler loop share one ``Store``; SQLite (WAL) and PostgreSQL both serialise the writers.
+Rows come back detached (``expire_on_commit=False``): read them freely, change them only through ``Store`` methods.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from tessera.core.workload import WorkloadState
+from tessera.server.store.models import EventRow, MetaRow, QueueRow, TokenRow, WorkloadRow
+
+ACTIVE_STATES = (WorkloadState.PENDING.value, WorkloadState.RUNNING.value)
+TERMINAL_STATES = tuple(s.value for s in WorkloadState if s.value not in ACTIVE_STATES)
+
+
+def hash_token(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    workload_id: int | None
+    kind: str
+    message: str
+
+
+class Store:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    def session(self) -> Session:
+        return self._sessions()
+
+    # ------------------------------------------------------------------------------------------------ workloads
+
+    def add_workload(self, row: WorkloadRow, now_s: float) -> WorkloadRow:
+        with self._sessions.begin() as session:
+            session.add(row)
+            session.flush()
+            session.add(EventRow(workload_id=row.id, at=now_s, kind="submitted", message=_submitted(row)))
+        return row
+
+    def get_workload(self, workload_id: int) -> WorkloadRow | None:
+        with self.session() as session:
+            return session.get(WorkloadRow, workload_id)
+
+    def list_workloads(
+        self,
+        *,
+        tenant: str | None = None,
+        states: Sequence[str] = (),
+        queue: str | None = None,
+        limit: int = 1000,
+        after_id: int = 0,
+    ) -> list[WorkloadRow]:
+        query = select(WorkloadRow).where(WorkloadRow.id > after_id).order_by(WorkloadRow.id).limit(limit)
+        if tenant is not None:
+            query = query.where(WorkloadRow.tenant == tenant)
+        if states:
+            query = query.where(WorkloadRow.state.in_(states))
+        if queue is not None:
+            query = query.where(WorkloadRow.queue == queue)
+        with self.session() as session:
+            return list(session.scalars(query))
+
+    def workloads_in(self, states: Sequence[str]) -> list[WorkloadRow]:
+        with self.session() as session:
+            return list(session.scalars(select(WorkloadRow).where(WorkloadRow.state.in_(states))))
+
+    def ids_in(self, state: str) -> list[int]:
+        with self.session() as session:
+            return list(session.scalars(select(WorkloadRow.id).where(WorkloadRow.state == state)))
+
+    def cancel_requested_ids(self) -> list[int]:
+        query = select(WorkloadRow.id).where(
+            WorkloadRow.state == WorkloadState.RUNNING.value, WorkloadRow.cancel_requested
+        )
+        with self.session() as session:
+            return list(session.scalars(query))
+
+    def workloads_by_id(self, ids: Iterable[int]) -> list[WorkloadRow]:
+        wanted = list(ids)
+        rows: list[WorkloadRow] = []
+        with self.session() as session:
+            for start in range(0, len(wanted), 500):  # keep the IN list within every database's limits
+                chunk = wanted[start : start + 500]
+                rows.extend(session.scalars(select(WorkloadRow).where(WorkloadRow.id.in_(chunk))))
+        return rows
+
+    def update_workloads(self, changes: Sequence[Mapping[str, Any]], events: Sequence[Event], now_s: float) -> None:
+        """Apply ``changes`` (each a dict with ``id`` and the columns to set) and record ``events``, atomically."""
+        with self._sessions.begin() as session:
+            if changes:
+                session.execute(update(WorkloadRow), list(changes))
+            if events:
+                session.add_all(
+                    EventRow(workload_id=e.workload_id, at=now_s, kind=e.kind, message=e.message) for e in events
+                )
+
+    def request_cancel(self, workload_id: int, now_s: float) -> WorkloadRow | None:
+        """Cancel: a pending workload ends at once; a running one is flagged for the loop to stop."""
+        with self._sessions.begin() as session:
+            row = session.get(WorkloadRow, workload_id, with_for_update=True)
+            if row is None or row.state in TERMINAL_STATES:
+                return row
+            if row.state == WorkloadState.PENDING.value:
+                row.state = WorkloadState.CANCELLED.value
+                row.finished_at = now_s
+                row.reason = "cancelled while pending"
+                session.add(EventRow(workload_id=row.id, at=now_s, kind="cancelled", message=row.reason))
+            elif not row.cancel_requested:
+                row.cancel_requested = True
+                session.add(EventRow(workload_id=row.id, at=now_s, kind="cancel-requested", message="stopping"))
+            return row
+
+    def count_by_state_and_queue(self) -> list[tuple[str, str, int]]:
+        query = select(WorkloadRow.state, WorkloadRow.queue, func.count()).group_by(
+            WorkloadRow.state, WorkloadRow.queue
+        )
+        with self.session() as session:
+            return [(s, q, int(n)) for s, q, n in session.execute(query)]
+
+    # ------------------------------------------------------------------------------------------------- events
+
+    def add_events(self, events: Sequence[Event], now_s: float) -> None:
+        self.update_workloads((), events, now_s)
+
+    def events(self, workload_id: int | None = None, limit: int = 200) -> list[EventRow]:
+        query = select(EventRow).order_by(EventRow.id.desc()).limit(limit)
+        if workload_id is not None:
+            query = query.where(EventRow.workload_id == workload_id)
+        with self.session() as session:
+            return list(reversed(list(session.scalars(query))))
+
+    # ------------------------------------------------------------------------------------------------- tokens
+
+    def add_token(self, secret: str, tenant: str | None, is_admin: bool, label: str, now_s: float) -> TokenRow:
+        row = TokenRow(token_hash=hash_token(secret), tenant=tenant, is_admin=is_admin, label=label, created_at=now_s)
+        with self._sessions.begin() as session:
+            session.add(row)
+        return row
+
+    def token(self, secret: str) -> TokenRow | None:
+        with self.session() as session:
+            return session.scalars(select(TokenRow).where(TokenRow.token_hash == hash_token(secret))).first()
+
+    def has_admin_token(self) -> bool:
+        with self.session() as session:
+            return session.scalars(select(TokenRow.id).where(TokenRow.is_admin)).first() is not None
+
+    # ------------------------------------------------------------------------------------------------- queues
+
+    def queues(self) -> list[QueueRow]:
+        with self.session() as session:
+            return list(session.scalars(select(QueueRow).order_by(QueueRow.name)))
+
+    def queue(self, name: str) -> QueueRow | None:
+        with self.session() as session:
+            return session.get(QueueRow, name)
+
+    def put_queue(self, row: QueueRow) -> QueueRow:
+        with self._sessions.begin() as session:
+            return session.merge(row)
+
+    # --------------------------------------------------------------------------------------------------- meta
+
+    def meta(self, key: str) -> Any:
+        with self.session() as session:
+            row = session.get(MetaRow, key)
+            return None if row is None else row.value
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self._sessions.begin() as session:
+            session.merge(MetaRow(key=key, value=value))
+
+
+def _submitted(row: WorkloadRow) -> str:
+    return f"submitted to queue {row.queue} by tenant {row.tenant}"

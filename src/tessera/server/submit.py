@@ -1,0 +1,202 @@
+"""Turning API bodies into stored rows: a submission into a ``WorkloadRow`` (validated against the catalog, the
+queues and the pool), a queue body into a ``QueueRow``. Every rejection is an ``InvalidRequestError`` naming the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tessera.core.catalog import resolve_allowed
+from tessera.core.cluster import ClusterState
+from tessera.core.queueing import QueueSpec, resolve_priority_class
+from tessera.core.workload import MILLI_PER_GPU, Request, WorkloadState
+from tessera.errors import InvalidRequestError
+from tessera.server.api.schemas import QueueIn, QuotaIn, WorkloadSpec
+from tessera.server.pool import Pool
+from tessera.server.quantities import parse_cpu_milli, parse_mem_mib
+from tessera.server.records import queue_spec
+from tessera.server.store.models import QueueRow, WorkloadRow
+
+DEFAULT_QUEUE = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who calls: an admin (every queue) or a tenant (only its own queues and workloads)."""
+
+    tenant: str | None
+    is_admin: bool
+
+    def may_use(self, queue: QueueRow) -> bool:
+        return self.is_admin or queue.tenant == self.tenant
+
+
+def workload_row(
+    spec: WorkloadSpec, principal: Principal, queues: list[QueueRow], pool: Pool, now_s: float
+) -> WorkloadRow:
+    queue = _queue_for(spec.queue, principal, queues)
+    request = _request(spec, queue.name)
+    reason = never_fits(request, pool)
+    if reason is not None:
+        raise InvalidRequestError(reason[0], reason[1])
+    priority, priority_class, preemptible = _priority(spec.priority)
+    return WorkloadRow(
+        name=spec.name,
+        tenant=queue.tenant,
+        queue=queue.name,
+        kind=spec.kind,
+        state=WorkloadState.PENDING.value,
+        priority=priority,
+        priority_class=priority_class,
+        preemptible=preemptible,
+        num_gpus=request.num_gpus,
+        gpu_milli=request.gpu_milli,
+        gpu_mem_mib=request.gpu_mem_mib,
+        gpu_types=",".join(sorted(request.gpu_types)),
+        cpu_milli=request.cpu_milli,
+        mem_mib=request.mem_mib,
+        gpu_compute_pct=spec.gpu_compute,
+        command=list(spec.command),
+        env=dict(spec.env),
+        submitted_at=now_s,
+        reason="waiting for the next scheduling step",
+        attempts=0,
+        cancel_requested=False,
+    )
+
+
+def _queue_for(name: str | None, principal: Principal, queues: list[QueueRow]) -> QueueRow:
+    usable = [q for q in queues if principal.may_use(q)]
+    if name is None:
+        own = sorted(usable, key=lambda q: (q.name != (principal.tenant or DEFAULT_QUEUE), q.name))
+        if not own:
+            raise InvalidRequestError("queue", "no queue is available to this tenant; ask an admin for one")
+        return own[0]
+    for queue in usable:
+        if queue.name == name:
+            return queue
+    known = ", ".join(q.name for q in usable) or "none"
+    raise InvalidRequestError("queue", f"unknown queue {name!r} (yours: {known})")
+
+
+def _request(spec: WorkloadSpec, queue: str) -> Request:
+    shares = [f for f in ("gpu_milli", "gpu_fraction") if getattr(spec, f) is not None]
+    if len(shares) > 1:
+        raise InvalidRequestError("gpu_fraction", "give gpu_milli or gpu_fraction, not both")
+    if spec.gpus == 0:
+        for given in ("gpu_milli", "gpu_fraction", "gpu_compute", "gpu_mem"):
+            if getattr(spec, given) is not None:
+                raise InvalidRequestError(given, "a GPU share needs gpus >= 1")
+    gpu_mem_mib = parse_mem_mib(spec.gpu_mem, "gpu_mem") if spec.gpu_mem is not None else 0
+    milli = 0
+    if spec.gpu_milli is not None:
+        milli = spec.gpu_milli
+    elif spec.gpu_fraction is not None:
+        milli = max(1, round(spec.gpu_fraction * MILLI_PER_GPU))
+    elif spec.gpu_compute is not None:
+        milli = spec.gpu_compute * 10
+    elif spec.gpus > 0 and not gpu_mem_mib:
+        milli = MILLI_PER_GPU  # whole GPUs
+    if spec.gpus > 1 and 0 < milli < MILLI_PER_GPU:
+        raise InvalidRequestError("gpu_milli", "a share of a GPU is only possible with gpus = 1")
+    if spec.gpus > 1 and gpu_mem_mib and not milli:
+        milli = MILLI_PER_GPU
+    return Request(
+        num_gpus=spec.gpus,
+        gpu_milli=milli,
+        gpu_mem_mib=gpu_mem_mib,
+        gpu_types=_gpu_types(spec.gpu_types),
+        cpu_milli=parse_cpu_milli(spec.cpu, "cpu") if spec.cpu is not None else 0,
+        mem_mib=parse_mem_mib(spec.mem, "mem") if spec.mem is not None else 0,
+        queue=queue,
+    )
+
+
+def _gpu_types(names: list[str]) -> frozenset[str]:
+    try:
+        return resolve_allowed(list(names)) if names else frozenset()
+    except InvalidRequestError as exc:
+        raise InvalidRequestError("gpu_types", exc.message) from None
+
+
+def _priority(value: int | str | None) -> tuple[int, str, bool]:
+    if value is None:
+        return 0, "", True
+    if isinstance(value, int):
+        if abs(value) > 1_000_000:
+            raise InvalidRequestError("priority", f"must be within +-1000000, got {value}")
+        return value, "", True
+    if value.strip().lstrip("-").isdigit():
+        return _priority(int(value))
+    try:
+        cls = resolve_priority_class(value)
+    except InvalidRequestError as exc:
+        raise InvalidRequestError("priority", exc.message) from None
+    return cls.value, cls.name, cls.preemptible
+
+
+def never_fits(request: Request, pool: Pool) -> tuple[str, str] | None:
+    """(field, reason) when no node of the pool could hold ``request`` even if it were empty, else None."""
+    empty = ClusterState(pool.nodes)
+    nodes = np.arange(empty.num_nodes)
+    milli = empty.milli_by_model(request)[empty.model_idx]
+    if bool(empty.feasible(request, nodes, milli).any()):
+        return None
+    if request.num_gpus:
+        allowed = empty.allowed_models(request)[empty.model_idx] & (empty.gpu_count > 0)
+        if not allowed.any():
+            have = ", ".join(empty.model_names) or "none"
+            return "gpu_types", f"no GPU of the allowed types in the pool (it has: {have})"
+        if int(empty.gpu_count[allowed].max()) < request.num_gpus:
+            return "gpus", f"{request.num_gpus} GPUs requested but the largest node has {int(empty.gpu_count.max())}"
+        if bool((milli[allowed] > MILLI_PER_GPU).all()):
+            return "gpu_mem", f"{request.gpu_mem_mib} MiB is more than any allowed GPU's memory"
+    if request.cpu_milli > int(empty.cpu_cap_milli.max()):
+        largest = int(empty.cpu_cap_milli.max()) / 1000
+        return "cpu", f"{request.cpu_milli / 1000:g} CPUs requested but the largest node has {largest:g}"
+    return "mem", f"{request.mem_mib} MiB of memory requested but no node that fits the rest has that much"
+
+
+def queue_row(body: QueueIn, pool: Pool, now_s: float) -> QueueRow:
+    row = QueueRow(
+        name=body.name,
+        tenant=body.tenant,
+        cohort=body.cohort,
+        nominal=_quota_json(body.nominal, "nominal"),
+        borrowing_limit=None if body.borrowing_limit is None else _quota_json(body.borrowing_limit, "borrowing_limit"),
+        lending_limit=None if body.lending_limit is None else _quota_json(body.lending_limit, "lending_limit"),
+        weight=body.weight,
+        strategy=body.strategy,
+        created_at=now_s,
+    )
+    spec: QueueSpec = queue_spec(row)  # the core's own checks (limits need a cohort, ...)
+    del spec
+    return row
+
+
+def _quota_json(quota: dict[str, QuotaIn], field: str) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for flavor, amount in quota.items():
+        key = flavor if flavor == "*" else _one_model(flavor, field)
+        entry: dict[str, int] = {}
+        if amount.gpus is not None:
+            entry["gpu_milli"] = round(amount.gpus * MILLI_PER_GPU)
+        if amount.cpu is not None:
+            entry["cpu_milli"] = parse_cpu_milli(amount.cpu, f"{field}.cpu")
+        if amount.mem is not None:
+            entry["mem_mib"] = parse_mem_mib(amount.mem, f"{field}.mem")
+        out[key] = entry
+    return out
+
+
+def _one_model(name: str, field: str) -> str:
+    try:
+        models = resolve_allowed([name])
+    except InvalidRequestError as exc:
+        raise InvalidRequestError(field, exc.message) from None
+    if len(models) != 1:
+        raise InvalidRequestError(field, f"{name!r} names several GPU models; quotas are per model or '*'")
+    (model,) = models
+    return model

@@ -1,0 +1,163 @@
+"""``tessera up``: one process with the HTTP API, the scheduler loop and the local backend.
+
+``build_server`` wires the parts (store, pool, backend, loop, metrics, app) and is what tests call with fakes;
+``serve`` adds the admin token, recovery, the loop thread and uvicorn.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI
+
+from tessera.agent.dcgm import GpuUsageCollector
+from tessera.agent.discovery import detect_gpus
+from tessera.agent.gpus import GpuProbe
+from tessera.backends.base import Backend
+from tessera.backends.local import LocalBackend
+from tessera.errors import InvalidRequestError
+from tessera.server.api.app import ServerContext, create_app
+from tessera.server.auth import new_secret
+from tessera.server.loop import LoopConfig, SchedulerLoop
+from tessera.server.metrics import ServerMetrics
+from tessera.server.pool import HostResources, Pool, detect_host
+from tessera.server.store.db import open_engine
+from tessera.server.store.models import QueueRow
+from tessera.server.store.store import Store
+from tessera.server.submit import DEFAULT_QUEUE
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 8470
+
+
+@dataclass(frozen=True, slots=True)
+class UpConfig:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    data_dir: Path = Path(".tessera")  # the SQLite file, logs and process files
+    db_url: str | None = None  # None: SQLite at data_dir/tessera.db
+    gpus: str = "auto"  # "auto" (NVML, else a simulated pool) or a simulated pool such as "4xA100-80GB,2xT4"
+    admin_token: str | None = None  # None: generate one on first start and print it once
+    loop: LoopConfig | None = None  # None: defaults with run_dir = data_dir
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise InvalidRequestError("--port", f"must be 1..65535, got {self.port}")
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+@dataclass
+class Server:
+    ctx: ServerContext
+    app: FastAPI
+    backend: Backend
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+
+def build_server(
+    config: UpConfig,
+    *,
+    probe: GpuProbe | None = None,
+    backend: Backend | None = None,
+    host: HostResources | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Server:
+    probe = probe if probe is not None else detect_gpus(config.gpus)
+    pool = Pool.from_devices(probe.devices(), host or detect_host())
+    store = Store(open_engine(config.db_url or str(config.data_dir / "tessera.db")))
+    loop_config = config.loop or LoopConfig(run_dir=config.data_dir)
+    runner: Backend = backend if backend is not None else LocalBackend(loop_config.run_dir / "runs")
+    _check_pool(store, pool)
+    _ensure_default_queue(store, clock())
+    holder: list[ServerMetrics] = []
+    loop = SchedulerLoop(
+        store,
+        runner,
+        pool,
+        loop_config,
+        clock,
+        on_step=lambda r: holder[0].step_seconds.observe(r.duration_s),
+        on_start=lambda row, waited: holder[0].pending_seconds.labels(row.queue).observe(waited),
+    )
+    metrics = ServerMetrics(store, loop)
+    holder.append(metrics)
+    if not pool.simulated:
+        metrics.register(GpuUsageCollector(probe))
+    ctx = ServerContext(store, loop, pool, metrics, clock)
+    return Server(ctx, create_app(ctx), runner)
+
+
+def _check_pool(store: Store, pool: Pool) -> None:
+    described = pool.describe()
+    previous = store.meta("pool")
+    if previous is not None and previous != described:
+        log.warning("the GPU pool differs from the one this store was last served with; placements are re-checked")
+    store.set_meta("pool", described)
+
+
+def _ensure_default_queue(store: Store, now_s: float) -> None:
+    if not store.queues():
+        store.put_queue(
+            QueueRow(
+                name=DEFAULT_QUEUE,
+                tenant=DEFAULT_QUEUE,
+                nominal={},
+                weight=1.0,
+                strategy="BestEffortFIFO",
+                created_at=now_s,
+            )
+        )
+
+
+def ensure_admin_token(store: Store, given: str | None, now_s: float) -> str | None:
+    """Store ``given`` as an admin token (if new); without one, create a token on the first start. Returns the
+    secret to print once, or None when nothing new was created."""
+    if given:
+        if store.token(given) is None:
+            store.add_token(given, None, True, "admin (--admin-token)", now_s)
+        return None
+    if store.has_admin_token():
+        return None
+    secret = new_secret()
+    store.add_token(secret, None, True, "admin (generated)", now_s)
+    return secret
+
+
+def start_loop(server: Server) -> threading.Thread:
+    loop = server.ctx.loop
+    recovered = loop.recover()
+    if recovered:
+        log.info("re-adopted %d running workloads", recovered)
+    server.ctx.ready = True
+    thread = threading.Thread(target=loop.run_forever, args=(server.stopping.is_set,), name="tessera-loop", daemon=True)
+    thread.start()
+    return thread
+
+
+def serve(config: UpConfig, announce: Callable[[str], None]) -> None:
+    server = build_server(config)
+    secret = ensure_admin_token(server.ctx.store, config.admin_token, server.ctx.clock())
+    pool = server.ctx.pool
+    kind = "simulated" if pool.simulated else "NVML"
+    gpus = ", ".join(f"{n.gpu_count}x{n.gpu_model}" for n in pool.nodes)
+    announce(f"Tessera {config.url}  GPUs ({kind}): {gpus}  store: {server.ctx.store.engine.url.render_as_string()}")
+    if secret is not None:
+        announce(f"admin token (shown once, stored hashed): {secret}")
+    thread = start_loop(server)
+    uv = uvicorn.Server(uvicorn.Config(server.app, host=config.host, port=config.port, log_level="warning"))
+    try:
+        uv.run()
+    finally:
+        server.stopping.set()
+        thread.join(timeout=5)
+        server.backend.close()
