@@ -30,7 +30,24 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# The suite runs against a throw-away PostgreSQL server (scripts/test-postgres.sh installs it with apt-get when
+# missing), whose URL reaches the tests in TESSERA_TEST_PG_URL; it is stopped and removed however pytest ends.
+# `make test TESSERA_TEST_PG=skip` runs without it (the PostgreSQL tests then skip).
+TESSERA_TEST_PG ?=
+
 test: lint
+	@if [ "$(TESSERA_TEST_PG)" = skip ]; then \
+	    echo "TESSERA_TEST_PG=skip: no PostgreSQL test server, the PostgreSQL tests will be skipped"; \
+	    echo "$(BIN)/pytest -n 2"; exec $(BIN)/pytest -n 2; \
+	fi; \
+	pgdir=$$(mktemp -d /tmp/tessera-test-pg.XXXXXX) || exit 1; \
+	trap 'bash scripts/test-postgres.sh stop "$$pgdir"' EXIT; \
+	trap 'exit 130' INT; trap 'exit 143' TERM; \
+	bash scripts/test-postgres.sh start "$$pgdir" || { echo "make test: could not start the PostgreSQL test server" \
+	    "(make test TESSERA_TEST_PG=skip runs without it)" >&2; exit 1; }; \
+	TESSERA_TEST_PG_URL=$$(bash scripts/test-postgres.sh url "$$pgdir") || exit 1; \
+	export TESSERA_TEST_PG_URL; \
+	echo "TESSERA_TEST_PG_URL=$$TESSERA_TEST_PG_URL $(BIN)/pytest -n 2"; \
 	$(BIN)/pytest -n 2
 
 bench: $(STAMP)

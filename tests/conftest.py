@@ -1,7 +1,48 @@
 """Test-suite settings: Hypothesis runs without per-example deadlines (timing is never a pass/fail criterion here;
-CI machines are shared and a slow example is not a failure)."""
+CI machines are shared and a slow example is not a failure).
 
+PostgreSQL: `make test` starts a throw-away server (scripts/test-postgres.sh) and exports its SQLAlchemy URL in
+TESSERA_TEST_PG_URL; the `postgres_url` fixture gives each test a fresh database on it, and skips without it."""
+
+import os
+import secrets
+from collections.abc import Iterator
+
+import psycopg
+import pytest
 from hypothesis import settings
+from psycopg import sql
+from sqlalchemy.engine import make_url
 
 settings.register_profile("tessera", deadline=None, print_blob=True)
 settings.load_profile("tessera")
+
+PG_URL_ENV = "TESSERA_TEST_PG_URL"
+
+
+def psycopg_url(url: str) -> str:
+    """The plain `postgresql://` form of a SQLAlchemy URL (`postgresql+psycopg://...`), for psycopg.connect."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """SQLAlchemy URL (`postgresql+psycopg://...`) of a database created for this test alone, dropped after it."""
+    base = os.environ.get(PG_URL_ENV)
+    if not base:
+        pytest.skip(f"{PG_URL_ENV} is not set: no PostgreSQL test server (`make test` starts one)")
+    name = f"tessera_t_{secrets.token_hex(8)}"
+    server = psycopg_url(base)
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_url(base).set(drivername="postgresql+psycopg", database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def postgres_dsn(postgres_url: str) -> str:
+    """The same fresh database as `postgres_url`, in the plain `postgresql://` form psycopg.connect takes."""
+    return psycopg_url(postgres_url)
