@@ -5,12 +5,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT ?= .tessera/fgd-default
+PORT ?= 8470
 
 .DEFAULT_GOAL := help
-.PHONY: help run test lint bench clean distclean
+.PHONY: help run simulate test lint bench clean distclean
 
 help:
-	@echo "make run    - simulate the FGD study on the embedded synthetic cluster (report in $(OUT))"
+	@echo "make run      - start the control plane (tessera up) on 127.0.0.1:$(PORT) with a demo mix; Ctrl-C stops it"
+	@echo "make simulate - simulate the FGD study on the embedded synthetic cluster (report in $(OUT))"
 	@echo "make test   - ruff, mypy, import-linter contracts and the test suite"
 	@echo "make lint   - ruff, mypy and import-linter only"
 	@echo "make bench  - placement speed of fgd and bestfit (openb trace when ../shared is there)"
@@ -23,6 +25,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
+	$(BIN)/tessera up --demo --port $(PORT)
+
+simulate: $(STAMP)
 	$(BIN)/tessera simulate fgd --out $(OUT)
 
 lint: $(STAMP)

@@ -235,6 +235,7 @@ def up(
     ] = None,
     data_dir: Annotated[Path, typer.Option("--data-dir", help="Store, logs and process files.")] = Path(".tessera"),
     policy: Annotated[str, typer.Option("--policy", help="Placement policy.")] = "tessera-online",
+    demo: Annotated[bool, typer.Option("--demo", help="Submit a small demo mix once ready (make run).")] = False,
 ) -> None:
     """Start the control plane: HTTP API, scheduler loop and local backend in one process."""
     with one_line_errors():
@@ -242,7 +243,9 @@ def up(
         loop = LoopConfig(run_dir=data_dir, placement_policy=policy)
         config = UpConfig(host, port, data_dir, db, gpus, admin_token, loop)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        serve(config, announce=typer.echo)
+        for chatty in ("httpx", "alembic"):
+            logging.getLogger(chatty).setLevel(logging.WARNING)
+        serve(config, announce=typer.echo, demo=demo)
 
 
 def main() -> None:

@@ -67,9 +67,14 @@ def harness_factory(tmp_path: Path) -> tuple[MakeHarness, list[TestClient]]:
 
 
 
-    def make(gpus: str = "1xA100-80GB", db_url: str | None = None, policy: str = "tessera-online") -> Harness:
+    def make(
+        gpus: str = "1xA100-80GB",
+        db_url: str | None = None,
+        policy: str = "tessera-online",
+        backend: FakeBackend | None = None,
+    ) -> Harness:
         clock = FakeClock()
-        backend = FakeBackend()
+        backend = backend or FakeBackend()
         url = db_url or f"sqlite:///{tmp_path / 'tessera.db'}"
         config = UpConfig(
             data_dir=tmp_path, db_url=url, loop=LoopConfig(run_dir=tmp_path, placement_policy=policy)

@@ -83,7 +83,7 @@ def test_server_killed_with_9_loses_nothing_and_readopts_running_processes(tmp_p
             quick = _submit(client, "sleep 2; exit 3", gpus=1, gpu_fraction=0.3)
             slow = _submit(client, "sleep 300", gpus=1, gpu_fraction=0.5)
             blocked = _submit(client, "echo late", gpus=1, gpu_fraction=0.5)
-            wait_for(lambda: client.workload(slow)["state"] == "running" and client.workload(quick)["state"] == "running")
+            wait_for(lambda: {client.workload(w)["state"] for w in (quick, slow)} == {"running"})
             slow_pid = _pid(live, slow)
         live.kill_hard()
         time.sleep(3)  # the quick one ends while no server is watching

@@ -102,7 +102,7 @@ def jobs(
             return
         table = Table(box=None, header_style="bold")
         for column in ("ID", "NAME", "QUEUE", "STATE", "GPUS", "SHARE", "TIME", "WHERE / WHY"):
-            table.add_column(column, no_wrap=column != "WHERE / WHY")
+            table.add_column(column, no_wrap=True, overflow="ellipsis" if column == "WHERE / WHY" else "fold")
         now = time.time()
         for w in rows:
             table.add_row(
@@ -203,7 +203,8 @@ def nodes(url: UrlOption = None, token: TokenOption = None, as_json: JsonOption 
                 on = ",".join(str(w) for w in gpu["workloads"]) or "-"
                 console.print(
                     f"  GPU {gpu['index']} {gpu['model']}{label} {_bar(used)} {used / 10:5.1f}%  "
-                    f"workloads {on}  {escape(gpu['uuid'])}"
+                    f"workloads {on}  {escape(gpu['uuid'])}",
+                    soft_wrap=True,
                 )
 
 
@@ -268,7 +269,10 @@ def _share(w: dict[str, Any]) -> str:
 
 def _where(w: dict[str, Any]) -> str:
     if w["state"] == "running" and w["placement"]:
-        return "; ".join(f"{p['node']} GPU {','.join(map(str, p['gpus'])) or '-'}" for p in w["placement"])
+        return "; ".join(
+            f"{p['node']} GPU {','.join(map(str, p['gpus']))}" if p["gpus"] else f"{p['node']} (CPU)"
+            for p in w["placement"]
+        )
     return str(w["reason"])
 
 

@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +25,8 @@ from tessera.backends.base import Backend
 from tessera.backends.local import LocalBackend
 from tessera.errors import InvalidRequestError
 from tessera.server.api.app import ServerContext, create_app
-from tessera.server.auth import new_secret
+from tessera.server.auth import create_tenant_token, new_secret
+from tessera.server.demo import DEMO_TENANT, submit_demo
 from tessera.server.loop import LoopConfig, SchedulerLoop
 from tessera.server.metrics import ServerMetrics
 from tessera.server.pool import HostResources, Pool, detect_host
@@ -144,7 +147,9 @@ def start_loop(server: Server) -> threading.Thread:
     return thread
 
 
-def serve(config: UpConfig, announce: Callable[[str], None]) -> None:
+def serve(config: UpConfig, announce: Callable[[str], None], *, demo: bool = False) -> None:
+    """Run until SIGINT/SIGTERM. With ``demo``, submit the demo mix once ready and stop its workloads at the end."""
+    check_port_free(config.host, config.port)
     server = build_server(config)
     secret = ensure_admin_token(server.ctx.store, config.admin_token, server.ctx.clock())
     pool = server.ctx.pool
@@ -154,10 +159,37 @@ def serve(config: UpConfig, announce: Callable[[str], None]) -> None:
     if secret is not None:
         announce(f"admin token (shown once, stored hashed): {secret}")
     thread = start_loop(server)
+    if demo:
+        token, _ = create_tenant_token(server.ctx.store, DEMO_TENANT, "demo", server.ctx.clock())
+        gpu_count = sum(n.gpu_count for n in pool.nodes)
+        threading.Thread(target=submit_demo, args=(config.url, token, gpu_count, announce), daemon=True).start()
     uv = uvicorn.Server(uvicorn.Config(server.app, host=config.host, port=config.port, log_level="warning"))
     try:
         uv.run()
     finally:
         server.stopping.set()
-        thread.join(timeout=5)
+        thread.join(timeout=30)
+        if demo:
+            stop_tenant_workloads(server, DEMO_TENANT)
         server.backend.close()
+
+
+def check_port_free(host: str, port: int) -> None:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise InvalidRequestError("--port", f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+def stop_tenant_workloads(server: Server, tenant: str, grace_s: float = 3.0) -> None:
+    """Cancel every active workload of ``tenant`` and wait (bounded) until their processes are gone."""
+    store, loop = server.ctx.store, server.ctx.loop
+    for row in store.list_workloads(tenant=tenant, states=("pending", "running"), limit=10_000):
+        store.request_cancel(row.id, server.ctx.clock())
+    deadline = time.monotonic() + grace_s + 5
+    loop.config = dataclasses.replace(loop.config, stop_grace_s=grace_s)
+    while time.monotonic() < deadline and any(e.row.tenant == tenant for e in loop.running.values()):
+        loop.step()
+        time.sleep(0.2)

@@ -1,0 +1,107 @@
+"""``tessera up --demo`` (what ``make run`` starts): once the server is ready, a small mix of workloads is submitted
+through the HTTP API as tenant ``demo`` — shares of one GPU, a whole-GPU training job, a CPU-only job and one that has
+to wait — and the commands to look at them are printed. The demo's workloads are stopped when the server stops.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+DEMO_TENANT = "demo"
+DEMO_RUNTIME_S = 600  # every demo workload ends by itself after this long
+
+
+def _python(script: str) -> list[str]:
+    return [sys.executable, "-u", "-c", script]
+
+
+_SERVE = (
+    "import os, time\n"
+    "wid = os.environ['TESSERA_WORKLOAD_ID']; gpu = os.environ['CUDA_VISIBLE_DEVICES']\n"
+    "print(f'replica {wid} serving on {gpu} with {int(os.environ[\"TESSERA_GPU_MILLI\"]) / 10:g}% of it')\n"
+    f"for i in range({DEMO_RUNTIME_S // 5}):\n"
+    "    time.sleep(5); print(f'{(i + 1) * 37} requests served')\n"
+)
+_TRAIN = (
+    "import os, time\n"
+    "print('training on', os.environ['CUDA_VISIBLE_DEVICES'] or 'the CPU')\n"
+    f"for step in range(1, {DEMO_RUNTIME_S // 2} + 1):\n"
+    "    time.sleep(2); print(f'step {step} loss {2.5 / step ** 0.5:.3f}')\n"
+)
+
+
+def demo_mix(gpus: int) -> list[dict[str, Any]]:
+    """Bodies for ``POST /v1/workloads``; sized so that on ``gpus`` GPUs the last one waits for room."""
+    mix: list[dict[str, Any]] = [
+        {
+            "name": "chat-replica-1",
+            "kind": "service",
+            "gpus": 1,
+            "gpu_fraction": 0.25,
+            "command": _python(_SERVE),
+            "priority": "inference-critical",
+        },
+        {
+            "name": "chat-replica-2",
+            "kind": "service",
+            "gpus": 1,
+            "gpu_fraction": 0.25,
+            "command": _python(_SERVE),
+            "priority": "inference-critical",
+        },
+        {"name": "finetune", "gpus": 1, "gpu_fraction": 0.5, "command": _python(_TRAIN), "priority": "training"},
+        {"name": "preprocess", "cpu": 0.5, "command": _python(_TRAIN.replace("step", "shard"))},
+    ]
+    mix += [
+        {"name": f"pretrain-{i}", "gpus": 1, "command": _python(_TRAIN), "priority": "training"}
+        for i in range(max(0, gpus - 1))
+    ]
+    mix.append(
+        {"name": "eval-waits", "gpus": 1, "gpu_fraction": 0.6, "command": _python(_TRAIN), "priority": "best-effort"}
+    )
+    return mix
+
+
+def submit_demo(url: str, token: str, gpus: int, announce: Callable[[str], None], timeout_s: float = 30.0) -> list[int]:
+    """Wait for the server, submit the mix through the API, and print what to try; returns the workload ids."""
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=10) as http:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if http.get("/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                announce("demo: the server did not become ready; nothing submitted")
+                return []
+            time.sleep(0.1)
+        ids = []
+        for body in demo_mix(gpus):
+            response = http.post("/v1/workloads", json=body)
+            response.raise_for_status()
+            ids.append(int(response.json()["id"]))
+    announce(_instructions(url, token, ids))
+    return ids
+
+
+def _instructions(url: str, token: str, ids: list[int]) -> str:
+    return "\n".join(
+        [
+            f"demo: submitted workloads {ids[0]}..{ids[-1]} as tenant '{DEMO_TENANT}'. Try, in another terminal:",
+            f"  export TESSERA_URL={url} TESSERA_TOKEN={token}",
+            "  .venv/bin/tessera jobs            # what runs and what waits (and why)",
+            "  .venv/bin/tessera nodes           # per-GPU allocation (simulated GPUs are labelled)",
+            f"  .venv/bin/tessera show {ids[-1]}          # why the last one is pending",
+            f"  .venv/bin/tessera logs {ids[0]} -f       # a replica's output as it comes",
+            "  .venv/bin/tessera submit --gpu-fraction 0.2 -- python3 -c 'print(42)'",
+            f"  curl -s {url}/metrics | grep tessera_   # Prometheus metrics;  API docs: {url}/docs",
+            "Stop with Ctrl-C (the demo's workloads are stopped with the server).",
+        ]
+    )
