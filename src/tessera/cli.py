@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -27,18 +27,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from tessera.client.commands import register as register_client_commands
+from tessera.client.settings import DEFAULT_PORT
 from tessera.core.errors import InvalidRequestError, TesseraError
-from tessera.core.placement import FGD_STUDY_POLICIES, make_policy
-from tessera.server.loop import LoopConfig
-from tessera.server.up import DEFAULT_PORT, UpConfig, serve
-from tessera.sim.benchmark import measure_placement
-from tessera.sim.inputs import ExperimentInputs, load_inputs
-from tessera.sim.report import PolicySummary, ReportFiles, format_mean_std, format_seeds, summarize, write_report
-from tessera.sim.sweep import RunResult, check_inflate, parse_policies, parse_seeds, run_sweep
-from tessera.sim.timeline import run_timeline
-from tessera.sim.timeline_inputs import timeline_inputs
-from tessera.sim.timeline_policies import TIMELINE_POLICIES, resolve_policy
-from tessera.sim.timeline_report import write_timeline_report
+from tessera.core.placement import FGD_STUDY_POLICIES
+from tessera.sim.timeline_policies import TIMELINE_POLICIES
+
+# The simulator (matplotlib) and the server (FastAPI, SQLAlchemy) load only in the commands that use them, so that
+# the API commands (tessera jobs, submit, ...) start quickly.
+if TYPE_CHECKING:
+    from tessera.sim.inputs import ExperimentInputs
+    from tessera.sim.report import PolicySummary, ReportFiles
+    from tessera.sim.sweep import RunResult
 
 EXIT_BAD_INPUT = 2
 ALL_POLICIES = ",".join(FGD_STUDY_POLICIES)
@@ -95,6 +94,10 @@ def simulate_fgd(
     jobs: Annotated[int | None, typer.Option("--jobs", help="Worker processes (default: the number of CPUs).")] = None,
 ) -> None:
     """The FGD paper's arrival-inflation experiment: unallocated GPU % per policy, mean over seeds."""
+    from tessera.sim.inputs import load_inputs
+    from tessera.sim.report import format_seeds, summarize, write_report
+    from tessera.sim.sweep import check_inflate, parse_policies, parse_seeds
+
     with one_line_errors():
         policy_names = parse_policies(policies)
         seed_list = parse_seeds(seeds)
@@ -119,6 +122,8 @@ def simulate_fgd(
 def _sweep_with_progress(
     inputs: ExperimentInputs, policies: Sequence[str], seeds: Sequence[int], inflate: float, jobs: int
 ) -> list[RunResult]:
+    from tessera.sim.sweep import run_sweep
+
     progress = Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
@@ -136,6 +141,8 @@ def _sweep_with_progress(
 
 
 def _summary_table(inputs: ExperimentInputs, seeds: Sequence[int], summaries: Sequence[PolicySummary]) -> Table:
+    from tessera.sim.report import format_mean_std, format_seeds
+
     table = Table(
         title=f"{escape(inputs.trace)}: {inputs.gpus:,} GPUs, seeds {format_seeds(seeds)} (mean ± std)",
         title_justify="left",
@@ -178,6 +185,12 @@ def simulate_timeline(
     ] = None,
 ) -> None:
     """Replay a workload over time: arrivals, queueing, departures; JCT, waiting and GPU allocation per policy."""
+    from tessera.sim.sweep import parse_seeds
+    from tessera.sim.timeline import run_timeline
+    from tessera.sim.timeline_inputs import timeline_inputs
+    from tessera.sim.timeline_policies import resolve_policy
+    from tessera.sim.timeline_report import write_timeline_report
+
     with one_line_errors():
         names = [resolve_policy(n.strip()).name for n in policies.split(",") if n.strip()]
         seed_list = parse_seeds(seeds)
@@ -210,6 +223,10 @@ def bench_placement(
     inflate: InflateOption = 1.3,
 ) -> None:
     """Placement speed on the inflated arrival sequence, printed as one JSON line."""
+    from tessera.sim.benchmark import measure_placement
+    from tessera.sim.inputs import load_inputs
+    from tessera.sim.sweep import check_inflate, parse_policies
+
     with one_line_errors():
         names = parse_policies(policy, "--policy")
         if len(names) != 1:
@@ -238,6 +255,10 @@ def up(
     demo: Annotated[bool, typer.Option("--demo", help="Submit a small demo mix once ready (make run).")] = False,
 ) -> None:
     """Start the control plane: HTTP API, scheduler loop and local backend in one process."""
+    from tessera.core.placement import make_policy
+    from tessera.server.loop import LoopConfig
+    from tessera.server.up import UpConfig, serve
+
     with one_line_errors():
         make_policy(policy)  # fail early on an unknown name
         loop = LoopConfig(run_dir=data_dir, placement_policy=policy)

@@ -118,8 +118,8 @@ class LocalBackend:
                 _write_atomically(self.ref_path(spec.workload_id), json.dumps(dataclasses.asdict(ref)) + "\n")
             except OSError as error:  # the workload runs all the same; only find() will not know it
                 logger.warning("%s: cannot record its process reference: %s", spec.workload_id, error)
-        command = " ".join(shlex.join(spec.argv).split())
-        logger.info("launched %s as pid %d: %s", spec.workload_id, popen.pid, command[:120])
+        one_line = " ".join(shlex.join(spec.argv).split())
+        logger.info("launched %s as pid %d: %s", spec.workload_id, popen.pid, one_line[:120])
         return ref
 
     def adopt(self, ref: ProcessRef) -> None:

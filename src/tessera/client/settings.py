@@ -12,7 +12,8 @@ import yaml
 
 from tessera.errors import InputFileError
 
-DEFAULT_URL = "http://127.0.0.1:8470"
+DEFAULT_PORT = 8470  # tessera up's default port
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 
 
 @dataclass(frozen=True, slots=True)

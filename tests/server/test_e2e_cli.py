@@ -1,0 +1,115 @@
+"""The CLI against a real ``tessera up``: JSON outputs a script can rely on, tokens per tenant, and bad input as one
+line naming the file, line and field, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from live_server import ADMIN, LiveServer, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    live = LiveServer(tmp_path_factory.mktemp("cli") / "data", gpus="2xA100-80GB")
+    live.start()
+    yield live
+    with live.client() as client:
+        for w in client.workloads(["pending", "running"]):
+            client.cancel(w["id"])
+        wait_for(lambda: not client.workloads(["running"]), timeout_s=30)
+    live.stop()
+
+
+def tessera(
+    server: LiveServer, *args: str, token: str = ADMIN, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {"TESSERA_URL": server.url, "TESSERA_TOKEN": token, "PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}
+    return subprocess.run(
+        [sys.executable, "-m", "tessera.cli", *args], capture_output=True, text=True, env=env, timeout=60, cwd=cwd
+    )
+
+
+def test_submit_show_jobs_cancel_as_json(server: LiveServer) -> None:
+    done = tessera(server, "submit", "--gpu-fraction", "0.25", "--name", "quick", "--json", "--", "echo", "hi")
+    assert done.returncode == 0, done.stderr
+    created = json.loads(done.stdout)
+    assert created["state"] == "pending" and created["gpu_milli"] == 250
+
+    slow = json.loads(tessera(server, "submit", "--gpus", "1", "--json", "--", "sleep", "300").stdout)
+    shown = wait_for(
+        lambda: json.loads(tessera(server, "show", str(slow["id"]), "--json").stdout)["state"] == "running"
+    )
+    assert shown
+    listed = json.loads(tessera(server, "jobs", "--json").stdout)
+    assert slow["id"] in [w["id"] for w in listed]
+    assert tessera(server, "cancel", str(slow["id"])).returncode == 0
+    final = wait_for(
+        lambda: (
+            (w := json.loads(tessera(server, "show", str(slow["id"]), "--json").stdout))["state"] in ("cancelled",)
+            and w
+        )
+    )
+    assert final["state"] == "cancelled"
+    quick = wait_for(
+        lambda: (
+            (w := json.loads(tessera(server, "show", str(created["id"]), "--json").stdout))["state"] == "succeeded"
+            and w
+        )
+    )
+    assert quick["exit_code"] == 0
+    assert tessera(server, "logs", str(created["id"])).stdout == "hi\n"
+    table = tessera(server, "jobs", "--all").stdout
+    assert "quick" in table and "succeeded" in table
+
+
+def test_tenant_token_scopes_what_the_cli_sees(server: LiveServer) -> None:
+    created = json.loads(tessera(server, "token", "create", "--tenant", "team-x", "--json").stdout)
+    mine = json.loads(tessera(server, "submit", "--json", "--", "true", token=created["token"]).stdout)
+    assert mine["queue"] == "team-x"
+    other = json.loads(tessera(server, "token", "create", "--tenant", "team-y", "--json").stdout)["token"]
+    hidden = tessera(server, "show", str(mine["id"]), token=other)
+    assert hidden.returncode == 2 and hidden.stderr == f"error: no workload {mine['id']}\n"
+    assert json.loads(tessera(server, "jobs", "--json", "--all", token=other).stdout) == []
+    denied = tessera(server, "jobs", token="wrong")
+    assert denied.returncode == 2 and "missing or invalid token" in denied.stderr
+
+
+def test_bad_input_is_one_line_naming_file_line_and_field(server: LiveServer, tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: trainer\ncommand: [python, train.py]\ngpus: 1\ngpu_fraction: 1.5\n")
+    result = tessera(server, "submit", "-f", str(spec))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: {spec}:4: gpu_fraction: ")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+    spec.write_text("command: [python, train.py]\ngpus: 1\ngpu_types: [X100]\n")
+    result = tessera(server, "submit", "-f", str(spec))
+    assert result.returncode == 2 and result.stderr.startswith(f"error: {spec}:3: gpu_types: unknown GPU")
+
+    spec.write_text("command: [python\n")
+    result = tessera(server, "submit", "-f", str(spec))
+    assert result.returncode == 2 and result.stderr.startswith(f"error: {spec}:2: ")
+
+    result = tessera(server, "submit", "--gpus", "-1", "--", "true")
+    assert result.returncode == 2 and result.stderr.startswith("error: gpus: ")
+    result = tessera(server, "submit", "--queue", "nope", "--", "true")
+    assert result.returncode == 2 and result.stderr.startswith("error: queue: unknown queue 'nope'")
+    result = tessera(server, "submit", "--gpus", "4", "--", "true")
+    assert result.returncode == 2 and "largest node has 2" in result.stderr
+    result = tessera(server, "submit", "--gpus", "1")
+    assert result.returncode == 2 and result.stderr.startswith("error: command: nothing to run")
+
+
+def test_unreachable_server_is_one_line(tmp_path: Path) -> None:
+    dead = LiveServer(tmp_path)  # never started: nothing listens on its port
+    result = tessera(dead, "jobs")
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: cannot reach the Tessera server at {dead.url}")
+    assert result.stderr.count("\n") == 1
