@@ -1,0 +1,44 @@
+"""The scheduler loop's own rules, in process with the fake backend: decisions are stored before anything acts on
+them, a preemptor starts only after its victims have exited, and a preempted workload is requeued."""
+
+from __future__ import annotations
+
+from server_harness import ADMIN, MakeHarness
+
+
+def _queue(h, name: str, gpus: float, cohort: str = "lab") -> None:  # type: ignore[no-untyped-def]
+    body = {"name": name, "tenant": name, "cohort": cohort, "nominal": {"*": {"gpus": gpus}}}
+    response = h.http.post("/v1/queues", json=body, headers=h.as_(ADMIN))
+    assert response.status_code == 201, response.text
+
+
+def _token(h, tenant: str) -> str:  # type: ignore[no-untyped-def]
+    return str(h.http.post("/v1/tokens", json={"tenant": tenant}, headers=h.as_(ADMIN)).json()["token"])
+
+
+def test_reclaim_preempts_the_borrower_and_the_owner_starts_after_the_victim_exits(make_harness: MakeHarness) -> None:
+    h = make_harness("2xA100-80GB")
+    _queue(h, "team-a", 1)
+    _queue(h, "team-b", 1)
+    a, b = _token(h, "team-a"), _token(h, "team-b")
+    borrowed = [h.submit(a, gpus=1, priority="training")["id"] for _ in range(2)]  # team-a borrows team-b's GPU
+    h.step()
+    assert [h.get(w)["state"] for w in borrowed] == ["running", "running"]
+
+    owner = h.submit(b, gpus=1, priority="training")["id"]
+    h.step()  # reclaim: one of team-a's workloads is preempted, team-b's is bound but not launched yet
+    stopped = [w for w, _ in h.backend.stops]
+    assert len(stopped) == 1 and int(stopped[0]) in borrowed
+    owner_row = h.get(owner)
+    assert owner_row["state"] == "running"  # the decision is stored ...
+    assert str(owner) not in {s.workload_id for s in h.backend.launched}  # ... but it waits for the victim to exit
+    events = h.http.get(f"/v1/workloads/{stopped[0]}/events", headers=h.as_(ADMIN)).json()
+    assert events[-1]["kind"] == "preempted" and "reclaim" in events[-1]["message"]
+
+    h.step()  # the fake ends the victim (SIGTERM honoured); now the owner launches and the victim waits again
+    assert str(owner) in {s.workload_id for s in h.backend.launched}
+    victim = h.get(stopped[0], a)
+    assert victim["state"] == "pending" and victim["attempts"] == 1
+    kinds = [e["kind"] for e in h.http.get(f"/v1/workloads/{stopped[0]}/events", headers=h.as_(ADMIN)).json()]
+    assert kinds[-2:] == ["preempted", "requeued"]
+
