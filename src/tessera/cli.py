@@ -15,8 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -28,9 +27,10 @@ from rich.table import Table
 
 from tessera.client.commands import register as register_client_commands
 from tessera.client.settings import DEFAULT_PORT
-from tessera.core.errors import InvalidRequestError, TesseraError
+from tessera.core.errors import InvalidRequestError
 from tessera.core.placement import FGD_STUDY_POLICIES
 from tessera.sim.timeline_policies import TIMELINE_POLICIES
+from tessera.terminal import one_line_errors
 
 # The simulator (matplotlib) and the server (FastAPI, SQLAlchemy) load only in the commands that use them, so that
 # the API commands (tessera jobs, submit, ...) start quickly.
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from tessera.sim.report import PolicySummary, ReportFiles
     from tessera.sim.sweep import RunResult
 
-EXIT_BAD_INPUT = 2
 ALL_POLICIES = ",".join(FGD_STUDY_POLICIES)
 
 app = typer.Typer(
@@ -66,21 +65,6 @@ InflateOption = Annotated[
 ]
 
 
-@contextmanager
-def one_line_errors() -> Iterator[None]:
-    """Turn expected failures into ``error: <message>`` on stderr and exit code 2."""
-    try:
-        yield
-    except TesseraError as exc:
-        _fail(str(exc))
-    except OSError as exc:  # a missing, unreadable or unwritable path (input files report theirs as TesseraError)
-        where = f"{exc.filename}: " if exc.filename else ""
-        _fail(f"{where}{exc.strerror or exc}")
-
-
-def _fail(message: str) -> None:
-    typer.echo("error: " + " ".join(message.splitlines()), err=True)
-    raise typer.Exit(EXIT_BAD_INPUT)
 
 
 @simulate_app.command("fgd")

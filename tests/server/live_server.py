@@ -64,6 +64,13 @@ class LiveServer:
         os.kill(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=10)
 
+    def cancel_all(self) -> None:
+        """Cancel every workload still active and wait until none runs (so no process outlives the test)."""
+        with self.client() as client:
+            for w in client.workloads(["pending", "running"]):
+                client.cancel(w["id"])
+            wait_for(lambda: not client.workloads(["running"]), timeout_s=30)
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)

@@ -20,10 +20,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     live = LiveServer(tmp_path_factory.mktemp("cli") / "data", gpus="2xA100-80GB")
     live.start()
     yield live
-    with live.client() as client:
-        for w in client.workloads(["pending", "running"]):
-            client.cancel(w["id"])
-        wait_for(lambda: not client.workloads(["running"]), timeout_s=30)
+    live.cancel_all()
     live.stop()
 
 

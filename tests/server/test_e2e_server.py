@@ -24,10 +24,7 @@ def server(tmp_path: Path) -> Iterator[LiveServer]:
     live = LiveServer(tmp_path / "data")
     live.start()
     yield live
-    with live.client() as client:
-        for w in client.workloads(["pending", "running"]):
-            client.cancel(w["id"])
-        wait_for(lambda: not client.workloads(["running"]), timeout_s=30)
+    live.cancel_all()
     live.stop()
 
 
