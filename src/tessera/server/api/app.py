@@ -1,22 +1,26 @@
 """``create_app(ctx)``: the FastAPI application over one server's store and loop.
 
-Errors are JSON: ``{"detail": "...", "field": "..."}`` with 401 (no or wrong token), 403 (admin only), 404 (not
-found, including another tenant's workload) or 422 (invalid body; ``field`` names the offending field).
+Errors are JSON: ``{"detail": "...", "field": "..."}`` with 400 (a body that is not UTF-8 text; ``field`` is
+``body``), 401 (no or wrong token), 403 (admin only), 404 (not found, including another tenant's workload) or 422
+(invalid body; ``field`` names the offending field, ``body`` when it is not JSON at all).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tessera.errors import InvalidRequestError
 from tessera.server.api import routes
-from tessera.server.api.schemas import Health
+from tessera.server.api.schemas import ErrorOut, Health
 from tessera.server.loop import SchedulerLoop
 from tessera.server.metrics import ServerMetrics
 from tessera.server.pool import Pool
@@ -46,7 +50,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
         errors = exc.errors()
         first = errors[0] if errors else {}
         loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
-        field = ".".join(loc) or "body"
+        field = "body" if first.get("type") == "json_invalid" else ".".join(loc) or "body"  # loc: character offset
         detail = f"{field}: {first.get('msg', 'invalid')}"
         return JSONResponse(status_code=422, content={"detail": detail, "field": field, "errors": _plain(errors)})
 
@@ -54,7 +58,13 @@ def create_app(ctx: ServerContext) -> FastAPI:
     async def _invalid_request(_: Request, exc: InvalidRequestError) -> JSONResponse:
         return JSONResponse(status_code=422, content={"detail": str(exc), "field": exc.field})
 
-    @app.get("/healthz", response_model=Health, tags=["operations"])
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 400:  # FastAPI raises it for a body it cannot decode (not UTF-8)
+            return JSONResponse(status_code=400, content={"detail": f"body: {exc.detail}", "field": "body"})
+        return await http_exception_handler(request, exc)
+
+    @app.get("/healthz", response_model=Health, tags=["operations"], responses={503: _error("starting")})
     def healthz() -> Health | JSONResponse:
         if not ctx.ready:
             return JSONResponse(status_code=503, content={"detail": "starting"})
@@ -65,8 +75,18 @@ def create_app(ctx: ServerContext) -> FastAPI:
     def metrics() -> PlainTextResponse:
         return PlainTextResponse(generate_latest(ctx.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    app.include_router(routes.router(ctx), prefix="/v1")
+    errors: dict[int | str, dict[str, Any]] = {
+        400: _error("the body could not be decoded"),
+        401: _error("missing or invalid token"),
+        422: _error("invalid request; `field` names the field"),
+    }
+    app.include_router(routes.router(ctx), prefix="/v1", responses=errors)
     return app
+
+
+def _error(description: str) -> dict[str, Any]:
+    """An error response for the OpenAPI document: every error body is an ``ErrorOut``."""
+    return {"model": ErrorOut, "description": description}
 
 
 def _plain(errors: object) -> object:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, s
 from fastapi import Path as PathParam
 
 from tessera.server.api.schemas import (
+    ErrorOut,
     EventOut,
     GpuOut,
     LogChunk,
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
 StateName = Literal["pending", "running", "succeeded", "failed", "cancelled", "preempted"]
 MAX_LOG_CHUNK = 1 << 20
 WorkloadId = Annotated[int, PathParam(ge=1, le=2**62)]
+# Error responses in the OpenAPI document (401 and 422 are declared once for all of /v1, in app.py).
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut, "description": "no such workload, or not yours"}}
+ADMIN_ONLY: dict[int | str, dict[str, Any]] = {403: {"model": ErrorOut, "description": "admin token required"}}
 
 
 def current_principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
@@ -76,18 +80,18 @@ def router(ctx: ServerContext) -> APIRouter:
         rows = ctx.store.list_workloads(tenant=tenant, states=state or (), queue=queue, limit=limit, after_id=after)
         return [workload_out(r, ctx) for r in rows]
 
-    @api.get("/workloads/{workload_id}", response_model=WorkloadOut, tags=["workloads"])
+    @api.get("/workloads/{workload_id}", response_model=WorkloadOut, responses=NOT_FOUND, tags=["workloads"])
     def get_workload(workload_id: WorkloadId, caller: Caller) -> WorkloadOut:
         return workload_out(visible(workload_id, caller), ctx)
 
-    @api.post("/workloads/{workload_id}/cancel", response_model=WorkloadOut, tags=["workloads"])
+    @api.post("/workloads/{workload_id}/cancel", response_model=WorkloadOut, responses=NOT_FOUND, tags=["workloads"])
     def cancel(workload_id: WorkloadId, caller: Caller) -> WorkloadOut:
         visible(workload_id, caller)
         row = ctx.store.request_cancel(workload_id, ctx.clock())
         assert row is not None
         return workload_out(row, ctx)
 
-    @api.get("/workloads/{workload_id}/events", response_model=list[EventOut], tags=["workloads"])
+    @api.get("/workloads/{workload_id}/events", response_model=list[EventOut], responses=NOT_FOUND, tags=["workloads"])
     def workload_events(workload_id: WorkloadId, caller: Caller) -> list[EventOut]:
         visible(workload_id, caller)
         return [
@@ -95,7 +99,7 @@ def router(ctx: ServerContext) -> APIRouter:
             for e in ctx.store.events(workload_id)
         ]
 
-    @api.get("/workloads/{workload_id}/logs", response_model=LogChunk, tags=["workloads"])
+    @api.get("/workloads/{workload_id}/logs", response_model=LogChunk, responses=NOT_FOUND, tags=["workloads"])
     def logs(
         workload_id: WorkloadId,
         caller: Caller,
@@ -121,13 +125,13 @@ def router(ctx: ServerContext) -> APIRouter:
     def queues(caller: Caller) -> list[QueueOut]:
         return [queue_out(q, ctx) for q in ctx.store.queues() if caller.may_use(q)]
 
-    @api.post("/queues", status_code=201, response_model=QueueOut, tags=["queues"])
+    @api.post("/queues", status_code=201, response_model=QueueOut, responses=ADMIN_ONLY, tags=["queues"])
     def put_queue(body: QueueIn, caller: Caller) -> QueueOut:
         admin_only(caller)
         row = ctx.store.put_queue(queue_row(body, ctx.pool, ctx.clock()))
         return queue_out(row, ctx)
 
-    @api.post("/tokens", status_code=201, response_model=TokenOut, tags=["tokens"])
+    @api.post("/tokens", status_code=201, response_model=TokenOut, responses=ADMIN_ONLY, tags=["tokens"])
     def create_token(body: TokenIn, caller: Caller) -> TokenOut:
         admin_only(caller)
         secret, queue = create_tenant_token(ctx.store, body.tenant, body.label, ctx.clock())

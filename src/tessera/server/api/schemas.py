@@ -5,9 +5,9 @@ Text fields refuse NUL characters and unencodable surrogates: they could not be 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
 
 def _storable(text: str) -> str:
@@ -23,8 +23,10 @@ def _storable(text: str) -> str:
 Text = Annotated[str, AfterValidator(_storable)]
 Name = Annotated[str, AfterValidator(_storable), Field(max_length=200)]
 QueueName = Annotated[str, AfterValidator(_storable), Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")]
-Memory = int | float | Annotated[str, Field(max_length=50)]
-Cpu = int | float | Annotated[str, Field(max_length=50)]
+# Strict numbers in the unions below: in lax mode a string of digits too long for the ``str`` branch would be read
+# as a number instead of being refused; a short one reaches the ``str`` branch and is parsed there.
+Memory = StrictInt | StrictFloat | Annotated[str, Field(max_length=50)]
+Cpu = StrictInt | StrictFloat | Annotated[str, Field(max_length=50)]
 
 
 class WorkloadSpec(BaseModel):
@@ -43,7 +45,7 @@ class WorkloadSpec(BaseModel):
     gpu_types: list[Annotated[str, Field(max_length=50)]] = Field(default_factory=list, max_length=20)
     cpu: Cpu | None = Field(None, description="CPU cores: 4, 0.5 or '500m'")
     mem: Memory | None = Field(None, description="host memory: MiB, or '16GiB'")
-    priority: int | Annotated[str, Field(max_length=50)] | None = Field(
+    priority: StrictInt | Annotated[str, Field(max_length=50)] | None = Field(
         None, description="a number (larger first) or a priority class: inference-critical, training, best-effort"
     )
     queue: QueueName | None = Field(None, description="default: the tenant's queue")
@@ -167,6 +169,14 @@ class TokenOut(BaseModel):
     token: str = Field(description="shown once; only its hash is stored")
     tenant: str
     queue: str
+
+
+class ErrorOut(BaseModel):
+    """Every error response: 401, 403, 404, 422 (``field`` names the offending field), 503 while starting."""
+
+    detail: str
+    field: str | None = Field(None, description="the request field at fault (422)")
+    errors: list[dict[str, Any]] | None = Field(None, description="every validation error of the body (422)")
 
 
 class Health(BaseModel):
