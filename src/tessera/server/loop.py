@@ -117,7 +117,7 @@ class SchedulerLoop:
             self.state, make_policy(config.placement_policy, (), self.state.model_names), TieBreak.FIRST
         )
         self.running: dict[int, _Running] = {}
-        self._pending: dict[int, WorkloadRow] = {}
+        self._pending: dict[int, PendingWorkload] = {}  # built once per workload; whole rows are read at bind
         self._reasons: dict[int, str] = {}
         self.queue_specs: tuple[QueueSpec, ...] = ()
         self.scheduler = Scheduler(self.placer)
@@ -145,17 +145,12 @@ class SchedulerLoop:
 
     def _pending_workloads(self) -> list[PendingWorkload]:
         ids = set(self.store.ids_in(PENDING))
-        for gone in set(self._pending) - ids:
+        for gone in self._pending.keys() - ids:
             del self._pending[gone]
             self._reasons.pop(gone, None)
-        new = ids - set(self._pending)
-        for row in self.store.workloads_by_id(sorted(new)):
-            if row.state == PENDING:
-                self._pending[row.id] = row
-        return [
-            PendingWorkload(str(r.id), request_of(r), r.submitted_at, r.priority, r.queue)
-            for r in self._pending.values()
-        ]
+        for r in self.store.pending_requests(sorted(ids - self._pending.keys())):
+            self._pending[r.id] = PendingWorkload(str(r.id), request_of(r), r.submitted_at, r.priority, r.queue)
+        return list(self._pending.values())
 
     def _candidates(self) -> list[RunningWorkload]:
         return [
@@ -181,8 +176,9 @@ class SchedulerLoop:
             events.append(Event(wid, "preempted", f"{preempt.reason} (for workload {preempt.preemptor})"))
         self.guard = self.guard.record(str(v) for v in victims)
         bound: list[_Running] = []
+        rows = {row.id: row for row in self.store.workloads_by_id(int(b.workload_id) for b in plan.binds)}
         for bind in plan.binds:
-            entry = self._bind(bind, now, victims)
+            entry = self._bind(bind, rows[int(bind.workload_id)], now, victims)
             bound.append(entry)
             changes.append(self._bind_change(entry, now))
             events.append(Event(entry.row.id, "bound", _describe(entry, self.pool)))
@@ -194,15 +190,14 @@ class SchedulerLoop:
         self.store.update_workloads(changes, events, now)  # decisions are durable before anything acts on them
         for wid in victims:
             self.backend.stop(str(wid), self.config.stop_grace_s)
-        for entry in bound:
-            if self.on_start is not None:
+        if self.on_start is not None:
+            for entry in bound:
                 self.on_start(entry.row, now - entry.row.submitted_at)
-            if not entry.waits_for:
-                self._launch(entry, now)
+        self._launch_all([entry for entry in bound if not entry.waits_for], now)
 
-    def _bind(self, bind: Bind, now: float, victims: set[int]) -> _Running:
+    def _bind(self, bind: Bind, row: WorkloadRow, now: float, victims: set[int]) -> _Running:
         wid = int(bind.workload_id)
-        row = self._pending.pop(wid)
+        del self._pending[wid]
         self._reasons.pop(wid, None)
         for placement in bind.placements:
             self.state.bind(placement)
@@ -233,23 +228,37 @@ class SchedulerLoop:
     # -------------------------------------------------------------------------------------------- processes
 
     def _launch_ready(self, now: float) -> None:
+        ready: list[_Running] = []
         for entry in list(self.running.values()):
             if not entry.launched and entry.stop_sent is None:
                 entry.waits_for &= set(self.running)
                 if not entry.waits_for:
-                    self._launch(entry, now)
+                    ready.append(entry)
+        self._launch_all(ready, now)
 
-    def _launch(self, entry: _Running, now: float) -> None:
-        row = entry.row
+    def _launch_all(self, entries: list[_Running], now: float) -> None:
+        """Launch ``entries`` and store their process refs in one transaction (one per launch made a step over
+        thousands of binds take seconds). A ref that a crash keeps from the store is found again by
+        ``Backend.find`` in ``recover``, as before."""
+        changes: list[dict[str, Any]] = []
+        events: list[Event] = []
+        for entry in entries:
+            ref = self._launch(entry, now)
+            if ref is not None:
+                changes.append({"id": entry.row.id, **_ref_columns(ref)})
+                events.append(Event(entry.row.id, "started", _pid(ref)))
+        if changes:
+            self.store.update_workloads(changes, events, now)
+
+    def _launch(self, entry: _Running, now: float) -> ProcessRef | None:
+        """Start the process of ``entry``; None when it could not start (the workload has then failed)."""
         spec = self._launch_spec(entry)
-        try:
-            ref = self.backend.launch(spec)
-        except (OSError, TesseraError) as exc:
-            entry.launched = True
-            self._finish(entry, WorkloadState.FAILED, None, f"could not start: {exc}", now)
-            return
         entry.launched = True
-        self.store.update_workloads([{"id": row.id, **_ref_columns(ref)}], [Event(row.id, "started", _pid(ref))], now)
+        try:
+            return self.backend.launch(spec)
+        except (OSError, TesseraError) as exc:
+            self._finish(entry, WorkloadState.FAILED, None, f"could not start: {exc}", now)
+            return None
 
     def _launch_spec(self, entry: _Running) -> LaunchSpec:
         row = entry.row

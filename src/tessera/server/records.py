@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import Row
+
 from tessera.core.queueing import QueueSpec, ResourceVector
 from tessera.core.queueing.quotas import Admission
 from tessera.core.workload import Placement, Request
@@ -16,7 +18,8 @@ from tessera.server.store.models import QueueRow, WorkloadRow
 NO_LIMIT = 2**40  # a quota component left out is not limited
 
 
-def request_of(row: WorkloadRow) -> Request:
+def request_of(row: WorkloadRow | Row[Any]) -> Request:
+    """The request of a stored workload (a whole row, or the columns of ``Store.pending_requests``)."""
     return Request(
         num_gpus=row.num_gpus,
         gpu_milli=row.gpu_milli,

@@ -1,0 +1,113 @@
+"""The store's bulk paths that one scheduling step relies on (on SQLite and on PostgreSQL when ``make test`` runs
+one): many changes with different columns in one transaction, the light read of pending requests, and a step that
+stores all its launches' process refs at once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from server_harness import MakeHarness
+
+from tessera.backends.base import LaunchSpec, ProcessRef
+from tessera.backends.fake import FakeBackend
+from tessera.server.store.db import open_engine
+from tessera.server.store.models import WorkloadRow
+from tessera.server.store.store import Event, Store
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    url = f"sqlite:///{tmp_path / 'store.db'}" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+    return Store(open_engine(str(url)))
+
+
+def _row(state: str = "pending", **columns: object) -> WorkloadRow:
+    values: dict[str, object] = {
+        "name": "w",
+        "tenant": "t",
+        "queue": "q",
+        "kind": "batch",
+        "state": state,
+        "priority": 0,
+        "priority_class": "",
+        "preemptible": True,
+        "num_gpus": 1,
+        "gpu_milli": 500,
+        "gpu_mem_mib": 0,
+        "gpu_types": "",
+        "cpu_milli": 1000,
+        "mem_mib": 64,
+        "command": ["true"],
+        "env": {},
+        "submitted_at": 10.0,
+        "reason": "",
+        "attempts": 0,
+        "cancel_requested": False,
+    }
+    values.update(columns)
+    return WorkloadRow(**values)
+
+
+def test_changes_with_different_columns_apply_in_one_call(store: Store) -> None:
+    a = store.add_workload(_row(placement=[{"node": "n"}], admission={"queue": "q"}), 1.0)
+    b = store.add_workload(_row(), 1.0)
+    changes = [
+        {"id": a.id, "state": "pending", "placement": None, "admission": None, "reason": "requeued"},
+        {"id": b.id, "reason": "waiting"},
+        {"id": b.id, "reason": "still waiting", "attempts": 2},  # a later change of the same row wins
+    ]
+    store.update_workloads(changes, [Event(a.id, "requeued", "x"), Event(b.id, "pending", "y")], 5.0)
+    got_a, got_b = store.get_workload(a.id), store.get_workload(b.id)
+    assert got_a is not None and got_b is not None
+    assert (got_a.state, got_a.placement, got_a.admission, got_a.reason) == ("pending", None, None, "requeued")
+    assert (got_b.reason, got_b.attempts) == ("still waiting", 2)
+    assert [(e.kind, e.at) for e in store.events(a.id)] == [("submitted", 1.0), ("requeued", 5.0)]
+    with pytest.raises(KeyError):
+        store.update_workloads([{"id": a.id, "no_such_column": 1}], [], 6.0)
+
+
+def test_pending_requests_reads_only_pending_workloads(store: Store) -> None:
+    waiting = store.add_workload(_row(gpu_types="A100-80GB,H100-80GB", priority=5), 1.0)
+    running = store.add_workload(_row(state="running"), 1.0)
+    rows = store.pending_requests([waiting.id, running.id, 999])
+    assert [(r.id, r.gpu_types, r.priority, r.gpu_milli, r.queue) for r in rows] == [
+        (waiting.id, "A100-80GB,H100-80GB", 5, 500, "q")
+    ]
+
+
+class _FailingLaunches(FakeBackend):
+    """Refuses to start a process whose command is ``fail``."""
+
+    def launch(self, spec: LaunchSpec) -> ProcessRef:
+        if spec.argv[0] == "fail":
+            raise OSError("no such file: fail")
+        return super().launch(spec)
+
+
+def test_a_step_stores_every_launch_in_one_transaction_and_a_failed_launch_fails_alone(
+    make_harness: MakeHarness,
+) -> None:
+    h = make_harness("2xA100-80GB", backend=_FailingLaunches())
+    ids = [h.submit(gpus=1, gpu_fraction=0.25)["id"] for _ in range(5)]
+    broken = h.submit(gpus=1, gpu_fraction=0.25, command=["fail"])["id"]
+    store = h.server.ctx.store
+    writes: list[int] = []
+    update = store.update_workloads
+
+    def counted(changes: Sequence[Mapping[str, Any]], events: Sequence[Event], now_s: float) -> None:
+        writes.append(len(changes))
+        update(changes, events, now_s)
+
+    store.update_workloads = counted  # type: ignore[method-assign]
+    h.step()
+    # The decisions (6 binds), the failed launch (1) and the refs of the five that started (5): three transactions.
+    assert writes == [6, 1, 5]
+    for wid in ids:
+        row = store.get_workload(int(str(wid)))
+        assert row is not None and row.state == "running" and row.pid is not None
+        assert [e.kind for e in store.events(row.id)] == ["submitted", "bound", "started"]
+    failed = h.get(broken)
+    assert failed["state"] == "failed" and "could not start" in str(failed["reason"])
