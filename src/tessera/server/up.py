@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
@@ -147,6 +149,10 @@ def start_loop(server: Server) -> threading.Thread:
     return thread
 
 
+def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
 def serve(config: UpConfig, announce: Callable[[str], None], *, demo: bool = False) -> None:
     """Run until SIGINT/SIGTERM. With ``demo``, submit the demo mix once ready and stop its workloads at the end."""
     check_port_free(config.host, config.port)
@@ -164,6 +170,10 @@ def serve(config: UpConfig, announce: Callable[[str], None], *, demo: bool = Fal
         gpu_count = sum(n.gpu_count for n in pool.nodes)
         threading.Thread(target=submit_demo, args=(config.url, token, gpu_count, announce), daemon=True).start()
     uv = uvicorn.Server(uvicorn.Config(server.app, host=config.host, port=config.port, log_level="warning"))
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn shuts down on SIGTERM, then restores this handler and raises the signal again: with the default
+        # one the process would die there, before the cleanup below (loop joined, backend closed).
+        signal.signal(signal.SIGTERM, _exit_cleanly)
     try:
         uv.run()
     finally:
