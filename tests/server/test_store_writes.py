@@ -69,6 +69,22 @@ def test_changes_with_different_columns_apply_in_one_call(store: Store) -> None:
         store.update_workloads([{"id": a.id, "no_such_column": 1}], [], 6.0)
 
 
+def test_many_workloads_getting_the_same_values_are_updated_together(store: Store) -> None:
+    ids = [store.add_workload(_row(), 1.0).id for _ in range(1203)]  # more than one IN list of 500
+    reasons = {wid: ("no room" if wid % 3 else f"own reason {wid}") for wid in ids}
+    store.update_workloads([{"id": wid, "reason": reasons[wid]} for wid in ids], [], 2.0)
+    freed, alone = ids[:700], ids[700]
+    changes = [{"id": wid, "state": "pending", "placement": None, "pid": None} for wid in freed]
+    store.update_workloads(changes, [], 3.0)  # grouped
+    store.update_workloads([{"id": alone, "state": "pending", "placement": None, "pid": None}], [], 3.0)  # alone
+    rows = {row.id: row for row in store.workloads_by_id(ids)}
+    assert {wid: rows[wid].reason for wid in ids} == reasons
+    assert all(rows[wid].placement is None and rows[wid].pid is None for wid in [*freed, alone])
+    with store.engine.connect() as raw:  # a JSON None is stored the same way grouped or alone
+        stored = raw.exec_driver_sql("SELECT DISTINCT placement IS NULL FROM workloads WHERE id <= 701").all()
+    assert len(stored) == 1
+
+
 def test_pending_requests_reads_only_pending_workloads(store: Store) -> None:
     waiting = store.add_workload(_row(gpu_types="A100-80GB,H100-80GB", priority=5), 1.0)
     running = store.add_workload(_row(state="running"), 1.0)

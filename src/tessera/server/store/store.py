@@ -7,6 +7,7 @@ Rows come back detached (``expire_on_commit=False``): read them freely, change t
 from __future__ import annotations
 
 import hashlib
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
@@ -124,16 +125,14 @@ class Store:
 
     def update_workloads(self, changes: Sequence[Mapping[str, Any]], events: Sequence[Event], now_s: float) -> None:
         """Apply ``changes`` (each a dict with ``id`` and the columns to set) and record ``events``, atomically."""
-        # Core statements, one executemany per run of changes that set the same columns: a step can write thousands
-        # of decisions, and the ORM's bulk paths cost more per row than the database does.
+        # Core statements per run of changes that set the same columns: a step can write thousands of decisions, and
+        # the ORM's bulk paths cost more per row than the database does.
         with self._sessions.begin() as session:
             for columns, run in groupby(changes, key=_columns):
                 unknown = set(columns) - set(WORKLOADS.c.keys())
                 if unknown or columns == ("id",):
                     raise KeyError(f"workload change with unknown or no columns: {sorted(unknown) or columns}")
-                statement = update(WORKLOADS).where(WORKLOADS.c.id == bindparam("id_"))
-                params = [{"id_": change["id"], **{c: change[c] for c in columns if c != "id"}} for change in run]
-                session.execute(statement, params)
+                _update_run(session, [c for c in columns if c != "id"], list(run))
             if events:
                 session.execute(
                     insert(EVENTS),
@@ -219,6 +218,35 @@ class Store:
 
 def _columns(change: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(change)
+
+
+def _update_run(session: Session, columns: list[str], run: list[Mapping[str, Any]]) -> None:
+    """Workloads that get the same values (the reason thousands wait, say) get one ``UPDATE ... WHERE id IN (...)``
+    per value; the others one executemany, row by row."""
+    shared = _ids_by_values(columns, run)
+    grouped = {workload_id for ids in shared.values() for workload_id in ids}
+    singles = [change for change in run if change["id"] not in grouped]
+    if singles:
+        statement = update(WORKLOADS).where(WORKLOADS.c.id == bindparam("id_"))
+        session.execute(statement, [{"id_": change["id"], **{c: change[c] for c in columns}} for change in singles])
+    for values, ids in shared.items():
+        assignments = dict(zip(columns, values, strict=True))
+        for start in range(0, len(ids), 500):  # keep the IN list within every database's limits
+            session.execute(update(WORKLOADS).where(WORKLOADS.c.id.in_(ids[start : start + 500])).values(assignments))
+
+
+def _ids_by_values(columns: list[str], run: list[Mapping[str, Any]]) -> dict[tuple[Any, ...], list[int]]:
+    """The ids of ``run`` by the values they get, for values shared by several; {} when the changes cannot be
+    grouped (a value that cannot be hashed, such as a placement, or the same workload twice: its order counts)."""
+    by_values: dict[tuple[Any, ...], list[int]] = defaultdict(list)
+    try:
+        for change in run:
+            by_values[tuple(change[c] for c in columns)].append(change["id"])
+    except TypeError:
+        return {}
+    if len({change["id"] for change in run}) < len(run):
+        return {}
+    return {values: ids for values, ids in by_values.items() if len(ids) > 1}
 
 
 def _submitted(row: WorkloadRow) -> str:
