@@ -42,3 +42,28 @@ def test_reclaim_preempts_the_borrower_and_the_owner_starts_after_the_victim_exi
     kinds = [e["kind"] for e in h.http.get(f"/v1/workloads/{stopped[0]}/events", headers=h.as_(ADMIN)).json()]
     assert kinds[-2:] == ["preempted", "requeued"]
 
+
+
+def test_a_cancel_that_arrives_while_the_step_plans_wins(make_harness: MakeHarness) -> None:
+    h = make_harness("1xA100-80GB")
+    wid = h.submit(gpus=1, gpu_fraction=0.5)["id"]
+    loop = h.server.ctx.loop
+    plan = loop.scheduler.plan
+    cancelled: list[int] = []
+
+    def plan_then_cancel(*args, **kwargs):  # type: ignore[no-untyped-def]
+        result = plan(*args, **kwargs)  # the step has chosen to bind it; the user cancels before the write
+        h.http.post(f"/v1/workloads/{wid}/cancel", headers=h.as_(ADMIN))
+        cancelled.append(wid)
+        return result
+
+    loop.scheduler.plan = plan_then_cancel  # type: ignore[method-assign]
+    h.step()
+    assert cancelled == [wid]
+    assert h.get(wid)["state"] == "cancelled"
+    assert h.backend.launched == []
+    assert int(loop.state.gpu_free_milli[0, 0]) == 1000  # the undone bind gave its share back
+    assert [e["kind"] for e in h.http.get(f"/v1/workloads/{wid}/events", headers=h.as_(ADMIN)).json()] == [
+        "submitted",
+        "cancelled",
+    ]

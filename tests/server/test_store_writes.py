@@ -117,7 +117,14 @@ def test_a_step_stores_every_launch_in_one_transaction_and_a_failed_launch_fails
         writes.append(len(changes))
         update(changes, events, now_s)
 
+    commit = store.commit_decisions
+
+    def counted_decisions(binds, pending, changes, events, now_s):  # type: ignore[no-untyped-def]
+        writes.append(len(binds) + len(pending) + len(changes))
+        return commit(binds, pending, changes, events, now_s)
+
     store.update_workloads = counted  # type: ignore[method-assign]
+    store.commit_decisions = counted_decisions  # type: ignore[method-assign]
     h.step()
     # The decisions (6 binds), the failed launch (1) and the refs of the five that started (5): three transactions.
     assert writes == [6, 1, 5]

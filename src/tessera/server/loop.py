@@ -169,25 +169,31 @@ class SchedulerLoop:
             wid = int(preempt.workload_id)
             entry = self.running[wid]
             self._release(entry)
-            entry.placements, entry.admission = (), None
             entry.stop_sent = f"preempted: {preempt.reason}"
             victims.add(wid)
             changes.append({"id": wid, "stop_reason": entry.stop_sent})
             events.append(Event(wid, "preempted", f"{preempt.reason} (for workload {preempt.preemptor})"))
         self.guard = self.guard.record(str(v) for v in victims)
         bound: list[_Running] = []
+        bind_changes: list[dict[str, Any]] = []
         rows = {row.id: row for row in self.store.workloads_by_id(int(b.workload_id) for b in plan.binds)}
         for bind in plan.binds:
             entry = self._bind(bind, rows[int(bind.workload_id)], now, victims)
             bound.append(entry)
-            changes.append(self._bind_change(entry, now))
+            bind_changes.append(self._bind_change(entry, now))
             events.append(Event(entry.row.id, "bound", _describe(entry, self.pool)))
+        reasons: list[dict[str, Any]] = []
         for wid_text, reason in plan.waiting.items():
             wid = int(wid_text)
             if self._reasons.get(wid) != reason:
                 self._reasons[wid] = reason
-                changes.append({"id": wid, "reason": reason})
-        self.store.update_workloads(changes, events, now)  # decisions are durable before anything acts on them
+                reasons.append({"id": wid, "reason": reason})
+        # Decisions are durable before anything acts on them; a bind that lost the race with a cancel is undone.
+        lost = self.store.commit_decisions(bind_changes, reasons, changes, events, now)
+        for entry in [e for e in bound if e.row.id in lost]:
+            self._release(entry)
+            del self.running[entry.row.id]
+            bound.remove(entry)
         for wid in victims:
             self.backend.stop(str(wid), self.config.stop_grace_s)
         if self.on_start is not None:

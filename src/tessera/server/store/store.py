@@ -13,13 +13,15 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
-from sqlalchemy import Engine, Row, Table, bindparam, func, insert, select, update
+from sqlalchemy import Engine, Row, Table, bindparam, func, insert, select, true, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from tessera.core.workload import WorkloadState
 from tessera.server.store.models import EventRow, MetaRow, QueueRow, TokenRow, WorkloadRow
 
-ACTIVE_STATES = (WorkloadState.PENDING.value, WorkloadState.RUNNING.value)
+PENDING = WorkloadState.PENDING.value
+RUNNING = WorkloadState.RUNNING.value
+ACTIVE_STATES = (PENDING, RUNNING)
 TERMINAL_STATES = tuple(s.value for s in WorkloadState if s.value not in ACTIVE_STATES)
 WORKLOADS: Table = WorkloadRow.__table__  # type: ignore[assignment]  # a declarative class's Table
 EVENTS: Table = EventRow.__table__  # type: ignore[assignment]
@@ -139,6 +141,40 @@ class Store:
                     [{"workload_id": e.workload_id, "at": now_s, "kind": e.kind, "message": e.message} for e in events],
                 )
 
+    def commit_decisions(
+        self,
+        binds: Sequence[Mapping[str, Any]],
+        pending_changes: Sequence[Mapping[str, Any]],
+        changes: Sequence[Mapping[str, Any]],
+        events: Sequence[Event],
+        now_s: float,
+    ) -> set[int]:
+        """One step's decisions in one transaction. ``binds`` and ``pending_changes`` (e.g. why a workload waits)
+        apply only to workloads still pending and not being cancelled: a cancel that came in while the step was
+        planning wins. Returns the ids of binds that lost that race (their events are not recorded)."""
+        with self._sessions.begin() as session:
+            lost: set[int] = set()
+            if binds:
+                _update_run(session, [c for c in binds[0] if c != "id"], list(binds), only_pending=True)
+                ids = [b["id"] for b in binds]
+                taken: set[int] = set()
+                for start in range(0, len(ids), 500):
+                    chunk = ids[start : start + 500]
+                    query = select(WORKLOADS.c.id).where(WORKLOADS.c.id.in_(chunk), WORKLOADS.c.state == RUNNING)
+                    taken.update(session.scalars(query))
+                lost = set(ids) - taken
+            for names, run in groupby(pending_changes, key=_columns):
+                _update_run(session, [c for c in names if c != "id"], list(run), only_pending=True)
+            for names, run in groupby(changes, key=_columns):
+                _update_run(session, [c for c in names if c != "id"], list(run))
+            kept = [e for e in events if e.workload_id not in lost or e.kind != "bound"]
+            if kept:
+                session.execute(
+                    insert(EVENTS),
+                    [{"workload_id": e.workload_id, "at": now_s, "kind": e.kind, "message": e.message} for e in kept],
+                )
+        return lost
+
     def request_cancel(self, workload_id: int, now_s: float) -> WorkloadRow | None:
         """Cancel: a pending workload ends at once; a running one is flagged for the loop to stop."""
         with self._sessions.begin() as session:
@@ -220,19 +256,24 @@ def _columns(change: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(change)
 
 
-def _update_run(session: Session, columns: list[str], run: list[Mapping[str, Any]]) -> None:
+def _update_run(
+    session: Session, columns: list[str], run: list[Mapping[str, Any]], *, only_pending: bool = False
+) -> None:
     """Workloads that get the same values (the reason thousands wait, say) get one ``UPDATE ... WHERE id IN (...)``
-    per value; the others one executemany, row by row."""
+    per value; the others one executemany, row by row. ``only_pending``: rows no longer pending, or being
+    cancelled, are left alone."""
     shared = _ids_by_values(columns, run)
     grouped = {workload_id for ids in shared.values() for workload_id in ids}
     singles = [change for change in run if change["id"] not in grouped]
+    still_pending = (WORKLOADS.c.state == PENDING) & ~WORKLOADS.c.cancel_requested if only_pending else true()
     if singles:
-        statement = update(WORKLOADS).where(WORKLOADS.c.id == bindparam("id_"))
+        statement = update(WORKLOADS).where(WORKLOADS.c.id == bindparam("id_"), still_pending)
         session.execute(statement, [{"id_": change["id"], **{c: change[c] for c in columns}} for change in singles])
     for values, ids in shared.items():
         assignments = dict(zip(columns, values, strict=True))
         for start in range(0, len(ids), 500):  # keep the IN list within every database's limits
-            session.execute(update(WORKLOADS).where(WORKLOADS.c.id.in_(ids[start : start + 500])).values(assignments))
+            chunk = ids[start : start + 500]
+            session.execute(update(WORKLOADS).where(WORKLOADS.c.id.in_(chunk), still_pending).values(assignments))
 
 
 def _ids_by_values(columns: list[str], run: list[Mapping[str, Any]]) -> dict[tuple[Any, ...], list[int]]:
