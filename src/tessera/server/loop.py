@@ -117,6 +117,8 @@ class SchedulerLoop:
             self.state, make_policy(config.placement_policy, (), self.state.model_names), TieBreak.FIRST
         )
         self.running: dict[int, _Running] = {}
+        self._logs_dir = config.run_dir / "logs"
+        self._logs_made = False
         self._pending: dict[int, PendingWorkload] = {}  # built once per workload; whole rows are read at bind
         self._reasons: dict[int, str] = {}
         self.queue_specs: tuple[QueueSpec, ...] = ()
@@ -272,12 +274,13 @@ class SchedulerLoop:
         milli = max((p.gpu_milli_each for p in entry.placements), default=0)
         env = dict(row.env)
         env.update(isolation_env(str(row.id), devices, milli, row.gpu_mem_mib))
-        log_path = self.log_path(row.id)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        return LaunchSpec(str(row.id), tuple(row.command), env, log_path)
+        if not self._logs_made:
+            self.log_path(row.id).parent.mkdir(parents=True, exist_ok=True)
+            self._logs_made = True
+        return LaunchSpec(str(row.id), tuple(row.command), env, self.log_path(row.id))
 
     def log_path(self, workload_id: int) -> Path:
-        return self.config.run_dir / "logs" / f"{workload_id}.log"
+        return self._logs_dir / f"{workload_id}.log"
 
     def _send_cancels(self, now: float) -> None:
         wanted = self.store.cancel_requested_ids()

@@ -5,6 +5,7 @@ Stored forms are plain JSON so that a restarted server (or another version of it
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from sqlalchemy import Row
@@ -19,16 +20,33 @@ NO_LIMIT = 2**40  # a quota component left out is not limited
 
 
 def request_of(row: WorkloadRow | Row[Any]) -> Request:
-    """The request of a stored workload (a whole row, or the columns of ``Store.pending_requests``)."""
+    """The request of a stored workload (a whole row, or the columns of ``Store.pending_requests``). Equal requests
+    are one shared object: thousands of pending workloads usually have a handful of shapes."""
+    return _request(
+        row.num_gpus, row.gpu_milli, row.gpu_mem_mib, row.gpu_types, row.cpu_milli, row.mem_mib, row.priority, row.queue
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _request(
+    num_gpus: int,
+    gpu_milli: int,
+    gpu_mem_mib: int,
+    gpu_types: str,
+    cpu_milli: int,
+    mem_mib: int,
+    priority: int,
+    queue: str,
+) -> Request:
     return Request(
-        num_gpus=row.num_gpus,
-        gpu_milli=row.gpu_milli,
-        gpu_mem_mib=row.gpu_mem_mib,
-        gpu_types=frozenset(t for t in row.gpu_types.split(",") if t),
-        cpu_milli=row.cpu_milli,
-        mem_mib=row.mem_mib,
-        priority=row.priority,
-        queue=row.queue,
+        num_gpus=num_gpus,
+        gpu_milli=gpu_milli,
+        gpu_mem_mib=gpu_mem_mib,
+        gpu_types=frozenset(t for t in gpu_types.split(",") if t),
+        cpu_milli=cpu_milli,
+        mem_mib=mem_mib,
+        priority=priority,
+        queue=queue,
     )
 
 
