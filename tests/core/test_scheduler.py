@@ -57,6 +57,7 @@ def test_a_gang_is_placed_whole_or_not_at_all_and_plan_leaves_the_state_untouche
 
 from tessera.core.preemption import PreemptionPolicy  # noqa: E402
 from tessera.core.queueing import QueueSpec, ResourceVector  # noqa: E402
+from tessera.core.queueing.quotas import Admission  # noqa: E402
 from tessera.core.scheduler import Bind, RunningWorkload  # noqa: E402
 
 
@@ -139,3 +140,33 @@ def test_strict_fifo_and_best_effort_fifo_apply_per_queue() -> None:
     plan = engine.plan(pending, np.random.default_rng(0))
     assert [b.workload_id for b in plan.binds] == ["f-small"]
     assert plan.waiting["s-small"] == "waiting behind an earlier workload"
+
+
+# ------------------------------------------------------------------------------------------ the implicit queue
+
+
+def test_without_queues_binds_carry_no_admission_and_charge_is_a_no_op() -> None:
+    engine = scheduler(QueueDiscipline.BEST_EFFORT_FIFO)
+    plan = engine.plan(pending(), np.random.default_rng(0))
+    assert plan.binds and all(b.admission is None for b in plan.binds)
+    assert engine.ledger is None and engine.charge(plan.binds[0]) is None
+
+
+def test_without_queues_a_preemption_policy_preempts_by_priority_within_the_one_implicit_queue() -> None:
+    state = ClusterState([NodeSpec("a", 32_000, 65_536, 2, "T4")])
+    engine = Scheduler(Placer(state, make_policy("bestfit")), SchedulerConfig(preemption=PreemptionPolicy()))
+    rng = np.random.default_rng(0)
+    low = [PendingWorkload(f"low{i}", one_gpu("x"), float(i), priority=1, queue=f"q{i}") for i in range(2)]
+    first = engine.plan(low, rng)
+    running = []
+    for started_s, bind in enumerate(first.binds):
+        for placement in bind.placements:
+            state.bind(placement)
+        admission = Admission("unused", "*", ResourceVector(), ResourceVector())  # ignored without queues
+        running.append(RunningWorkload(bind.workload_id, "ignored", 1, bind.placements, admission, float(started_s)))
+    high = PendingWorkload("high", one_gpu("y"), 5.0, priority=9)
+    plan = engine.plan([high], rng, running, now_s=5.0)
+    assert [p.workload_id for p in plan.preempts] == ["low1"]  # the youngest of the lower-priority ones
+    assert [b.workload_id for b in plan.binds] == ["high"] and plan.binds[0].admission is None
+    nothing = engine.plan([PendingWorkload("peer", one_gpu("y"), 6.0, priority=1)], rng, running, now_s=6.0)
+    assert not nothing.binds and not nothing.preempts  # equal priority never preempts

@@ -1,0 +1,72 @@
+"""The scheduling step's inputs and outputs, as data: what waits, what runs, and the decisions a step returns.
+
+``tessera.core.scheduler`` re-exports every name here (its public API); the step (``core.step``) reads and builds
+them. New fields always have defaults, so callers written against an older version keep working.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from tessera.core.preemption import PreemptionPolicy
+from tessera.core.queueing.quotas import Admission, QueueSpec
+from tessera.core.workload import Placement, Request
+
+
+class QueueDiscipline(enum.Enum):
+    STRICT_FIFO = "StrictFIFO"  # the first workload that does not fit blocks everything behind it
+    BEST_EFFORT_FIFO = "BestEffortFIFO"  # later workloads that fit may start (backfill)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingWorkload:
+    workload_id: str
+    request: Request  # per worker
+    arrival_s: float
+    priority: int = 0
+    queue: str = "default"
+    gang: int = 1  # workers placed all or nothing
+
+
+@dataclass(frozen=True, slots=True)
+class RunningWorkload:
+    """What the step needs to know about a running workload to consider it as a preemption victim."""
+
+    workload_id: str
+    queue: str
+    priority: int
+    placements: tuple[Placement, ...]  # where it runs (released on the state while a preemption is tried)
+    admission: Admission  # how its queue was charged (``Scheduler.charge``)
+    started_s: float  # when it (re)started
+    preemptible: bool = True  # False: never a victim
+    checkpointed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    workload_id: str
+    placements: tuple[Placement, ...]  # one per worker
+    admission: Admission | None = None  # the quota charge (None without queues); apply with Scheduler.charge
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    workload_id: str  # the running workload to stop (its placements and quota are released)
+    reason: str  # one line: "reclaim" (another queue takes back its nominal quota) or "priority", and for whom
+    preemptor: str = ""  # the pending workload it makes room for
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    binds: tuple[Bind, ...] = ()
+    waiting: dict[str, str] = field(default_factory=dict)  # workload id -> why it is still pending
+    preempts: tuple[Preempt, ...] = ()  # applied before the binds
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    discipline: QueueDiscipline = QueueDiscipline.BEST_EFFORT_FIFO  # without queues; with them, each queue's strategy
+    max_attempts_per_step: int = 10_000  # bound on placement attempts in one step (keeps a step's cost bounded)
+    queues: tuple[QueueSpec, ...] = ()  # tenant queues with quotas; empty = no quotas (one implicit queue)
+    preemption: PreemptionPolicy | None = None  # None: never preempt

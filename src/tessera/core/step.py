@@ -1,0 +1,309 @@
+"""One scheduling step (``Scheduler.plan``): queues in DRF order, admission through the quota ledger, placement, and
+preemption when a workload cannot be admitted. Without configured queues the same step runs on one implicit queue
+with an unlimited quota (``implicit_ledger``): admission never limits, the configured discipline orders it, and a
+preemption policy acts within it by priority.
+
+Placements and victims' releases are tried on the live ``ClusterState`` and undone before ``run`` returns, so the
+returned plan is consistent and the state is left untouched. Pure: no clock (``now_s`` comes in), randomness only
+from the given generator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections import deque
+from collections.abc import Sequence
+
+import numpy as np
+
+from tessera.core.cluster import ClusterState
+from tessera.core.decisions import Bind, PendingWorkload, Preempt, RunningWorkload, SchedulerConfig, StepPlan
+from tessera.core.placement.base import Placer
+from tessera.core.preemption import Candidate, PreemptionGuard, select_victims
+from tessera.core.queueing.fairshare import drf_order
+from tessera.core.queueing.priority import order_pending
+from tessera.core.queueing.quotas import Admission, QueueSpec, QuotaLedger
+from tessera.core.queueing.resources import ANY_FLAVOR, Flavor, ResourceVector
+from tessera.core.workload import Placement, Request
+
+IMPLICIT_QUEUE = "(all)"  # the one queue of a scheduler configured without queues
+_UNLIMITED = ResourceVector(2**62, 2**62, 2**62)
+
+
+def implicit_ledger(
+    config: SchedulerConfig, running: Sequence[RunningWorkload]
+) -> tuple[QuotaLedger, list[RunningWorkload]]:
+    """The ledger of the one implicit queue, charged with ``running`` (re-labelled into that queue)."""
+    spec = QueueSpec(IMPLICIT_QUEUE, None, {ANY_FLAVOR: _UNLIMITED}, strategy=config.discipline.value)
+    ledger = QuotaLedger([spec])
+    relabelled = []
+    for r in running:
+        charge = placements_charge(r.placements)
+        ledger.admit(IMPLICIT_QUEUE, ANY_FLAVOR, charge)
+        admission = Admission(IMPLICIT_QUEUE, ANY_FLAVOR, charge, ResourceVector.zero())
+        relabelled.append(dataclasses.replace(r, queue=IMPLICIT_QUEUE, admission=admission))
+    return ledger, relabelled
+
+
+def placements_charge(placements: Sequence[Placement]) -> ResourceVector:
+    """GPU milli, CPU and memory that ``placements`` hold."""
+    return ResourceVector(
+        sum(p.total_gpu_milli for p in placements),
+        sum(p.request.cpu_milli for p in placements),
+        sum(p.request.mem_mib for p in placements),
+    )
+
+
+class QuotaStep:
+    """One quota-aware step (module docstring): queues in DRF order, admission against a copy of the ledger,
+    preemption when a workload cannot be admitted. Placements and victims' releases are tried on the live state and
+    undone before ``run`` returns."""
+
+    def __init__(
+        self,
+        placer: Placer,
+        config: SchedulerConfig,
+        ledger: QuotaLedger | None,
+        rng: np.random.Generator,
+        running: Sequence[RunningWorkload],
+        now_s: float,
+        guard: PreemptionGuard | None,
+    ) -> None:
+        self.placer = placer
+        self.state: ClusterState = placer.state
+        self.config = config
+        self.implicit = ledger is None  # no configured queues: one implicit, unlimited queue
+        if ledger is None:
+            ledger, running = implicit_ledger(config, running)
+        self.ledger = ledger
+        self.rng = rng
+        self.running = {r.workload_id: r for r in running}
+        self.now_s = now_s
+        self.guard = guard
+        nodes = self.state.nodes
+        self.capacity = ResourceVector(
+            self.state.gpu_capacity_milli, sum(n.cpu_milli for n in nodes), sum(n.mem_mib for n in nodes)
+        )
+        self.tried: list[Placement] = []  # binds of this step, bound on the state
+        self.stopped: list[RunningWorkload] = []  # victims of this step, released on the state
+        self.binds: list[Bind] = []
+        self.preempts: list[Preempt] = []
+        self.waiting: dict[str, str] = {}
+        self.blocked_shapes: set[tuple[str, int, Request, int]] = set()
+        # Without preemption a shape that failed fails at every priority: one entry for all of them.
+        self.priority_matters = config.preemption is not None
+        self.attempts = 0
+
+    def run(self, pending: Sequence[PendingWorkload]) -> StepPlan:
+        queues: dict[str, deque[PendingWorkload]] = {}
+        if self.implicit:
+            pending = [dataclasses.replace(w, queue=IMPLICIT_QUEUE) for w in pending]
+        for workload in order_pending(pending):
+            queues.setdefault(workload.queue, deque()).append(workload)
+        try:
+            while queues:
+                name = self._next_queue(queues)
+                workload = queues[name].popleft()
+                admitted = self._try(workload)
+                if not admitted and self.ledger.spec(name).strategy == "StrictFIFO":
+                    for rest in queues[name]:
+                        self.waiting[rest.workload_id] = "waiting behind an earlier workload"
+                    queues[name].clear()
+                if not queues[name]:
+                    del queues[name]
+        finally:
+            for placement in reversed(self.tried):
+                self.state.release(placement)
+            for victim in reversed(self.stopped):
+                for placement in victim.placements:
+                    self.state.bind(placement)
+        return StepPlan(tuple(self.binds), self.waiting, tuple(self.preempts))
+
+    def _next_queue(self, queues: dict[str, deque[PendingWorkload]]) -> str:
+        """The queue with pending work and the lowest weighted dominant share (DRF)."""
+        if len(queues) == 1:
+            return next(iter(queues))
+        usages = []
+        for name in queues:
+            spec = self.ledger.spec(name)
+            usage = ResourceVector.zero()
+            for key in spec.nominal:
+                usage = usage + self.ledger.usage(name, key)
+            usages.append((name, spec.weight, usage))
+        return drf_order(usages, self.capacity)[0]
+
+    def _try(self, workload: PendingWorkload) -> bool:
+        shape = (workload.queue, workload.priority if self.priority_matters else 0, workload.request, workload.gang)
+        if shape in self.blocked_shapes or self.attempts >= self.config.max_attempts_per_step:
+            self.waiting[workload.workload_id] = _no_fit(workload)
+            return False
+        self.attempts += 1
+        flavor = flavor_of(self.ledger.spec(workload.queue), workload.request)
+        demand = demand_of(workload)
+        admission = self.ledger.can_admit(workload.queue, flavor, demand)
+        if admission is not None:
+            placements = self._place_gang(workload)
+            if placements is not None:
+                self._bind(workload, flavor, demand, placements)
+                return True
+        if self._preempt_for(workload, flavor, demand, quota_blocked=admission is None):
+            return True
+        self.blocked_shapes.add(shape)
+        self.waiting[workload.workload_id] = (
+            _no_fit(workload) if admission is not None else f"queue {workload.queue} has no quota for {demand} now"
+        )
+        return False
+
+    def _place_gang(self, workload: PendingWorkload) -> tuple[Placement, ...] | None:
+        """Place every worker (all or nothing), bound on the state and recorded in ``tried``."""
+        placed: list[Placement] = []
+        for _ in range(workload.gang):
+            decision = self.placer.decide(workload.request, self.rng)
+            if decision is None:
+                for placement in reversed(placed):
+                    self.state.release(placement)
+                    self.tried.remove(placement)
+                return None
+            self.state.bind(decision)
+            self.tried.append(decision)
+            placed.append(decision)
+        return tuple(placed)
+
+    def _bind(
+        self, workload: PendingWorkload, flavor: Flavor, demand: ResourceVector, placements: tuple[Placement, ...]
+    ) -> None:
+        admission = self.ledger.admit(workload.queue, flavor, demand)
+        self.binds.append(Bind(workload.workload_id, placements, None if self.implicit else admission))
+
+    def _preempt_for(
+        self, workload: PendingWorkload, flavor: Flavor, demand: ResourceVector, quota_blocked: bool
+    ) -> bool:
+        """Stop running workloads so that ``workload`` is admitted and placed, if the policy and the no-loop rule
+        allow a set that works; True when it was bound."""
+        policy = self.config.preemption
+        need = self.ledger.quota_need(workload.queue, flavor, demand) if policy is not None else None
+        if need is None:
+            return False
+        candidates = self._candidates(workload, flavor)
+        if not candidates:
+            return False
+        # First the victims the quota and the cluster-wide need ask for; their capacity may be spread over nodes the
+        # workload does not fit on, so then the nodes holding the most preemptible capacity one at a time, asking
+        # each for what the workload lacks there.
+        first = (ResourceVector.zero() if quota_blocked else demand, candidates)
+        by_node = (
+            ((demand - self._node_free(node)).positive_part(), node_candidates)
+            for node, node_candidates in self._candidates_by_node(candidates)[:_NODES_TO_TRY]
+        )
+        for needed, pool in itertools.chain([first], by_node):
+            victim_ids = select_victims(
+                workload.queue, workload.priority, needed, pool, self.now_s, policy, quota=need, guard=self.guard
+            )
+            if victim_ids and self._stop_and_place(workload, flavor, demand, victim_ids):
+                return True
+        return False
+
+    def _stop_and_place(
+        self, workload: PendingWorkload, flavor: Flavor, demand: ResourceVector, victim_ids: Sequence[str]
+    ) -> bool:
+        """Release ``victim_ids`` and place ``workload``; keep the result if it was admitted and placed, else undo."""
+        victims = [self.running[v] for v in victim_ids]
+        snapshot = self.ledger.copy()
+        for victim in victims:
+            for placement in victim.placements:
+                self.state.release(placement)
+            self.ledger.release(victim.queue, victim.admission.flavor_key, charged(victim.admission))
+        placements = None
+        if self.ledger.can_admit(workload.queue, flavor, demand) is not None:
+            placements = self._place_gang(workload)
+        if placements is None:  # stopping them would not make it fit: undo
+            self.ledger = snapshot
+            for victim in reversed(victims):
+                for placement in victim.placements:
+                    self.state.bind(placement)
+            return False
+        for victim in victims:
+            del self.running[victim.workload_id]
+            self.stopped.append(victim)
+            kind = "priority" if victim.queue == workload.queue else f"reclaim by queue {workload.queue}"
+            reason = f"{kind} for {workload.workload_id}"
+            self.preempts.append(Preempt(victim.workload_id, reason, workload.workload_id))
+        self._bind(workload, flavor, demand, placements)
+        return True
+
+    def _candidates_by_node(self, candidates: Sequence[Candidate]) -> list[tuple[int, list[Candidate]]]:
+        """Candidates grouped by the nodes they run on, the nodes with the most preemptible GPU first."""
+        by_node: dict[int, list[Candidate]] = {}
+        for candidate in candidates:
+            for node in {p.node for p in self.running[candidate.workload_id].placements}:
+                by_node.setdefault(node, []).append(candidate)
+        return sorted(by_node.items(), key=lambda item: (-sum(c.frees.gpu_milli for c in item[1]), item[0]))
+
+    def _node_free(self, node: int) -> ResourceVector:
+        state = self.state
+        return ResourceVector(
+            int(state.gpu_free_milli[node].sum()), int(state.cpu_free_milli[node]), int(state.mem_free_mib[node])
+        )
+
+    def _candidates(self, workload: PendingWorkload, flavor: Flavor) -> list[Candidate]:
+        """Running workloads of the preemptor's queue, or of its cohort in the same flavor pool."""
+        spec = self.ledger.spec(workload.queue)
+        key = spec.flavor_key(flavor)
+        found = []
+        for r in self.running.values():
+            same_pool = r.admission.flavor_key == key
+            if r.queue != workload.queue and not (
+                same_pool and spec.cohort is not None and self.ledger.spec(r.queue).cohort == spec.cohort
+            ):
+                continue
+            # Borrowed only while its queue is above nominal now: reclaiming it then really returns capacity.
+            borrowed = r.admission.is_borrowing and not self.ledger.borrowed(r.queue, r.admission.flavor_key).is_zero()
+            found.append(
+                Candidate(
+                    r.workload_id,
+                    r.queue,
+                    r.priority,
+                    r.preemptible,
+                    r.started_s,
+                    r.checkpointed,
+                    charged(r.admission),
+                    borrowed,
+                )
+            )
+        return found
+
+
+def charged(admission: Admission) -> ResourceVector:
+    return admission.from_nominal + admission.borrowed
+
+
+def demand_of(workload: PendingWorkload) -> ResourceVector:
+    """What a workload is charged to its queue: GPU milli, CPU and memory of all its workers."""
+    r = workload.request
+    return ResourceVector(r.total_gpu_milli * workload.gang, r.cpu_milli * workload.gang, r.mem_mib * workload.gang)
+
+
+def flavor_of(spec: QueueSpec, request: Request) -> Flavor:
+    """The GPU model the request is limited to when the queue has a quota for exactly that model, else ``"*"``."""
+    if len(request.gpu_types) == 1:
+        (model,) = request.gpu_types
+        if model in spec.nominal:
+            return model
+    return ANY_FLAVOR
+
+
+def _no_fit(workload: PendingWorkload) -> str:
+    r = workload.request
+    if r.num_gpus == 0:
+        what = f"{r.cpu_milli / 1000:g} CPUs"
+    elif r.is_sharing:
+        what = f"a GPU with {r.gpu_milli / 10:g}% free"
+    else:
+        what = f"{r.num_gpus} free GPU{'s' if r.num_gpus > 1 else ''}"
+    types = f" of type {'/'.join(sorted(r.gpu_types))}" if r.gpu_types and r.num_gpus else ""
+    gang = f" for each of {workload.gang} workers" if workload.gang > 1 else ""
+    return f"no node has {what}{types} and {r.cpu_milli / 1000:g} CPUs free{gang}"
+
+
+_NODES_TO_TRY = 8  # node-targeted preemption attempts per workload and step (bounds a step's cost)
