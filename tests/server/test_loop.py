@@ -43,7 +43,6 @@ def test_reclaim_preempts_the_borrower_and_the_owner_starts_after_the_victim_exi
     assert kinds[-2:] == ["preempted", "requeued"]
 
 
-
 def test_a_cancel_that_arrives_while_the_step_plans_wins(make_harness: MakeHarness) -> None:
     h = make_harness("1xA100-80GB")
     wid = h.submit(gpus=1, gpu_fraction=0.5)["id"]
@@ -67,3 +66,46 @@ def test_a_cancel_that_arrives_while_the_step_plans_wins(make_harness: MakeHarne
         "submitted",
         "cancelled",
     ]
+
+
+def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from server_harness import HOST, FakeClock
+
+    from tessera.agent.fakes import FakeGpu, FakeNvml
+    from tessera.agent.nvml import NvmlProbe
+    from tessera.backends.fake import FakeBackend
+    from tessera.server.loop import LoopConfig
+    from tessera.server.up import UpConfig, build_server
+
+    gpu = FakeGpu("NVIDIA A100-SXM4-80GB", 81920, "GPU-real-0")
+    nvml = FakeNvml([gpu])
+    nvml.nvmlInit()
+    backend, clock = FakeBackend(), FakeClock()
+    config = UpConfig(data_dir=tmp_path, loop=LoopConfig(run_dir=tmp_path))
+    server = build_server(config, probe=NvmlProbe(nvml), backend=backend, host=HOST, clock=clock)
+    loop = server.ctx.loop
+    assert loop.memory_watch is not None  # real (NVML) GPUs: the watchdog is on
+    loop.memory_watch.group_members = lambda pgid: [pgid]  # the fake backend's pids are not real processes
+    store = server.ctx.store
+    from tessera.server.api.schemas import WorkloadSpec
+    from tessera.server.submit import Principal, workload_row
+
+    admin = Principal(None, True)
+    ids = []
+    for _ in range(2):
+        row = workload_row(
+            WorkloadSpec(command=["x"], gpus=1, gpu_fraction=0.25), admin, store.queues(), server.ctx.pool, clock()
+        )
+        ids.append(store.add_workload(row, clock()).id)
+    loop.step()
+    pids = {s.workload_id: loop.running[int(s.workload_id)].pgid for s in backend.launched}
+    # 0.25 of 80 GiB is 20 GiB: the first uses 19 GiB, the second 30 GiB.
+    gpu.processes = [(pids[str(ids[0])], 19 * 1024), (pids[str(ids[1])], 30 * 1024)]
+    clock.advance(5)
+    loop.step()
+    assert [w for w, _ in backend.stops] == [str(ids[1])]
+    loop.step()
+    over = store.get_workload(ids[1])
+    assert over is not None and over.state == "failed" and over.reason.startswith("watchdog: ")
+    fine = store.get_workload(ids[0])
+    assert fine is not None and fine.state == "running"

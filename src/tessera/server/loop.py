@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.agent.gpus import ProcessMemoryProbe
 from tessera.agent.isolation import isolation_env
 from tessera.backends.base import Backend, ExitStatus, LaunchSpec, ProcessRef
 from tessera.core.cluster import ClusterState
@@ -31,6 +32,7 @@ from tessera.core.queueing.quotas import Admission
 from tessera.core.scheduler import Bind, PendingWorkload, RunningWorkload, Scheduler, SchedulerConfig, StepPlan
 from tessera.core.workload import Placement, WorkloadState
 from tessera.errors import InvalidRequestError, TesseraError
+from tessera.server.memory_watch import MemoryWatch, Watched
 from tessera.server.pool import Pool
 from tessera.server.records import (
     admission_of,
@@ -47,6 +49,7 @@ log = logging.getLogger(__name__)
 
 PENDING = WorkloadState.PENDING.value
 RUNNING = WorkloadState.RUNNING.value
+WATCHDOG = "watchdog"  # stop_reason prefix of a workload the memory watchdog stopped
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +72,8 @@ class _Running:
     started_s: float
     launched: bool  # False: decided and stored, process not started yet
     waits_for: set[int] = field(default_factory=set)  # preempted victims that must exit before the launch
-    stop_sent: str | None = None  # "cancel" or "preempted: ..." once a stop was sent
+    stop_sent: str | None = None  # "cancel", "preempted: ..." or "watchdog: ..." once a stop was sent
+    pgid: int | None = None  # the process group, once launched or adopted
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +106,9 @@ class SchedulerLoop:
         clock: Callable[[], float] = time.time,
         on_step: Callable[[StepReport], None] | None = None,
         on_start: Callable[[WorkloadRow, float], None] | None = None,
+        memory_probe: ProcessMemoryProbe | None = None,
     ) -> None:
+        """``memory_probe`` (real GPUs through NVML) turns on the memory watchdog (``server.memory_watch``)."""
         self.store = store
         self.backend = backend
         self.pool = pool
@@ -117,6 +123,7 @@ class SchedulerLoop:
             self.state, make_policy(config.placement_policy, (), self.state.model_names), TieBreak.FIRST
         )
         self.running: dict[int, _Running] = {}
+        self.memory_watch = MemoryWatch(memory_probe, self._stop_for_memory) if memory_probe is not None else None
         self._logs_dir = config.run_dir / "logs"
         self._logs_made = False
         self._pending: dict[int, PendingWorkload] = {}  # built once per workload; whole rows are read at bind
@@ -134,6 +141,8 @@ class SchedulerLoop:
         self._refresh_queues()
         ended = self._collect_exits(now)
         self._send_cancels(now)
+        if self.memory_watch is not None:
+            self.memory_watch.check(now, self._watched())
         self._launch_ready(now)
         pending = self._pending_workloads()
         plan = self.scheduler.plan(pending, self.rng, self._candidates(), now, self.guard)
@@ -253,6 +262,7 @@ class SchedulerLoop:
         for entry in entries:
             ref = self._launch(entry, now)
             if ref is not None:
+                entry.pgid = ref.pgid
                 changes.append({"id": entry.row.id, **_ref_columns(ref)})
                 events.append(Event(entry.row.id, "started", _pid(ref)))
         if changes:
@@ -282,6 +292,28 @@ class SchedulerLoop:
     def log_path(self, workload_id: int) -> Path:
         return self._logs_dir / f"{workload_id}.log"
 
+    def _watched(self) -> list[Watched]:
+        return [
+            Watched(
+                str(wid),
+                entry.pgid,
+                tuple(self.pool.device(p.node, g) for p in entry.placements for g in p.gpu_indices),
+                max((p.gpu_milli_each for p in entry.placements), default=0),
+                entry.row.gpu_mem_mib,
+            )
+            for wid, entry in self.running.items()
+            if entry.pgid is not None and entry.stop_sent is None and entry.placements
+        ]
+
+    def _stop_for_memory(self, workload_id: str, reason: str) -> None:
+        entry = self.running[int(workload_id)]
+        entry.stop_sent = f"{WATCHDOG}: {reason}"
+        self.store.update_workloads(
+            [{"id": entry.row.id, "stop_reason": entry.stop_sent[:200]}], [Event(entry.row.id, WATCHDOG, reason)],
+            self.clock(),
+        )
+        self.backend.stop(workload_id, self.config.stop_grace_s)
+
     def _send_cancels(self, now: float) -> None:
         wanted = self.store.cancel_requested_ids()
         for wid in wanted:
@@ -310,6 +342,8 @@ class SchedulerLoop:
         row = entry.row
         if entry.stop_sent == "cancel":
             self._finish(entry, WorkloadState.CANCELLED, code, "cancelled", now)
+        elif entry.stop_sent is not None and entry.stop_sent.startswith(WATCHDOG):
+            self._finish(entry, WorkloadState.FAILED, code, entry.stop_sent, now)
         elif entry.stop_sent is not None:  # preempted
             if self.config.requeue_preempted:
                 self._requeue(entry, f"{entry.stop_sent}; requeued", now)
@@ -425,6 +459,7 @@ class SchedulerLoop:
         ref = _ref_of(row) or self.backend.find(str(row.id))
         if ref is not None:
             entry.launched = True
+            entry.pgid = ref.pgid
             self.backend.adopt(ref)
             if entry.stop_sent is not None:
                 self.backend.stop(str(row.id), self.config.stop_grace_s)

@@ -16,13 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import cast
 
 import uvicorn
 from fastapi import FastAPI
 
 from tessera.agent.dcgm import GpuUsageCollector
 from tessera.agent.discovery import detect_gpus
-from tessera.agent.gpus import GpuProbe
+from tessera.agent.gpus import GpuProbe, ProcessMemoryProbe
 from tessera.backends.base import Backend
 from tessera.backends.local import LocalBackend
 from tessera.errors import InvalidRequestError
@@ -93,6 +94,7 @@ def build_server(
         clock,
         on_step=lambda r: holder[0].step_seconds.observe(r.duration_s),
         on_start=lambda row, waited: holder[0].pending_seconds.labels(row.queue).observe(waited),
+        memory_probe=_memory_probe(probe, pool),
     )
     metrics = ServerMetrics(store, loop)
     holder.append(metrics)
@@ -100,6 +102,13 @@ def build_server(
         metrics.register(GpuUsageCollector(probe))
     ctx = ServerContext(store, loop, pool, metrics, clock)
     return Server(ctx, create_app(ctx), runner)
+
+
+def _memory_probe(probe: GpuProbe, pool: Pool) -> ProcessMemoryProbe | None:
+    """The probe for the memory watchdog: only real GPUs read through NVML report per-process memory."""
+    if pool.simulated or not hasattr(probe, "process_memory"):
+        return None
+    return cast(ProcessMemoryProbe, probe)
 
 
 def _check_pool(store: Store, pool: Pool) -> None:

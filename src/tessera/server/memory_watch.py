@@ -1,0 +1,55 @@
+"""The NVML memory watchdog in the control plane: every few seconds, the device memory of each running workload's
+processes (all of its process group) is compared with its allowance (its stated ``gpu_mem_mib``, else its share of
+the GPU's memory); a workload over it is stopped, and only that one. Runs only on real GPUs read through NVML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from tessera.agent.gpus import GpuDevice, ProcessMemoryProbe
+from tessera.agent.isolation import memory_allowance_mib
+from tessera.agent.watchdog import Watchdog
+from tessera.backends.procfs import live_group_members
+
+
+@dataclass(frozen=True, slots=True)
+class Watched:
+    """What the watchdog needs of one running workload."""
+
+    workload_id: str
+    pgid: int
+    devices: tuple[GpuDevice, ...]
+    gpu_milli: int
+    gpu_mem_mib: int
+
+
+class MemoryWatch:
+    def __init__(
+        self,
+        probe: ProcessMemoryProbe,
+        stop: Callable[[str, str], None],
+        interval_s: float = 2.0,
+        group_members: Callable[[int], list[int]] = live_group_members,
+    ) -> None:
+        self.watchdog = Watchdog(probe, stop)
+        self.interval_s = interval_s
+        self.group_members = group_members  # pids of a process group (NVML reports the CUDA process, a descendant)
+        self._last_s = float("-inf")
+
+    def check(self, now_s: float, running: Iterable[Watched]) -> None:
+        if now_s - self._last_s < self.interval_s:
+            return
+        self._last_s = now_s
+        allowances: dict[str, int] = {}
+        workload_by_pid: dict[int, str] = {}
+        for watched in running:
+            allowance = memory_allowance_mib(watched.devices, watched.gpu_milli, watched.gpu_mem_mib)
+            if allowance <= 0:
+                continue
+            allowances[watched.workload_id] = allowance
+            for pid in self.group_members(watched.pgid):
+                workload_by_pid[pid] = watched.workload_id
+        if allowances:
+            self.watchdog.check_once(allowances, workload_by_pid)
