@@ -126,3 +126,18 @@ def test_healthz(make_harness: MakeHarness) -> None:
     assert h.http.get("/healthz").json()["status"] == "ok"
     h.server.ctx.ready = False
     assert h.http.get("/healthz").status_code == 503
+
+
+def test_mps_limits_are_set_only_when_an_mps_daemon_serves_the_gpus(make_harness: MakeHarness) -> None:
+    import dataclasses
+
+    h = make_harness("1xA100-80GB")
+    loop = h.server.ctx.loop
+    loop.config = dataclasses.replace(loop.config, mps=True)
+    h.submit(gpus=1, gpu_fraction=0.3, gpu_compute=20)
+    h.submit(gpus=1, gpu_fraction=0.5)
+    h.step()
+    env = [s.env for s in h.backend.launched]
+    assert env[0]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "20"  # the explicit compute share
+    assert env[1]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"  # else the GPU share
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" in env[1]

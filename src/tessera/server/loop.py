@@ -62,6 +62,7 @@ class LoopConfig:
     requeue_preempted: bool = True  # a preempted workload waits again (False: it ends as "preempted")
     service_max_restarts: int = 3  # a service that exits is relaunched this many times, then fails
     preemption_min_runtime_s: float = 600.0  # a workload preempted once runs this long before priority preempts it
+    mps: bool = False  # an MPS daemon serves the GPUs: launches get MPS compute and memory limits
 
 
 @dataclass(slots=True)
@@ -283,7 +284,9 @@ class SchedulerLoop:
         devices = [self.pool.device(p.node, g) for p in entry.placements for g in p.gpu_indices]
         milli = max((p.gpu_milli_each for p in entry.placements), default=0)
         env = dict(row.env)
-        env.update(isolation_env(str(row.id), devices, milli, row.gpu_mem_mib))
+        env.update(isolation_env(str(row.id), devices, milli, row.gpu_mem_mib, mps=self.config.mps and bool(devices)))
+        if self.config.mps and devices and row.gpu_compute_pct:  # an explicit compute share (--gpu-compute)
+            env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(row.gpu_compute_pct)
         if not self._logs_made:
             self.log_path(row.id).parent.mkdir(parents=True, exist_ok=True)
             self._logs_made = True

@@ -24,6 +24,7 @@ from fastapi import FastAPI
 from tessera.agent.dcgm import GpuUsageCollector
 from tessera.agent.discovery import detect_gpus
 from tessera.agent.gpus import GpuProbe, ProcessMemoryProbe
+from tessera.agent.isolation import mps_available
 from tessera.backends.base import Backend
 from tessera.backends.local import LocalBackend
 from tessera.errors import InvalidRequestError
@@ -82,6 +83,9 @@ def build_server(
     pool = Pool.from_devices(probe.devices(), host or detect_host())
     store = Store(open_engine(config.db_url or str(config.data_dir / "tessera.db")))
     loop_config = config.loop or LoopConfig(run_dir=config.data_dir)
+    if not pool.simulated and mps_available():
+        log.info("an MPS daemon serves the GPUs: workloads get MPS compute and memory limits")
+        loop_config = dataclasses.replace(loop_config, mps=True)
     runner: Backend = backend if backend is not None else LocalBackend(loop_config.run_dir / "runs")
     _check_pool(store, pool)
     _ensure_default_queue(store, clock())
