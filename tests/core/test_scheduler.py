@@ -59,6 +59,7 @@ from tessera.core.preemption import PreemptionPolicy  # noqa: E402
 from tessera.core.queueing import QueueSpec, ResourceVector  # noqa: E402
 from tessera.core.queueing.quotas import Admission  # noqa: E402
 from tessera.core.scheduler import Bind, RunningWorkload  # noqa: E402
+from tessera.core.workload import Placement  # noqa: E402
 
 
 def gpus(count: int) -> dict[str, ResourceVector]:
@@ -170,3 +171,55 @@ def test_without_queues_a_preemption_policy_preempts_by_priority_within_the_one_
     assert [b.workload_id for b in plan.binds] == ["high"] and plan.binds[0].admission is None
     nothing = engine.plan([PendingWorkload("peer", one_gpu("y"), 6.0, priority=1)], rng, running, now_s=6.0)
     assert not nothing.binds and not nothing.preempts  # equal priority never preempts
+
+
+# ------------------------------------------------------------------------------------------ reclaim in one step
+
+
+def vec(gpu_milli: int) -> dict[str, ResourceVector]:
+    return {"*": ResourceVector(gpu_milli, 64_000, 131_072)}
+
+
+def test_reclaim_finds_victims_that_free_a_whole_gpu_when_the_cheapest_ones_do_not() -> None:
+    # x (nominal 3.5 GPUs) runs 2 whole GPUs on node b; y (nominal 0.5) runs a half GPU of its own on (a, 0) and
+    # borrows three halves: h1 on (a, 0), h2 and h3 on (a, 1). x's new whole-GPU job is owed 1 GPU of borrowed
+    # quota: the cheapest pair (youngest: h1, h2) frees two halves of different GPUs, which fit nothing.
+    engine = quota_scheduler(QueueSpec("x", "org", vec(3500)), QueueSpec("y", "org", vec(500)), preempt=True)
+    assert engine.ledger is not None
+    half = Request(num_gpus=1, gpu_milli=500, cpu_milli=1000, queue="y")
+    layout = [
+        ("x0", "x", one_gpu("x"), 1, 0, 1000, 0.0),
+        ("x1", "x", one_gpu("x"), 1, 1, 1000, 0.0),
+        ("keep", "y", half, 0, 0, 500, 0.0),
+        ("h3", "y", half, 0, 1, 500, 10.0),
+        ("h2", "y", half, 0, 1, 500, 30.0),
+        ("h1", "y", half, 0, 0, 500, 40.0),
+    ]
+    running = []
+    for wid, queue, request, node, gpu, milli, started_s in layout:
+        placement = Placement(node, (gpu,), request, milli)
+        engine.state.bind(placement)
+        admission = engine.ledger.admit(queue, "*", ResourceVector(milli, 1000, 0))
+        running.append(RunningWorkload(wid, queue, 0, (placement,), admission, started_s, checkpointed=True))
+    assert [r.workload_id for r in running if r.admission.is_borrowing] == ["h3", "h2", "h1"]
+    plan = engine.plan([PendingWorkload("new", one_gpu("x"), 50.0, queue="x")], np.random.default_rng(0), running, 50.0)
+    assert sorted(p.workload_id for p in plan.preempts) == ["h2", "h3"]  # they free GPU (a, 1) whole
+    assert [b.workload_id for b in plan.binds] == ["new"] and plan.binds[0].placements[0].gpu_indices == (1,)
+
+
+def test_a_workload_that_cannot_be_preempted_is_never_admitted_by_borrowing() -> None:
+    engine = quota_scheduler(QueueSpec("a", "org", gpus(2)), QueueSpec("b", "org", gpus(2)), preempt=True)
+    pending = [PendingWorkload(f"b{i}", one_gpu("b"), float(i), queue="b", preemptible=False) for i in range(3)]
+    plan = engine.plan(pending, np.random.default_rng(0))
+    assert [b.workload_id for b in plan.binds] == ["b0", "b1"]
+    assert "quota" in plan.waiting["b2"]
+
+
+def test_work_within_nominal_quota_goes_before_work_that_would_borrow_in_the_same_step() -> None:
+    # The borrower's weight keeps its dominant share lowest, so DRF offers it every turn; without the two passes
+    # its 3rd and 4th jobs would borrow the owner's idle quota before the owner's jobs are tried, in this very step.
+    engine = quota_scheduler(QueueSpec("borrower", "org", gpus(2), weight=10.0), QueueSpec("owner", "org", gpus(2)))
+    pending = [PendingWorkload(f"b{i}", one_gpu("borrower"), float(i), queue="borrower") for i in range(4)]
+    pending += [PendingWorkload(f"o{i}", one_gpu("owner"), 9.0, queue="owner") for i in range(2)]
+    plan = engine.plan(pending, np.random.default_rng(0))
+    assert sorted(b.workload_id for b in plan.binds) == ["b0", "b1", "o0", "o1"]

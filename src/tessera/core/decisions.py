@@ -27,6 +27,9 @@ class PendingWorkload:
     priority: int = 0
     queue: str = "default"
     gang: int = 1  # workers placed all or nothing
+    # False: it will never be preempted once running, so it is admitted only within its queue's nominal quota
+    # (never by borrowing: borrowed capacity must be returnable to its owner in one step).
+    preemptible: bool = True
 
 
 @dataclass(frozen=True, slots=True)

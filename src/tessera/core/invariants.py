@@ -1,6 +1,7 @@
 """Checks every scheduling step can run: nothing over-allocated, totals conserved, every placement accounted for.
 
-Tests call ``check_cluster`` after every placement and the simulator does so in debug mode. Violations raise
+Tests call ``check_cluster`` after every placement, and the timeline simulator calls it and ``check_quotas`` after
+every step in debug mode (``run_timeline(..., check_invariants=True)``). Violations raise
 ``InvariantViolation`` (an internal error: a bug in Tessera, never bad user input).
 """
 
@@ -11,6 +12,8 @@ from collections.abc import Iterable
 import numpy as np
 
 from tessera.core.cluster import ClusterState
+from tessera.core.queueing.quotas import QuotaLedger
+from tessera.core.queueing.resources import Flavor, ResourceVector
 from tessera.core.workload import MILLI_PER_GPU, Placement
 
 
@@ -59,3 +62,27 @@ def _check_conservation(state: ClusterState, placements: list[Placement]) -> Non
         raise InvariantViolation("allocated CPU differs from the sum of placements")
     if not np.array_equal(state.mem_cap_mib - state.mem_free_mib, used_mem):
         raise InvariantViolation("allocated memory differs from the sum of placements")
+
+
+def check_quotas(ledger: QuotaLedger) -> None:
+    """Raise ``InvariantViolation`` if a queue holds more than ``nominal + borrowing_limit`` (``nominal`` without a
+    cohort) or a cohort's pool lends more than its members may lend (sum of ``min(N - u, lending_limit)`` < 0)."""
+    pools: dict[tuple[str, Flavor], ResourceVector] = {}
+    for spec in ledger.queues:
+        for key, nominal in spec.nominal.items():
+            used = ledger.usage(spec.name, key)
+            if spec.cohort is None:
+                if not used <= nominal:
+                    raise InvariantViolation(f"queue {spec.name} holds {used} of {key}, above its nominal {nominal}")
+                continue
+            borrow = (spec.borrowing_limit or {}).get(key)
+            if borrow is not None and not used <= nominal + borrow:
+                raise InvariantViolation(f"queue {spec.name} holds {used} of {key}, above nominal + borrowing limit")
+            slack = nominal - used
+            lend = (spec.lending_limit or {}).get(key)
+            if lend is not None:
+                slack = slack.minimum(lend)
+            pools[(spec.cohort, key)] = pools.get((spec.cohort, key), ResourceVector.zero()) + slack
+    for (cohort, key), slack in pools.items():
+        if not slack.is_non_negative():
+            raise InvariantViolation(f"cohort {cohort} lends more {key} than its queues may lend ({slack})")

@@ -7,8 +7,12 @@ within its quota. Two kinds of preemption exist, in Kueue's words:
 - **reclaim**: victims of other queues of the cohort that run on borrowed capacity, when the preemptor's queue
   takes back its own nominal quota (its admission then borrows nothing).
 
-Non-preemptible workloads are never victims. Among the victim sets that free enough, the one that loses the least
-work wins: fewest victims, then most checkpointed, then youngest (least run time lost), then ids.
+Non-preemptible workloads are never victims (and the scheduler never lets them borrow: ``PendingWorkload.
+preemptible``). Among the victim sets that free enough, the one that loses the least work wins: fewest victims,
+then most checkpointed, then youngest (least run time lost), then ids. Amounts freed do not always make room where the
+preemptor fits (whole GPUs, nodes): ``select_victims_to_fit`` then grows a set from the same allowed victims,
+asking the caller's placement oracle, and drops the victims not needed. Either way every victim is one the rule
+below allows, so the number of victims never affects the proof.
 
 **The no-loop rule.** Every admission has a rank ``(within_nominal, priority)``, fixed when it is admitted:
 ``within_nominal`` is 1 when its admission borrowed nothing (``Admission.borrowed`` zero), else 0. A preemptor
@@ -120,10 +124,13 @@ class _Mode:
     queue: str  # the preemptor's queue
     pool: tuple[Candidate, ...]
     requirements: tuple[_Requirement, ...]
+    ids: frozenset[str] = frozenset()  # of the pool (set after init)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ids", frozenset(c.workload_id for c in self.pool))
 
     def allows(self, victims: Sequence[Candidate]) -> bool:
-        ids = {c.workload_id for c in self.pool}
-        return all(c.workload_id in ids for c in victims) and self.feasible(victims)
+        return all(c.workload_id in self.ids for c in victims) and self.feasible(victims)
 
     def feasible(self, victims: Sequence[Candidate]) -> bool:
         return all(target <= self.freed(victims, scope) for target, scope in self.requirements)
@@ -171,6 +178,64 @@ def select_victims(
     Quota is counted with ``frees``, which is exact for single-node victims whose queue stays above its guaranteed
     quota; before applying, release the victims on ``QuotaLedger.copy()`` and confirm ``can_admit``."""
     policy = policy or PreemptionPolicy()
+    modes = _modes(preemptor_queue, preemptor_priority, needed, candidates, now_s, policy, quota, guard)
+    if any(m.feasible(()) for m in modes):
+        return []
+    modes = [m for m in modes if m.feasible(m.pool)]  # feasibility is monotone: if not the whole pool, nothing
+    if not modes:
+        return None
+    cost = _cost_fn(now_s)
+    eligible = sorted({c.workload_id: c for m in modes for c in m.pool}.values(), key=_preference)
+    best = _exact_search(eligible, modes, policy.max_victims, policy.search_budget, cost)
+    if best is None:
+        best = min((_greedy(m) for m in modes), key=cost)
+    if len(best) > policy.max_victims:
+        return None
+    return [c.workload_id for c in sorted(best, key=_preference)]
+
+
+def select_victims_to_fit(
+    preemptor_queue: str,
+    preemptor_priority: int,
+    candidates: Sequence[Candidate],
+    now_s: float,
+    policy: PreemptionPolicy | None = None,
+    *,
+    quota: QuotaNeed,
+    guard: PreemptionGuard | None = None,
+    fits: Callable[[Sequence[Candidate]], bool],
+    usefulness: Callable[[Candidate, Sequence[Candidate]], float],
+) -> list[str] | None:
+    """Like ``select_victims``, from the same allowed candidates (the no-loop rule is the same), for when amounts
+    are not enough: the freed capacity must also be where the preemptor fits (whole GPUs, one node per worker).
+    ``fits(victims)`` says whether the preemptor can be placed once ``victims`` are stopped; ``usefulness(c,
+    chosen)`` (>= 0) how much stopping ``c`` as well would help it fit. Greedy: add the candidate that covers most
+    of the quota still missing plus its usefulness until the quota need is met and ``fits`` holds, then drop every
+    victim not needed (most expensive first). None when no set of at most ``max_victims`` is found."""
+    policy = policy or PreemptionPolicy()
+    zero = ResourceVector.zero()
+    found = []
+    for mode in _modes(preemptor_queue, preemptor_priority, zero, candidates, now_s, policy, quota, guard):
+        chosen = _grow_until_fit(mode, policy.max_victims, fits, usefulness)
+        if chosen is not None:
+            found.append(chosen)
+    if not found:
+        return None
+    best = min(found, key=_cost_fn(now_s))
+    return [c.workload_id for c in sorted(best, key=_preference)]
+
+
+def _modes(
+    preemptor_queue: str,
+    preemptor_priority: int,
+    needed: ResourceVector,
+    candidates: Sequence[Candidate],
+    now_s: float,
+    policy: PreemptionPolicy,
+    quota: QuotaNeed,
+    guard: PreemptionGuard | None,
+) -> list[_Mode]:
+    """The cases of the no-loop rule (module docstring) that apply: who may be a victim, what must be freed."""
     guard = guard if guard is not None else PreemptionGuard(min_runtime_s=0.0)
     own = [
         c
@@ -187,19 +252,32 @@ def select_victims(
     if policy.borrower_may_preempt and quota.borrow_excess is not None:
         borrowed_own = tuple(c for c in own if c.borrowed)
         modes.append(_Mode(preemptor_queue, borrowed_own, ((needed, "all"), (quota.borrow_excess, "all"))))
-    if any(m.feasible(()) for m in modes):
-        return []
-    modes = [m for m in modes if m.feasible(m.pool)]  # feasibility is monotone: if not the whole pool, nothing
-    if not modes:
-        return None
-    cost = _cost_fn(now_s)
-    eligible = sorted({c.workload_id: c for m in modes for c in m.pool}.values(), key=_preference)
-    best = _exact_search(eligible, modes, policy.max_victims, policy.search_budget, cost)
-    if best is None:
-        best = min((_greedy(m) for m in modes), key=cost)
-    if len(best) > policy.max_victims:
-        return None
-    return [c.workload_id for c in sorted(best, key=_preference)]
+    return modes
+
+
+def _grow_until_fit(
+    mode: _Mode,
+    max_victims: int,
+    fits: Callable[[Sequence[Candidate]], bool],
+    usefulness: Callable[[Candidate, Sequence[Candidate]], float],
+) -> list[Candidate] | None:
+    if not (mode.feasible(mode.pool) and fits(mode.pool)):
+        return None  # not even every allowed victim together makes room: no subset does
+    chosen: list[Candidate] = []
+    left = sorted(mode.pool, key=_preference)
+    while not (mode.feasible(chosen) and fits(chosen)):
+        if not left or len(chosen) >= max_victims:
+            return None
+        gains = [(mode.gain(c, chosen) + usefulness(c, chosen), -k) for k, c in enumerate(left)]
+        best = max(range(len(left)), key=lambda k: gains[k])
+        if gains[best][0] <= 0:
+            return None  # nothing left helps
+        chosen.append(left.pop(best))
+    for victim in sorted(chosen, key=_preference, reverse=True):
+        rest = [c for c in chosen if c is not victim]
+        if mode.feasible(rest) and fits(rest):
+            chosen = rest
+    return chosen
 
 
 def _preference(c: Candidate) -> tuple[bool, float, str]:

@@ -97,6 +97,19 @@ class Scheduler:
             self.ledger.can_admit(workload.queue, flavor, demand) is None
         )
 
+    def reclaim_would_admit(
+        self,
+        workload: PendingWorkload,
+        rng: np.random.Generator,
+        running: Sequence[RunningWorkload] = (),
+        now_s: float = 0.0,
+        guard: PreemptionGuard | None = None,
+    ) -> bool:
+        """True when ``workload`` is blocked by borrowers and a step planning it alone would bind it (stopping the
+        borrowers, and whatever else the preemption policy allows): borrowed capacity is all that keeps it waiting.
+        Seen after a runtime's steps, it means a reclaim that should have happened did not."""
+        return self.blocked_by_borrowers(workload) and bool(self.plan([workload], rng, running, now_s, guard).binds)
+
     def plan(
         self,
         pending: Sequence[PendingWorkload],

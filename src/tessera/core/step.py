@@ -11,7 +11,6 @@ from the given generator.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections import deque
 from collections.abc import Sequence
 
@@ -20,11 +19,12 @@ import numpy as np
 from tessera.core.cluster import ClusterState
 from tessera.core.decisions import Bind, PendingWorkload, Preempt, RunningWorkload, SchedulerConfig, StepPlan
 from tessera.core.placement.base import Placer
-from tessera.core.preemption import Candidate, PreemptionGuard, select_victims
+from tessera.core.preemption import Candidate, PreemptionGuard, select_victims, select_victims_to_fit
 from tessera.core.queueing.fairshare import drf_order
 from tessera.core.queueing.priority import order_pending
 from tessera.core.queueing.quotas import Admission, QueueSpec, QuotaLedger
 from tessera.core.queueing.resources import ANY_FLAVOR, Flavor, ResourceVector
+from tessera.core.victim_fit import VictimFit
 from tessera.core.workload import Placement, Request
 
 IMPLICIT_QUEUE = "(all)"  # the one queue of a scheduler configured without queues
@@ -90,10 +90,12 @@ class QuotaStep:
         self.binds: list[Bind] = []
         self.preempts: list[Preempt] = []
         self.waiting: dict[str, str] = {}
-        self.blocked_shapes: set[tuple[str, int, Request, int]] = set()
+        self.blocked_shapes: set[tuple[str, int, Request, int, bool]] = set()
         # Without preemption a shape that failed fails at every priority: one entry for all of them.
         self.priority_matters = config.preemption is not None
         self.attempts = 0
+        self.changes = 0  # binds and preemptions so far in this step (invalidates cached candidates)
+        self.candidate_cache: dict[tuple[str, Flavor | None], tuple[int, list[Candidate]]] = {}
 
     def run(self, pending: Sequence[PendingWorkload]) -> StepPlan:
         queues: dict[str, deque[PendingWorkload]] = {}
@@ -101,17 +103,13 @@ class QuotaStep:
             pending = [dataclasses.replace(w, queue=IMPLICIT_QUEUE) for w in pending]
         for workload in order_pending(pending):
             queues.setdefault(workload.queue, deque()).append(workload)
+        borrowing: dict[str, deque[PendingWorkload]] = {}
         try:
-            while queues:
-                name = self._next_queue(queues)
-                workload = queues[name].popleft()
-                admitted = self._try(workload)
-                if not admitted and self.ledger.spec(name).strategy == "StrictFIFO":
-                    for rest in queues[name]:
-                        self.waiting[rest.workload_id] = "waiting behind an earlier workload"
-                    queues[name].clear()
-                if not queues[name]:
-                    del queues[name]
+            # Work within its queue's nominal quota first, then work that would borrow (as Kueue orders a cycle):
+            # else a borrower admitted earlier in this step could take quota its owner then cannot reclaim (a
+            # workload bound in this step is not yet a running candidate for preemption).
+            self._drain(queues, borrowing)
+            self._drain(borrowing, None)
         finally:
             for placement in reversed(self.tried):
                 self.state.release(placement)
@@ -119,6 +117,35 @@ class QuotaStep:
                 for placement in victim.placements:
                     self.state.bind(placement)
         return StepPlan(tuple(self.binds), self.waiting, tuple(self.preempts))
+
+    def _drain(
+        self, queues: dict[str, deque[PendingWorkload]], borrowing: dict[str, deque[PendingWorkload]] | None
+    ) -> None:
+        """Try the queues' workloads in DRF order; with ``borrowing``, a workload that would borrow is moved there
+        instead (with everything behind it under StrictFIFO)."""
+        while queues:
+            name = self._next_queue(queues)
+            workload = queues[name].popleft()
+            strict = self.ledger.spec(name).strategy == "StrictFIFO"
+            if borrowing is not None and self._would_borrow(workload):
+                later = borrowing.setdefault(name, deque())
+                later.append(workload)
+                if strict:
+                    later.extend(queues[name])
+                    queues[name].clear()
+            elif not self._try(workload) and strict:
+                for rest in queues[name]:
+                    self.waiting[rest.workload_id] = "waiting behind an earlier workload"
+                queues[name].clear()
+            if not queues[name]:
+                del queues[name]
+
+    def _would_borrow(self, workload: PendingWorkload) -> bool:
+        if self.ledger.spec(workload.queue).cohort is None:
+            return False
+        flavor = flavor_of(self.ledger.spec(workload.queue), workload.request)
+        admission = self.ledger.can_admit(workload.queue, flavor, demand_of(workload))
+        return admission is not None and admission.is_borrowing
 
     def _next_queue(self, queues: dict[str, deque[PendingWorkload]]) -> str:
         """The queue with pending work and the lowest weighted dominant share (DRF)."""
@@ -134,14 +161,15 @@ class QuotaStep:
         return drf_order(usages, self.capacity)[0]
 
     def _try(self, workload: PendingWorkload) -> bool:
-        shape = (workload.queue, workload.priority if self.priority_matters else 0, workload.request, workload.gang)
+        priority = workload.priority if self.priority_matters else 0
+        shape = (workload.queue, priority, workload.request, workload.gang, workload.preemptible)
         if shape in self.blocked_shapes or self.attempts >= self.config.max_attempts_per_step:
             self.waiting[workload.workload_id] = _no_fit(workload)
             return False
         self.attempts += 1
         flavor = flavor_of(self.ledger.spec(workload.queue), workload.request)
         demand = demand_of(workload)
-        admission = self.ledger.can_admit(workload.queue, flavor, demand)
+        admission = self._admission(workload, flavor, demand)
         if admission is not None:
             placements = self._place_gang(workload)
             if placements is not None:
@@ -154,6 +182,12 @@ class QuotaStep:
             _no_fit(workload) if admission is not None else f"queue {workload.queue} has no quota for {demand} now"
         )
         return False
+
+    def _admission(self, workload: PendingWorkload, flavor: Flavor, demand: ResourceVector) -> Admission | None:
+        admission = self.ledger.can_admit(workload.queue, flavor, demand)
+        if admission is not None and admission.is_borrowing and not workload.preemptible:
+            return None  # it could never give borrowed capacity back
+        return admission
 
     def _place_gang(self, workload: PendingWorkload) -> tuple[Placement, ...] | None:
         """Place every worker (all or nothing), bound on the state and recorded in ``tried``."""
@@ -174,6 +208,7 @@ class QuotaStep:
         self, workload: PendingWorkload, flavor: Flavor, demand: ResourceVector, placements: tuple[Placement, ...]
     ) -> None:
         admission = self.ledger.admit(workload.queue, flavor, demand)
+        self.changes += 1
         self.binds.append(Bind(workload.workload_id, placements, None if self.implicit else admission))
 
     def _preempt_for(
@@ -188,21 +223,33 @@ class QuotaStep:
         candidates = self._candidates(workload, flavor)
         if not candidates:
             return False
-        # First the victims the quota and the cluster-wide need ask for; their capacity may be spread over nodes the
-        # workload does not fit on, so then the nodes holding the most preemptible capacity one at a time, asking
-        # each for what the workload lacks there.
-        first = (ResourceVector.zero() if quota_blocked else demand, candidates)
-        by_node = (
-            ((demand - self._node_free(node)).positive_part(), node_candidates)
-            for node, node_candidates in self._candidates_by_node(candidates)[:_NODES_TO_TRY]
+        # First the cheapest victims the quota and the cluster-wide amount ask for. Their capacity may be on nodes or
+        # GPUs where the workload does not fit (spread over nodes, fractions of shared GPUs): then grow a set of
+        # allowed victims, trying the placement, until it fits.
+        needed = ResourceVector.zero() if quota_blocked else demand
+        victim_ids = select_victims(
+            workload.queue, workload.priority, needed, candidates, self.now_s, policy, quota=need, guard=self.guard
         )
-        for needed, pool in itertools.chain([first], by_node):
-            victim_ids = select_victims(
-                workload.queue, workload.priority, needed, pool, self.now_s, policy, quota=need, guard=self.guard
+        if victim_ids and self._stop_and_place(workload, flavor, demand, victim_ids):
+            return True
+        search = VictimFit(
+            self.state, workload.request, workload.gang, self.running, lambda: self._place_gang(workload), self.tried
+        )
+        try:
+            victim_ids = select_victims_to_fit(
+                workload.queue,
+                workload.priority,
+                candidates,
+                self.now_s,
+                policy,
+                quota=need,
+                guard=self.guard,
+                fits=search.fits,
+                usefulness=search.usefulness,
             )
-            if victim_ids and self._stop_and_place(workload, flavor, demand, victim_ids):
-                return True
-        return False
+        finally:
+            search.restore()
+        return bool(victim_ids) and self._stop_and_place(workload, flavor, demand, victim_ids or ())
 
     def _stop_and_place(
         self, workload: PendingWorkload, flavor: Flavor, demand: ResourceVector, victim_ids: Sequence[str]
@@ -215,7 +262,7 @@ class QuotaStep:
                 self.state.release(placement)
             self.ledger.release(victim.queue, victim.admission.flavor_key, charged(victim.admission))
         placements = None
-        if self.ledger.can_admit(workload.queue, flavor, demand) is not None:
+        if self._admission(workload, flavor, demand) is not None:
             placements = self._place_gang(workload)
         if placements is None:  # stopping them would not make it fit: undo
             self.ledger = snapshot
@@ -232,24 +279,15 @@ class QuotaStep:
         self._bind(workload, flavor, demand, placements)
         return True
 
-    def _candidates_by_node(self, candidates: Sequence[Candidate]) -> list[tuple[int, list[Candidate]]]:
-        """Candidates grouped by the nodes they run on, the nodes with the most preemptible GPU first."""
-        by_node: dict[int, list[Candidate]] = {}
-        for candidate in candidates:
-            for node in {p.node for p in self.running[candidate.workload_id].placements}:
-                by_node.setdefault(node, []).append(candidate)
-        return sorted(by_node.items(), key=lambda item: (-sum(c.frees.gpu_milli for c in item[1]), item[0]))
-
-    def _node_free(self, node: int) -> ResourceVector:
-        state = self.state
-        return ResourceVector(
-            int(state.gpu_free_milli[node].sum()), int(state.cpu_free_milli[node]), int(state.mem_free_mib[node])
-        )
-
     def _candidates(self, workload: PendingWorkload, flavor: Flavor) -> list[Candidate]:
-        """Running workloads of the preemptor's queue, or of its cohort in the same flavor pool."""
+        """Running workloads of the preemptor's queue, or of its cohort in the same flavor pool (cached until the
+        step binds or preempts something)."""
         spec = self.ledger.spec(workload.queue)
         key = spec.flavor_key(flavor)
+        cached = self.candidate_cache.get((workload.queue, key))
+        if cached is not None and cached[0] == self.changes:
+            return cached[1]
+        above_nominal: dict[tuple[str, Flavor], bool] = {}
         found = []
         for r in self.running.values():
             same_pool = r.admission.flavor_key == key
@@ -258,7 +296,10 @@ class QuotaStep:
             ):
                 continue
             # Borrowed only while its queue is above nominal now: reclaiming it then really returns capacity.
-            borrowed = r.admission.is_borrowing and not self.ledger.borrowed(r.queue, r.admission.flavor_key).is_zero()
+            pool = (r.queue, r.admission.flavor_key)
+            if pool not in above_nominal:
+                above_nominal[pool] = not self.ledger.borrowed(*pool).is_zero()
+            borrowed = r.admission.is_borrowing and above_nominal[pool]
             found.append(
                 Candidate(
                     r.workload_id,
@@ -271,6 +312,7 @@ class QuotaStep:
                     borrowed,
                 )
             )
+        self.candidate_cache[(workload.queue, key)] = (self.changes, found)
         return found
 
 
@@ -304,6 +346,3 @@ def _no_fit(workload: PendingWorkload) -> str:
     types = f" of type {'/'.join(sorted(r.gpu_types))}" if r.gpu_types and r.num_gpus else ""
     gang = f" for each of {workload.gang} workers" if workload.gang > 1 else ""
     return f"no node has {what}{types} and {r.cpu_milli / 1000:g} CPUs free{gang}"
-
-
-_NODES_TO_TRY = 8  # node-targeted preemption attempts per workload and step (bounds a step's cost)

@@ -49,8 +49,10 @@ running demand, the GPU it received and its entitlement (``core.queueing.fairsha
 quotas, so every policy is judged against the same promise); ``queue_shares`` is received / entitled, ``jain_index``
 Jain's index over those shares. ``reclaim_latency_max_s`` measures "borrowed capacity is returned within one
 scheduling step": after each instant's steps, a queue is *blocked by borrowers* while one of its pending workloads
-fits within its unused nominal quota but cannot be admitted (``Scheduler.blocked_by_borrowers``); the longest such
-stretch is reported (0 when every reclaim happens in the step where the owner's demand appears).
+fits within its unused nominal quota but cannot be admitted (``Scheduler.blocked_by_borrowers``) and a step planning
+it alone would bind it (``Scheduler.reclaim_would_admit``); the longest such stretch is reported (0 when every
+reclaim that lets the owner run happens in the step where the owner's demand appears). ``blocked_by_borrowers_max_s``
+is the longest stretch of the first condition alone (``tessera.sim.timeline_reclaim``).
 
 Called by ``tessera simulate timeline`` and the benchmarks.
 """
@@ -69,6 +71,7 @@ import numpy.typing as npt
 
 from tessera.core.cluster import ClusterState, NodeSpec
 from tessera.core.fragmentation import typical_pods
+from tessera.core.invariants import check_cluster, check_quotas
 from tessera.core.placement import Placer, make_policy
 from tessera.core.preemption import PreemptionGuard, PreemptionPolicy
 from tessera.core.queueing import QueueSpec
@@ -95,6 +98,7 @@ from tessera.sim.timeline_policies import (
     resolve_policy,
     whole_gpu_request,
 )
+from tessera.sim.timeline_reclaim import ReclaimTracker
 
 FloatArray = npt.NDArray[np.float64]
 _LAS_CLASS_SPREAD = 10  # more than the number of LAS levels: a class never falls below the next one
@@ -135,7 +139,8 @@ class TimelineResult:
     jain_index: float = 1.0  # over queues of received / entitled GPU-seconds in busy periods (1.0: no queues)
     queue_shares: dict[str, float] = dataclasses.field(default_factory=dict)  # queue -> received / entitled
     reclaims: int = 0  # preemptions that returned borrowed capacity to another queue
-    reclaim_latency_max_s: float = 0.0  # longest wait of a reclaiming workload before its victims were preempted
+    reclaim_latency_max_s: float = 0.0  # longest time a reclaim that would let the owner run was not made
+    blocked_by_borrowers_max_s: float = 0.0  # longest time a queue's quota-fitting work waited while others borrow
 
     @property
     def jct_s(self) -> FloatArray:
@@ -160,18 +165,23 @@ def run_timeline(
     seed: int = 0,
     throughput: ThroughputModel | None = None,
     queues: Sequence[QueueSpec] = (),
+    *,
+    check_invariants: bool = False,
 ) -> TimelineResult:
     """Replay ``jobs`` on ``nodes`` under one policy; every job either finishes or never fits.
 
     A job without ``duration_s`` runs ``work_steps / throughput(job_type, model)`` seconds on the GPU model it got.
-    With ``queues`` every job's ``queue`` must name one of them (module docstring).
+    With ``queues`` every job's ``queue`` must name one of them (module docstring). ``check_invariants`` (debug
+    mode, for tests) checks the cluster and the quota ledger after every step (``core.invariants``).
     """
     policy = resolve_policy(policy_name)
-    return _Replay(nodes, jobs, policy, seed, throughput or ThroughputModel({}), tuple(queues)).run()
+    replay = _Replay(nodes, jobs, policy, seed, throughput or ThroughputModel({}), tuple(queues))
+    replay.check_invariants = check_invariants
+    return replay.run()
 
 
 Event = tuple[str, int, int]  # (kind, job index, run token: a depart or recheck of an earlier, preempted run is stale)
-Shape = tuple[Request, int, int, str]
+Shape = tuple[Request, int, int, str, bool]  # request, gang, priority, queue, preemptible
 
 
 class _Replay:
@@ -229,9 +239,9 @@ class _Replay:
         self.failed_at_release: dict[Shape, int] = {}
         self.releases = 0
         self.preemptions = 0
-        self.reclaim_latencies: list[float] = []  # lengths of stretches a queue was blocked by borrowers
+        self.reclaim = ReclaimTracker(self.scheduler, seed)
+        self.check_invariants = False
         self.reclaims = 0
-        self.blocked_since: dict[str, float] = {}
         self.allocated_milli = 0
         self.alloc_integral = 0.0
         self.last_s = 0.0
@@ -265,7 +275,8 @@ class _Replay:
             jain_index=jain_index(list(shares.values())),
             queue_shares=shares,
             reclaims=self.reclaims,
-            reclaim_latency_max_s=max(self.reclaim_latencies, default=0.0),
+            reclaim_latency_max_s=self.reclaim.longest["reclaim_missed"],
+            blocked_by_borrowers_max_s=self.reclaim.longest["quota_blocked"],
         )
 
     def _handle(self, loop: EventLoop[Event], now: float, event: Event) -> None:
@@ -288,12 +299,12 @@ class _Replay:
         if upcoming is None or upcoming > now:  # schedule once all events of this instant are in
             self._schedule(loop, now)
             if self.policy.borrowing and self.accounts:
-                blocked = self._blocked_queues()
+                blocked = self.reclaim.blocked_queues(self._heads())
                 if blocked:  # borrowers took quota after the owner's shapes failed: retry them (reclaim) now
                     for shape in [k for k in self.failed_at_release if k[3] in blocked]:
                         del self.failed_at_release[shape]
                     self._schedule(loop, now)
-                self._track_blocked(now)
+                self.reclaim.track(now, self._heads(), self._running_now, self.guard)
             self.alloc_times.append(now)
             self.alloc_values.append(self.allocated_milli)
 
@@ -359,7 +370,7 @@ class _Replay:
 
     def _shape(self, i: int) -> Shape:
         job = self.jobs[i]
-        return (self.requests[i], job.gang, self._priority(i, self.last_s), self._queue(i))
+        return (self.requests[i], job.gang, self._priority(i, self.last_s), self._queue(i), self._preemptible(job))
 
     def _schedule(self, loop: EventLoop[Event], now: float) -> None:
         while True:
@@ -374,13 +385,11 @@ class _Replay:
                     self._priority(i, now),
                     queue=self._queue(i),
                     gang=self.jobs[i].gang,
+                    preemptible=self._preemptible(self.jobs[i]),
                 )
                 for i in candidates
             ]
-            running = list(self.running.values())
-            if self.las:  # running jobs age: their priority is the one their service gives now
-                running = [dataclasses.replace(r, priority=self._priority(int(r.workload_id), now)) for r in running]
-            plan = self.scheduler.plan(pending, self.rng, running, now, self.guard)
+            plan = self.scheduler.plan(pending, self.rng, self._running_now(), now, self.guard)
             for preempt in plan.preempts:
                 self._preempt(now, preempt)
             for bind in plan.binds:
@@ -388,8 +397,19 @@ class _Replay:
             for job_id in plan.waiting:
                 i = int(job_id)
                 self.failed_at_release[self._shape(i)] = self.releases
+            if self.check_invariants:
+                check_cluster(self.state, [p for placed in self.placements.values() for p in placed])
+                if self.scheduler.ledger is not None:
+                    check_quotas(self.scheduler.ledger)
             if not plan.binds:
                 return
+
+    def _running_now(self) -> list[RunningWorkload]:
+        running = list(self.running.values())
+        if self.las:  # running jobs age: their priority is the one their service gives now
+            now = self.last_s
+            running = [dataclasses.replace(r, priority=self._priority(int(r.workload_id), now)) for r in running]
+        return running
 
     def _start(self, loop: EventLoop[Event], now: float, bind: Bind) -> None:
         i = int(bind.workload_id)
@@ -472,23 +492,12 @@ class _Replay:
         self.guard = self.guard.record([str(i)])
         self._enqueue(i, now)
 
-    def _blocked_queues(self) -> set[str]:
-        blocked: set[str] = set()
-        for (request, gang, priority, queue), members in self.groups.items():
-            if queue in blocked:
-                continue
-            head = PendingWorkload(str(members[0]), request, 0.0, priority, queue=queue, gang=gang)
-            if self.scheduler.blocked_by_borrowers(head):
-                blocked.add(queue)
-        return blocked
-
-    def _track_blocked(self, now: float) -> None:
-        """Start or end each queue's stretch of being blocked by borrowers (module docstring)."""
-        blocked = self._blocked_queues()
-        for queue in blocked:
-            self.blocked_since.setdefault(queue, now)
-        for queue in [q for q in self.blocked_since if q not in blocked]:
-            self.reclaim_latencies.append(now - self.blocked_since.pop(queue))
+    def _heads(self) -> list[PendingWorkload]:
+        """The first pending workload of each request shape (what the reclaim measure looks at)."""
+        return [
+            PendingWorkload(str(members[0]), request, 0.0, priority, queue=queue, gang=gang, preemptible=preemptible)
+            for (request, gang, priority, queue, preemptible), members in self.groups.items()
+        ]
 
     def _duration(self, i: int, placements: tuple[Placement, ...]) -> float:
         job = self.jobs[i]

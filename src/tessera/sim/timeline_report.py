@@ -4,7 +4,8 @@
 "gpu_alloc_pct", "preemptions", "jain_index"}}}``, each value the mean over seeds. ``jain_index`` is Jain's
 fairness index over queues of the GPU-seconds each queue received divided by its entitlement over its busy periods
 (1.0 without queues). With queues, ``summary.md`` adds a table per policy and queue of received / entitled, the
-number of reclaims and the longest reclaim latency (the most over seeds). Called by ``tessera simulate timeline``.
+number of reclaims, the longest reclaim latency and the longest time blocked by borrowers (the most over seeds).
+Called by ``tessera simulate timeline``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class TimelineSummary:
     queue_shares: dict[str, float] = field(default_factory=dict)  # queue -> received / entitled, mean over seeds
     reclaims: int = 0
     reclaim_latency_max_s: float = 0.0
+    blocked_by_borrowers_max_s: float = 0.0
 
     def as_json(self) -> dict[str, float | int]:
         return {
@@ -74,6 +76,7 @@ def summarize(results: Sequence[TimelineResult]) -> list[TimelineSummary]:
                 {q: _mean(r.queue_shares.get(q, 0.0) for r in runs) for q in runs[0].queue_shares},
                 round(_mean(float(r.reclaims) for r in runs)),
                 max(r.reclaim_latency_max_s for r in runs),
+                max(r.blocked_by_borrowers_max_s for r in runs),
             )
         )
     return summaries
@@ -120,14 +123,17 @@ def _queue_table(summaries: Sequence[TimelineSummary]) -> list[str]:
     lines = [
         "",
         "Share of entitlement received per queue (time-weighted over its busy periods; entitlement = nominal quota",
-        "plus fair share of idle capacity), reclaims of borrowed capacity and the longest reclaim latency:",
+        "plus fair share of idle capacity), reclaims of borrowed capacity, the longest reclaim latency (a reclaim",
+        "that would let the owner run was not made) and the longest time quota-fitting work waited while others",
+        "borrow (whatever else kept it waiting):",
         "",
-        "| policy | " + " | ".join(queues) + " | reclaims | max reclaim latency (s) |",
-        "|---|" + "---:|" * (len(queues) + 2),
+        "| policy | " + " | ".join(queues) + " | reclaims | max reclaim latency (s) | max blocked by borrowers (s) |",
+        "|---|" + "---:|" * (len(queues) + 3),
     ]
     for s in summaries:
         shares = " | ".join(f"{100 * s.queue_shares.get(q, 0.0):.1f}%" for q in queues)
-        lines.append(f"| {s.policy} | {shares} | {s.reclaims} | {s.reclaim_latency_max_s:.1f} |")
+        latency = f"{s.reclaim_latency_max_s:.1f} | {s.blocked_by_borrowers_max_s:.1f}"
+        lines.append(f"| {s.policy} | {shares} | {s.reclaims} | {latency} |")
     return lines
 
 

@@ -14,6 +14,7 @@ from tessera.core.preemption import (
     admission_rank,
     candidate_rank,
     select_victims,
+    select_victims_to_fit,
 )
 from tessera.core.queueing import QueueSpec, QuotaLedger, QuotaNeed, ResourceVector
 
@@ -224,3 +225,38 @@ def test_every_victim_ranks_strictly_below_the_preemptor(
     assert allowed
     preemptor_rank = admission_rank(within_nominal, priority)
     assert all(candidate_rank(c) < preemptor_rank for c in chosen)
+
+
+# ------------------------------------------------------------------------------------- victims that make room to fit
+
+
+def test_to_fit_grows_the_set_until_the_oracle_says_it_fits_and_drops_victims_not_needed() -> None:
+    # Only "w1" and "w2" together free a place where the preemptor fits; "x" is cheaper but frees the wrong GPU.
+    running = [cand("x", priority=1, started_s=9_000.0), cand("w1", priority=1), cand("w2", priority=1)]
+    asked: list[set[str]] = []
+
+    def fits(victims: object) -> bool:
+        ids = {c.workload_id for c in victims}  # type: ignore[attr-defined]
+        asked.append(ids)
+        return {"w1", "w2"} <= ids
+
+    def usefulness(c: Candidate, chosen: object) -> float:
+        return 0.5 if c.workload_id.startswith("w") else 0.0
+
+    found = select_victims_to_fit("a", 100, running, NOW_S, quota=NO_QUOTA_NEED, fits=fits, usefulness=usefulness)
+    assert found is not None and sorted(found) == ["w1", "w2"]
+
+
+def test_to_fit_gives_up_when_even_every_allowed_victim_does_not_make_room() -> None:
+    running = [cand("low", priority=1), cand("equal", priority=100), cand("other", "b", priority=1)]
+    tried: list[set[str]] = []
+
+    def fits(victims: object) -> bool:
+        tried.append({c.workload_id for c in victims})  # type: ignore[attr-defined]
+        return False
+
+    found = select_victims_to_fit(
+        "a", 100, running, NOW_S, quota=NO_QUOTA_NEED, fits=fits, usefulness=lambda c, chosen: 1.0
+    )
+    assert found is None
+    assert tried == [{"low"}]  # one look at the whole allowed pool; "equal" and "other" are never allowed
