@@ -167,6 +167,12 @@ def simulate_timeline(
     traces: Annotated[
         Path | None, typer.Option("--traces", help="Folder with gavel/, philly/, pai/ for the training workload.")
     ] = None,
+    queues: Annotated[
+        Path | None, typer.Option("--queues", help="JSON file of queues with quotas (tenants; replaces the built-in).")
+    ] = None,
+    jobs_file: Annotated[
+        Path | None, typer.Option("--jobs", help="JSON file of jobs (tenants; replaces the built-in demand).")
+    ] = None,
 ) -> None:
     """Replay a workload over time: arrivals, queueing, departures; JCT, waiting and GPU allocation per policy."""
     from tessera.sim.sweep import parse_seeds
@@ -182,7 +188,7 @@ def simulate_timeline(
         results = []
         workload_name = workload
         for seed in seed_list:
-            inputs = timeline_inputs(workload, nodes, pods, gpu_scale, seed, traces)
+            inputs = timeline_inputs(workload, nodes, pods, gpu_scale, seed, traces, queues, jobs_file)
             workload_name = inputs.workload
             gpus = sum(n.gpu_count for n in inputs.nodes)
             console.print(

@@ -212,3 +212,52 @@ def test_simulate_timeline_tenants_writes_the_four_files(tmp_path: Path) -> None
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == ["allocation.png", "jct_cdf.png", "summary.json", "summary.md"]
     assert "team-a" in (out / "summary.md").read_text()
+
+
+def _queues_json(**team_b: object) -> str:
+    queues = [{"name": "team-a", "cohort": "org", "nominal_gpus": 48}, {"name": "team-b", "cohort": "org", **team_b}]
+    return json.dumps({"queues": queues})
+
+
+def _jobs_json(**job: object) -> str:
+    base = {"id": "j1", "arrival_s": 0, "duration_s": 600, "queue": "team-a", "priority_class": "training"}
+    return json.dumps({"jobs": [{**base, **job}]})
+
+
+@pytest.mark.parametrize(
+    ("queues", "jobs", "fragments"),
+    [
+        (_queues_json(nominal_gpus=-4), None, ["queues.json", "nominal_gpu_milli", "< 0"]),
+        (
+            json.dumps({"queues": [{"name": "alone", "cohort": None, "nominal_gpus": 8, "borrowing_limit_gpus": 8}]}),
+            None,
+            ["queues.json", "borrowing", "needs a cohort"],
+        ),
+        (_queues_json(nominal_gpus=48), _jobs_json(priority_class="urgent"), ["jobs.json", "unknown priority class"]),
+        (_queues_json(nominal_gpus=48), _jobs_json(gang=200), ["jobs.json", "gang", "larger than the cluster"]),
+    ],
+    ids=["negative-quota", "borrowing-without-cohort", "unknown-priority-class", "gang-larger-than-cluster"],
+)
+def test_simulate_timeline_bad_queue_and_job_files_fail_with_one_line(
+    tmp_path: Path, queues: str, jobs: str | None, fragments: list[str]
+) -> None:
+    args = ["simulate", "timeline", "--workload", "tenants", "--out", str(tmp_path / "o")]
+    args += ["--queues", str(_write(tmp_path, "queues.json", queues))]
+    if jobs is not None:
+        args += ["--jobs", str(_write(tmp_path, "jobs.json", jobs))]
+    _assert_one_line_error(runner.invoke(app, args), *fragments)
+
+
+def test_simulate_timeline_reads_queues_and_jobs_from_files(tmp_path: Path) -> None:
+    jobs = [
+        {"id": f"a{i}", "arrival_s": 0, "duration_s": 600, "queue": "team-a", "gang": 8, "checkpointed": True}
+        for i in range(12)
+    ] + [{"id": "b0", "arrival_s": 60, "duration_s": 600, "queue": "team-b", "gang": 8, "priority_class": "training"}]
+    queue_file = _write(tmp_path, "queues.json", _queues_json(nominal_gpus=48))
+    job_file = _write(tmp_path, "jobs.json", json.dumps({"jobs": jobs}))
+    out = tmp_path / "o"
+    args = ["simulate", "timeline", "--workload", "tenants", "--policies", "tessera", "--out", str(out)]
+    result = runner.invoke(app, [*args, "--queues", str(queue_file), "--jobs", str(job_file)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["policies"]["tessera"]["preemptions"] == 1  # team-b reclaims one gang of 8 from team-a

@@ -7,7 +7,8 @@
   offered load of 1.5 (enough that jobs queue); with ``traces`` (a folder holding ``gavel/``, ``philly/`` and
   ``pai/``) the real tables are read by path, otherwise the embedded ones;
 - ``tenants``: three queues with quotas in one cohort and bursty, contending demand over one day
-  (``tessera.sim.tenants``); ``TimelineInputs.queues`` holds their ``QueueSpec`` (``tenant_queue_specs``).
+  (``tessera.sim.tenants``); ``TimelineInputs.queues`` holds their ``QueueSpec`` (``tenant_queue_specs``). Queues
+  and jobs may come from JSON files instead (``--queues``, ``--jobs``; ``tessera.sim.timeline_files``).
 
 Called by ``tessera simulate timeline``.
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tessera.core.cluster import NodeSpec
-from tessera.core.errors import InvalidRequestError
+from tessera.core.errors import InputFileError, InvalidRequestError
 from tessera.core.queueing import QueueSpec, ResourceVector
 from tessera.core.throughput import ThroughputModel
 from tessera.sim.gavel import default_models, load_gavel_models
@@ -26,6 +27,7 @@ from tessera.sim.inputs import load_trace_files
 from tessera.sim.jobs import TimelineJob
 from tessera.sim.philly import philly_runtime_sampler
 from tessera.sim.tenants import TenantQueue, tenants_workload
+from tessera.sim.timeline_files import check_gangs_fit, load_jobs, load_queues
 from tessera.sim.workloads import openb_timeline, synthetic_openb_timeline, training_workload
 
 TIMELINE_WORKLOADS = ("openb", "training", "tenants")
@@ -53,18 +55,23 @@ def timeline_inputs(
     gpu_scale: float | None,
     seed: int,
     traces: Path | None = None,
+    queues_path: Path | None = None,
+    jobs_path: Path | None = None,
 ) -> TimelineInputs:
+    """The workload's cluster, jobs, throughput model and queues. ``queues_path`` / ``jobs_path`` (tenants only)
+    replace the built-in queues / jobs with those of JSON files (``tessera.sim.timeline_files``)."""
     if workload not in TIMELINE_WORKLOADS:
         raise InvalidRequestError(
             "--workload", f"unknown workload {workload!r} (known: {', '.join(TIMELINE_WORKLOADS)})"
         )
     if gpu_scale is not None and not 0 < gpu_scale <= 1:
         raise InvalidRequestError("--gpu-scale", f"must be in (0, 1], got {gpu_scale}")
+    if workload != "tenants" and (queues_path or jobs_path):
+        raise InvalidRequestError("--queues" if queues_path else "--jobs", "only with --workload tenants")
     if workload == "openb":
         return _openb(nodes_path, pods_path, gpu_scale, seed)
     if workload == "tenants":
-        nodes, jobs, queues = tenants_workload(seed, TENANTS_HORIZON_S)
-        return TimelineInputs("tenants", nodes, jobs, default_models()[0], tenant_queue_specs(queues, nodes))
+        return _tenants(seed, queues_path, jobs_path)
     throughput, _ = load_gavel_models(traces / "gavel" if traces else None)
     sampler = philly_runtime_sampler(traces / "philly" / "philly_runtime.csv" if traces else None, seed)
     pai = traces / "pai" / "pai_machine_spec.csv" if traces else None
@@ -78,6 +85,20 @@ def timeline_inputs(
         offered_load=TRAINING_OFFERED_LOAD,
     )
     return TimelineInputs("training", nodes, jobs, throughput)
+
+
+def _tenants(seed: int, queues_path: Path | None, jobs_path: Path | None) -> TimelineInputs:
+    nodes, jobs, queues = tenants_workload(seed, TENANTS_HORIZON_S)
+    if queues_path is not None:
+        queues = load_queues(queues_path)
+    if jobs_path is not None:
+        jobs = load_jobs(jobs_path)
+        check_gangs_fit(jobs, nodes, str(jobs_path))
+        names = {q.name for q in queues}
+        for job in jobs:
+            if job.queue not in names:
+                raise InputFileError(str(jobs_path), None, "queue", f"job {job.id}: unknown queue {job.queue!r}")
+    return TimelineInputs("tenants", nodes, jobs, default_models()[0], tenant_queue_specs(queues, nodes))
 
 
 def _openb(nodes_path: Path | None, pods_path: Path | None, gpu_scale: float | None, seed: int) -> TimelineInputs:
