@@ -73,3 +73,4 @@ class SchedulerConfig:
     max_attempts_per_step: int = 10_000  # bound on placement attempts in one step (keeps a step's cost bounded)
     queues: tuple[QueueSpec, ...] = ()  # tenant queues with quotas; empty = no quotas (one implicit queue)
     preemption: PreemptionPolicy | None = None  # None: never preempt
+    gang_one_node: bool = True  # a gang goes onto one node when one can hold it (else on as few nodes as it can)

@@ -19,6 +19,7 @@ import numpy as np
 from tessera.core.cluster import ClusterState
 from tessera.core.decisions import Bind, PendingWorkload, Preempt, RunningWorkload, SchedulerConfig, StepPlan
 from tessera.core.placement.base import Placer
+from tessera.core.placement.gang import place_gang
 from tessera.core.preemption import Candidate, PreemptionGuard, select_victims, select_victims_to_fit
 from tessera.core.queueing.fairshare import drf_order
 from tessera.core.queueing.priority import order_pending
@@ -190,18 +191,21 @@ class QuotaStep:
         return admission
 
     def _place_gang(self, workload: PendingWorkload) -> tuple[Placement, ...] | None:
-        """Place every worker (all or nothing), bound on the state and recorded in ``tried``."""
+        """Place every worker (all or nothing, on one node when one can hold them all: ``placement.gang``), bound
+        on the state and recorded in ``tried``."""
         placed: list[Placement] = []
-        for _ in range(workload.gang):
-            decision = self.placer.decide(workload.request, self.rng)
-            if decision is None:
-                for placement in reversed(placed):
-                    self.state.release(placement)
-                    self.tried.remove(placement)
-                return None
-            self.state.bind(decision)
-            self.tried.append(decision)
-            placed.append(decision)
+
+        def bind(placement: Placement) -> None:
+            self.state.bind(placement)
+            self.tried.append(placement)
+            placed.append(placement)
+
+        one_node = self.config.gang_one_node
+        if place_gang(self.placer, workload.request, workload.gang, self.rng, bind, one_node) is None:
+            for placement in reversed(placed):
+                self.state.release(placement)
+                self.tried.remove(placement)
+            return None
         return tuple(placed)
 
     def _bind(

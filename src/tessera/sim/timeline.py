@@ -221,7 +221,12 @@ class _Replay:
             preemption = PreemptionPolicy()
         elif self.las or one_queue:  # priority (or LAS level) within a queue, never across queues
             preemption = PreemptionPolicy(within_queue=True, reclaim=False)
-        config = SchedulerConfig(discipline=policy.discipline, queues=scheduler_queues, preemption=preemption)
+        config = SchedulerConfig(
+            discipline=policy.discipline,
+            queues=scheduler_queues,
+            preemption=preemption,
+            gang_one_node=policy.gang_one_node,
+        )
         self.scheduler = Scheduler(placer, config)
         self.accounts = QueueAccounts(queues, self.state) if queues else None
         self.guard = PreemptionGuard(PREEMPTION_MIN_RUNTIME_S)

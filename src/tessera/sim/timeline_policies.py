@@ -29,6 +29,8 @@ class TimelinePolicy:
     las_thresholds_gpu_s: tuple[float, ...] = ()
     # With LAS: keep the job's priority class first and apply LAS only among preemptible jobs of one class.
     las_within_class: bool = False
+    # A gang goes onto one node of the chosen GPU model when one can hold it (baselines place workers one by one).
+    gang_one_node: bool = False
 
     def __post_init__(self) -> None:
         check_thresholds(self.las_thresholds_gpu_s)
@@ -49,6 +51,7 @@ TIMELINE_POLICIES: dict[str, TimelinePolicy] = {
         borrowing=True,
         las_thresholds_gpu_s=TIRESIAS_THRESHOLDS_GPU_S,
         las_within_class=True,
+        gang_one_node=True,
     ),
 }
 PREEMPTION_MIN_RUNTIME_S = 600.0  # PreemptionGuard: a preempted job runs this long before priority may preempt it

@@ -114,14 +114,17 @@ class Placer:
         self._cache: dict[Request, _ShapeCache] = {}
         self._cache_version = policy.model_version
 
-    def decide(self, request: Request, rng: np.random.Generator) -> Placement | None:
-        """Where ``request`` goes now, or ``None`` when no node can host it."""
+    def decide(self, request: Request, rng: np.random.Generator, among: IntArray | None = None) -> Placement | None:
+        """Where ``request`` goes now, or ``None`` when no node can host it; ``among`` limits the choice to those
+        node indices (sorted), e.g. the nodes that can hold a whole gang."""
         self.policy.observe(request)
         if self.policy.model_version != self._cache_version:
             self._cache.clear()
             self._cache_version = self.policy.model_version
         entry = self._scores_for(request)
         feasible = np.flatnonzero(entry.score > INFEASIBLE)
+        if among is not None:
+            feasible = np.intersect1d(feasible, among, assume_unique=True)
         if feasible.size == 0:
             return None
         final = self.policy.normalize(entry.score[feasible])
