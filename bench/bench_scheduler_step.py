@@ -5,7 +5,8 @@ Prints one JSON object per measured step: the whole step and its parts (reading 
 store, planning with the core scheduler, writing the decisions, launching). The first step places as much of the
 10,000 as fits; then ``--finish`` running workloads end and a second step refills the room they left; a third step
 has nothing new to do; for a fourth, new submissions bring the pending workloads back to 10,000 on the busy pool.
-The target of issue 4 is a step of at most 1 s; the core's planning is measured as it is in this checkout.
+The target of issue 4 is a step of at most 1 s; the core's planning is measured as it is in this checkout. A step
+tries at most ``LoopConfig.max_tries_per_step`` workloads (1,000 by default); the rest wait for the next step.
 Usage: ``python bench/bench_scheduler_step.py [--pending N] [--nodes N]``.
 """
 

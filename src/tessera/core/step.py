@@ -164,8 +164,12 @@ class QuotaStep:
     def _try(self, workload: PendingWorkload) -> bool:
         priority = workload.priority if self.priority_matters else 0
         shape = (workload.queue, priority, workload.request, workload.gang, workload.preemptible)
-        if shape in self.blocked_shapes or self.attempts >= self.config.max_attempts_per_step:
+        if shape in self.blocked_shapes:
             self.waiting[workload.workload_id] = _no_fit(workload)
+            return False
+        if self.attempts >= self.config.max_attempts_per_step:
+            limit = self.config.max_attempts_per_step
+            self.waiting[workload.workload_id] = f"not tried yet: a step tries at most {limit} workloads"
             return False
         self.attempts += 1
         flavor = flavor_of(self.ledger.spec(workload.queue), workload.request)
@@ -179,9 +183,8 @@ class QuotaStep:
         if self._preempt_for(workload, flavor, demand, quota_blocked=admission is None):
             return True
         self.blocked_shapes.add(shape)
-        self.waiting[workload.workload_id] = (
-            _no_fit(workload) if admission is not None else f"queue {workload.queue} has no quota for {demand} now"
-        )
+        no_quota = f"queue {workload.queue} has no quota left for {_amount(demand)}"
+        self.waiting[workload.workload_id] = _no_fit(workload) if admission is not None else no_quota
         return False
 
     def _admission(self, workload: PendingWorkload, flavor: Flavor, demand: ResourceVector) -> Admission | None:
@@ -342,11 +345,22 @@ def flavor_of(spec: QueueSpec, request: Request) -> Flavor:
 def _no_fit(workload: PendingWorkload) -> str:
     r = workload.request
     if r.num_gpus == 0:
-        what = f"{r.cpu_milli / 1000:g} CPUs"
+        what = f"{r.cpu_milli / 1000:g} CPUs free"
     elif r.is_sharing:
         what = f"a GPU with {r.gpu_milli / 10:g}% free"
     else:
         what = f"{r.num_gpus} free GPU{'s' if r.num_gpus > 1 else ''}"
     types = f" of type {'/'.join(sorted(r.gpu_types))}" if r.gpu_types and r.num_gpus else ""
     gang = f" for each of {workload.gang} workers" if workload.gang > 1 else ""
-    return f"no node has {what}{types} and {r.cpu_milli / 1000:g} CPUs free{gang}"
+    cpus = f" and {r.cpu_milli / 1000:g} CPUs free" if r.num_gpus and r.cpu_milli else ""
+    return f"no node has {what}{types}{cpus}{gang}"
+
+
+def _amount(demand: ResourceVector) -> str:
+    """A quota demand in words: "0.3 GPU, 2 CPUs, 4096 MiB"."""
+    parts = [f"{demand.gpu_milli / 1000:g} GPU"] if demand.gpu_milli else []
+    if demand.cpu_milli:
+        parts.append(f"{demand.cpu_milli / 1000:g} CPUs")
+    if demand.mem_mib:
+        parts.append(f"{demand.mem_mib} MiB")
+    return ", ".join(parts) or "nothing"

@@ -63,6 +63,8 @@ class LoopConfig:
     service_max_restarts: int = 3  # a service that exits is relaunched this many times, then fails
     preemption_min_runtime_s: float = 600.0  # a workload preempted once runs this long before priority preempts it
     mps: bool = False  # an MPS daemon serves the GPUs: launches get MPS compute and memory limits
+    # Placement attempts per step: a step over many pending workloads stays short (the rest go 0.2 s later).
+    max_tries_per_step: int = 1000
 
 
 @dataclass(slots=True)
@@ -416,7 +418,11 @@ class SchedulerLoop:
         if specs == self.queue_specs:
             return
         self.queue_specs = specs
-        config = SchedulerConfig(queues=specs, preemption=PreemptionPolicy() if specs else None)
+        config = SchedulerConfig(
+            max_attempts_per_step=self.config.max_tries_per_step,
+            queues=specs,
+            preemption=PreemptionPolicy() if specs else None,
+        )
         self.scheduler = Scheduler(self.placer, config)
         for entry in self.running.values():
             self._recharge(entry)
