@@ -37,21 +37,10 @@ def small_trace(seed: int, count: int = 60) -> list[TimelineJob]:
     ]
 
 
-def simulated_placements(nodes, jobs, policy: str, monkeypatch) -> dict[str, list[tuple[str, tuple[int, ...], int]]]:  # type: ignore[no-untyped-def]
-    decided: dict[str, list[tuple[str, tuple[int, ...], int]]] = {}
-    start = timeline._Replay._start
-
-    def recording(self, loop, now, bind):  # type: ignore[no-untyped-def]
-        names = [self.state.nodes[p.node].name for p in bind.placements]
-        decided[jobs[int(bind.workload_id)].id] = [
-            (name, p.gpu_indices, p.gpu_milli_each) for name, p in zip(names, bind.placements, strict=True)
-        ]
-        start(self, loop, now, bind)
-
-    monkeypatch.setattr(timeline._Replay, "_start", recording)
+def simulated_placements(nodes, jobs, policy: str) -> dict[str, list[tuple[str, tuple[int, ...], int]]]:  # type: ignore[no-untyped-def]
     result = timeline.run_timeline(nodes, jobs, policy)
     assert result.unfinished == 0
-    return decided
+    return {start.job_id: list(start.placements) for start in result.starts}
 
 
 def served_placements(h, jobs) -> dict[str, list[tuple[str, tuple[int, ...], int]]]:  # type: ignore[no-untyped-def]
@@ -92,14 +81,12 @@ def served_placements(h, jobs) -> dict[str, list[tuple[str, tuple[int, ...], int
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_simulator_and_server_place_a_small_trace_identically(
-    make_harness: MakeHarness, monkeypatch, seed: int
-) -> None:  # type: ignore[no-untyped-def]
+def test_simulator_and_server_place_a_small_trace_identically(make_harness: MakeHarness, seed: int) -> None:
     h = make_harness("4xA100-80GB,2xT4", policy="bestfit")
     default = {"name": "default", "tenant": "default", "strategy": "StrictFIFO"}
     assert h.http.post("/v1/queues", json=default, headers=h.as_(ADMIN)).status_code == 201
     jobs = small_trace(seed)
-    simulated = simulated_placements(list(h.server.ctx.pool.nodes), jobs, "fifo-share", monkeypatch)
+    simulated = simulated_placements(list(h.server.ctx.pool.nodes), jobs, "fifo-share")
     served = served_placements(h, jobs)
     assert len(served) == len(jobs)
     assert served == simulated

@@ -125,6 +125,15 @@ class TimelineJobLike(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class StartRecord:
+    """One start decision: job ``job_id`` at ``time_s`` on (node name, GPU indices, milli per GPU) per worker."""
+
+    time_s: float
+    job_id: str
+    placements: tuple[tuple[str, tuple[int, ...], int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class TimelineResult:
     policy: str
     arrival_s: FloatArray  # per finished job
@@ -141,6 +150,7 @@ class TimelineResult:
     reclaims: int = 0  # preemptions that returned borrowed capacity to another queue
     reclaim_latency_max_s: float = 0.0  # longest time a reclaim that would let the owner run was not made
     blocked_by_borrowers_max_s: float = 0.0  # longest time a queue's quota-fitting work waited while others borrow
+    starts: tuple[StartRecord, ...] = ()  # every (re)start in order: the decisions, to compare with a live run
 
     @property
     def jct_s(self) -> FloatArray:
@@ -233,6 +243,7 @@ class _Replay:
         self.start_s = np.full(len(self.jobs), np.nan)
         self.finish_s = np.full(len(self.jobs), np.nan)
         self.placements: dict[int, tuple[Placement, ...]] = {}
+        self.starts: list[StartRecord] = []
         self.running: dict[int, RunningWorkload] = {}  # with queues: what preemption may consider
         self.tokens = [0] * len(self.jobs)
         self.remaining_s: dict[int, float] = {}  # checkpointed, preempted jobs: time still to run
@@ -282,6 +293,7 @@ class _Replay:
             reclaims=self.reclaims,
             reclaim_latency_max_s=self.reclaim.longest["reclaim_missed"],
             blocked_by_borrowers_max_s=self.reclaim.longest["quota_blocked"],
+            starts=tuple(self.starts),
         )
 
     def _handle(self, loop: EventLoop[Event], now: float, event: Event) -> None:
@@ -423,6 +435,8 @@ class _Replay:
             self.state.bind(placement)
             self.allocated_milli += placement.total_gpu_milli
         self.placements[i] = placements
+        where = tuple((self.state.nodes[p.node].name, p.gpu_indices, p.gpu_milli_each) for p in placements)
+        self.starts.append(StartRecord(now, self.jobs[i].id, where))
         admission = self.scheduler.charge(bind)
         job = self.jobs[i]
         if admission is not None:
