@@ -73,4 +73,5 @@ def _together(placer: Placer, request: Request, workers: int, rng: np.random.Gen
         return None
     state = placer.state
     nodes = one_node_candidates(state, request, workers)
-    return nodes[state.model_idx[nodes] == state.model_idx[first.node]]
+    same_model: IntArray = nodes[state.model_idx[nodes] == state.model_idx[first.node]]
+    return same_model
