@@ -3,8 +3,9 @@
 Usage: python bench/timeline_tables.py [--workloads openb,training,tenants] [--seeds 0] [--policies ...]
 
 Reads ../shared/traces by path (openb default trace and node list; gavel/philly/pai for training). Prints avg JCT,
-p99 JCT, avg wait (hours), GPU allocation %, preemptions, reclaims, the longest reclaim latency, per-queue shares and
-the replay's wall time. Wall times depend on the machine and its load; compare them only within one run.
+p99 JCT, avg wait (hours), GPU allocation %, preemptions, reclaims, the longest reclaim latency and the longest time
+blocked by borrowers, per-queue shares and the replay's wall time. Wall times depend on the machine and its load;
+compare them only within one run.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def main() -> int:
                     "preemptions": r.preemptions,
                     "reclaims": r.reclaims,
                     "reclaim_latency_max_s": round(r.reclaim_latency_max_s, 1),
+                    "blocked_by_borrowers_max_s": round(r.blocked_by_borrowers_max_s, 1),
                     "jain": round(r.jain_index, 3),
                     "shares": {q: round(s, 3) for q, s in r.queue_shares.items()},
                     "unfinished": r.unfinished,
