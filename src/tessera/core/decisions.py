@@ -30,6 +30,9 @@ class PendingWorkload:
     # False: it will never be preempted once running, so it is admitted only within its queue's nominal quota
     # (never by borrowing: borrowed capacity must be returnable to its owner in one step).
     preemptible: bool = True
+    # How long it will run once started, when known: with head reservation it may backfill ahead of a blocked head
+    # when it ends before the head's reserved start.
+    expected_duration_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,7 @@ class RunningWorkload:
     started_s: float  # when it (re)started
     preemptible: bool = True  # False: never a victim
     checkpointed: bool = False
+    expected_end_s: float | None = None  # when it is expected to end (head reservation); None: unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +78,7 @@ class SchedulerConfig:
     queues: tuple[QueueSpec, ...] = ()  # tenant queues with quotas; empty = no quotas (one implicit queue)
     preemption: PreemptionPolicy | None = None  # None: never preempt
     gang_one_node: bool = True  # a gang goes onto one node when one can hold it (else on as few nodes as it can)
+    # BestEffortFIFO queues: the first workload that cannot be placed reserves the capacity it will get when running
+    # workloads end (their expected_end_s), and later workloads of its queue backfill only where they do not delay
+    # it (``core.reservation``). Off: later workloads that fit always start.
+    head_reservation: bool = False

@@ -118,8 +118,8 @@ class Scheduler:
         now_s: float = 0.0,
         guard: PreemptionGuard | None = None,
     ) -> StepPlan:
-        """One step (module docstring). ``running`` (preemption candidates), ``now_s`` and ``guard`` matter only
-        with a preemption policy. Without configured queues every workload is in one implicit, unlimited queue and
-        the binds carry no admission."""
+        """One step (module docstring). ``running`` (preemption candidates; with ``head_reservation`` also their
+        expected ends), ``now_s`` and ``guard`` matter only with a preemption policy or head reservation. Without
+        configured queues every workload is in one implicit, unlimited queue and the binds carry no admission."""
         ledger = self.ledger.copy() if self.ledger is not None else None
         return QuotaStep(self.placer, self.config, ledger, rng, running, now_s, guard).run(pending)

@@ -10,6 +10,7 @@ from the given generator.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections import deque
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from tessera.core.queueing.fairshare import drf_order
 from tessera.core.queueing.priority import order_pending
 from tessera.core.queueing.quotas import Admission, QueueSpec, QuotaLedger
 from tessera.core.queueing.resources import ANY_FLAVOR, Flavor, ResourceVector
+from tessera.core.reservation import Reservation, find_reservation
 from tessera.core.victim_fit import VictimFit
 from tessera.core.workload import Placement, Request
 
@@ -97,6 +99,10 @@ class QuotaStep:
         self.attempts = 0
         self.changes = 0  # binds and preemptions so far in this step (invalidates cached candidates)
         self.candidate_cache: dict[tuple[str, Flavor | None], tuple[int, list[Candidate]]] = {}
+        # Head reservation: per BestEffortFIFO queue whose head could not be placed, its reservation (None: none
+        # could be computed, the queue backfills freely). At most one per queue and step.
+        self.reservations: dict[str, Reservation | None] = {}
+        self.last_failure = ""  # why the last ``_try`` failed: "fit", "quota" or "limit"
 
     def run(self, pending: Sequence[PendingWorkload]) -> StepPlan:
         queues: dict[str, deque[PendingWorkload]] = {}
@@ -134,12 +140,60 @@ class QuotaStep:
                 if strict:
                     later.extend(queues[name])
                     queues[name].clear()
-            elif not self._try(workload) and strict:
+            elif not self._try_in_queue(workload, strict) and strict:
                 for rest in queues[name]:
                     self.waiting[rest.workload_id] = "waiting behind an earlier workload"
                 queues[name].clear()
             if not queues[name]:
                 del queues[name]
+
+    def _try_in_queue(self, workload: PendingWorkload, strict: bool) -> bool:
+        """``_try``, with head reservation (``SchedulerConfig.head_reservation``) for a BestEffortFIFO queue: the
+        queue's first workload that does not fit reserves capacity at its shadow time (``core.reservation``); a later
+        one starts only if it is expected to end by then, or within what the reservation leaves free, without
+        preempting (a victim that would end by the shadow time may hold capacity the head counts on)."""
+        if strict or not self.config.head_reservation:
+            return self._try(workload)
+        if workload.queue not in self.reservations:
+            if self._try(workload):
+                return True
+            self.reservations[workload.queue] = self._reserve(workload) if self.last_failure == "fit" else None
+            return False
+        reservation = self.reservations[workload.queue]
+        duration = workload.expected_duration_s
+        if reservation is None or (duration is not None and self.now_s + duration <= reservation.shadow_s):
+            return self._try(workload)
+        reservation.mask(self.state)
+        try:
+            placed = self._try(workload, within_reservation=True)
+        finally:
+            reservation.unmask(self.state)
+        if placed:
+            reservation.consume(self.binds[-1].placements)
+        elif self.last_failure == "fit":
+            head, at = reservation.head_id, reservation.shadow_s
+            self.waiting[workload.workload_id] = f"capacity reserved for {head} (expected to start at {at:g} s)"
+        return placed
+
+    def _reserve(self, head: PendingWorkload) -> Reservation | None:
+        """The head's reservation; its trial placements draw from a copy of the generator (the step's own draws
+        stay as they would be without it)."""
+        rng = copy.deepcopy(self.rng)
+
+        def place() -> list[Placement] | None:
+            placed: list[Placement] = []
+
+            def bind(placement: Placement) -> None:
+                self.state.bind(placement)
+                placed.append(placement)
+
+            done = place_gang(self.placer, head.request, head.gang, rng, bind, self.config.gang_one_node)
+            for placement in reversed(placed):
+                self.state.release(placement)
+            return placed if done is not None else None
+
+        running = self.running.values()
+        return find_reservation(self.state, head.workload_id, head.request, head.gang, running, self.now_s, place)
 
     def _would_borrow(self, workload: PendingWorkload) -> bool:
         if self.ledger.spec(workload.queue).cohort is None:
@@ -161,13 +215,17 @@ class QuotaStep:
             usages.append((name, spec.weight, usage))
         return drf_order(usages, self.capacity)[0]
 
-    def _try(self, workload: PendingWorkload) -> bool:
+    def _try(self, workload: PendingWorkload, within_reservation: bool = False) -> bool:
+        """Admit and place (or preempt for) ``workload``. ``within_reservation``: tried on capacity masked by a
+        reservation, so it does not preempt and a failure is not cached for its shape."""
         priority = workload.priority if self.priority_matters else 0
         shape = (workload.queue, priority, workload.request, workload.gang, workload.preemptible)
+        self.last_failure = "fit"
         if shape in self.blocked_shapes:
             self.waiting[workload.workload_id] = _no_fit(workload)
             return False
         if self.attempts >= self.config.max_attempts_per_step:
+            self.last_failure = "limit"
             limit = self.config.max_attempts_per_step
             self.waiting[workload.workload_id] = f"not tried yet: a step tries at most {limit} workloads"
             return False
@@ -180,9 +238,11 @@ class QuotaStep:
             if placements is not None:
                 self._bind(workload, flavor, demand, placements)
                 return True
-        if self._preempt_for(workload, flavor, demand, quota_blocked=admission is None):
+        if not within_reservation and self._preempt_for(workload, flavor, demand, quota_blocked=admission is None):
             return True
-        self.blocked_shapes.add(shape)
+        if not within_reservation:
+            self.blocked_shapes.add(shape)
+        self.last_failure = "fit" if admission is not None else "quota"
         no_quota = f"queue {workload.queue} has no quota left for {_amount(demand)}"
         self.waiting[workload.workload_id] = _no_fit(workload) if admission is not None else no_quota
         return False

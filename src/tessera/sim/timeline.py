@@ -236,6 +236,7 @@ class _Replay:
             queues=scheduler_queues,
             preemption=preemption,
             gang_one_node=policy.gang_one_node,
+            head_reservation=policy.head_reservation,
         )
         self.scheduler = Scheduler(placer, config)
         self.accounts = QueueAccounts(queues, self.state) if queues else None
@@ -403,6 +404,7 @@ class _Replay:
                     queue=self._queue(i),
                     gang=self.jobs[i].gang,
                     preemptible=self._preemptible(self.jobs[i]),
+                    expected_duration_s=self._known_duration(i),
                 )
                 for i in candidates
             ]
@@ -439,6 +441,9 @@ class _Replay:
         self.starts.append(StartRecord(now, self.jobs[i].id, where))
         admission = self.scheduler.charge(bind)
         job = self.jobs[i]
+        duration = self.remaining_s.pop(i, None)
+        if duration is None:
+            duration = self._duration(i, placements)
         if admission is not None:
             self.running[i] = RunningWorkload(
                 str(i),
@@ -449,13 +454,11 @@ class _Replay:
                 now,
                 self._preemptible(job),
                 (bool(self.las) and not self.policy.las_within_class) or bool(getattr(job, "checkpointed", False)),
+                expected_end_s=now + duration,
             )
         if self.accounts:
             self.accounts.received_milli[self._queue(i)] += self._milli(i)
         self._dequeue(i)
-        duration = self.remaining_s.pop(i, None)
-        if duration is None:
-            duration = self._duration(i, placements)
         if np.isnan(self.start_s[i]):  # waiting time counts until the first start
             self.start_s[i] = now
         self.finish_s[i] = now + duration
@@ -517,6 +520,14 @@ class _Replay:
             PendingWorkload(str(members[0]), request, 0.0, priority, queue=queue, gang=gang, preemptible=preemptible)
             for (request, gang, priority, queue, preemptible), members in self.groups.items()
         ]
+
+    def _known_duration(self, i: int) -> float | None:
+        """How long a pending job will run once started, when that does not depend on where it runs."""
+        remaining = self.remaining_s.get(i)
+        if remaining is not None:
+            return remaining
+        duration = self.jobs[i].duration_s
+        return None if duration is None else float(duration)
 
     def _duration(self, i: int, placements: tuple[Placement, ...]) -> float:
         job = self.jobs[i]

@@ -31,6 +31,9 @@ class TimelinePolicy:
     las_within_class: bool = False
     # A gang goes onto one node of the chosen GPU model when one can hold it (baselines place workers one by one).
     gang_one_node: bool = False
+    # BestEffortFIFO: the first job that cannot start reserves capacity at its expected start; later jobs backfill
+    # only where they do not delay it (SchedulerConfig.head_reservation).
+    head_reservation: bool = False
 
     def __post_init__(self) -> None:
         check_thresholds(self.las_thresholds_gpu_s)
