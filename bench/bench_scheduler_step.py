@@ -29,7 +29,8 @@ from tessera.agent.gpus import SimulatedProbe, parse_gpu_spec
 from tessera.backends.fake import FakeBackend
 from tessera.errors import TesseraError
 from tessera.server.api.schemas import WorkloadSpec
-from tessera.server.loop import LoopConfig, SchedulerLoop
+from tessera.server.loop import SchedulerLoop
+from tessera.server.loop_values import LoopConfig
 from tessera.server.pool import HostResources
 from tessera.server.store.models import WorkloadRow
 from tessera.server.submit import Principal, workload_row

@@ -246,7 +246,7 @@ def up(
 ) -> None:
     """Start the control plane: HTTP API, scheduler loop and local backend in one process."""
     from tessera.core.placement import make_policy
-    from tessera.server.loop import LoopConfig
+    from tessera.server.loop_values import LoopConfig
     from tessera.server.up import UpConfig, serve
 
     with one_line_errors():

@@ -74,7 +74,7 @@ def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path) ->
     from tessera.agent.fakes import FakeGpu, FakeNvml
     from tessera.agent.nvml import NvmlProbe
     from tessera.backends.fake import FakeBackend
-    from tessera.server.loop import LoopConfig
+    from tessera.server.loop_values import LoopConfig
     from tessera.server.up import UpConfig, build_server
 
     gpu = FakeGpu("NVIDIA A100-SXM4-80GB", 81920, "GPU-real-0")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +27,20 @@ from tessera.core.placement import make_policy
 from tessera.core.placement.base import Placer, TieBreak
 from tessera.core.preemption import PreemptionGuard, PreemptionPolicy
 from tessera.core.queueing import QueueSpec
-from tessera.core.queueing.quotas import Admission
 from tessera.core.scheduler import Bind, PendingWorkload, RunningWorkload, Scheduler, SchedulerConfig, StepPlan
-from tessera.core.workload import Placement, WorkloadState
+from tessera.core.workload import WorkloadState
 from tessera.errors import InvalidRequestError, TesseraError
+from tessera.server.loop_values import (
+    ClusterSnapshot,
+    LoopConfig,
+    RunningEntry,
+    StepReport,
+    describe,
+    exit_text,
+    ref_columns,
+    ref_of,
+    started_text,
+)
 from tessera.server.memory_watch import MemoryWatch, Watched
 from tessera.server.pool import Pool
 from tessera.server.records import (
@@ -50,53 +59,6 @@ log = logging.getLogger(__name__)
 PENDING = WorkloadState.PENDING.value
 RUNNING = WorkloadState.RUNNING.value
 WATCHDOG = "watchdog"  # stop_reason prefix of a workload the memory watchdog stopped
-
-
-@dataclass(frozen=True, slots=True)
-class LoopConfig:
-    run_dir: Path  # logs and per-workload process files
-    placement_policy: str = "tessera-online"  # core.placement policy name
-    seed: int = 0  # the step's random generator (ties), so a replay makes the same decisions
-    interval_s: float = 0.2  # time between steps
-    stop_grace_s: float = 10.0  # SIGTERM -> SIGKILL
-    requeue_preempted: bool = True  # a preempted workload waits again (False: it ends as "preempted")
-    service_max_restarts: int = 3  # a service that exits is relaunched this many times, then fails
-    preemption_min_runtime_s: float = 600.0  # a workload preempted once runs this long before priority preempts it
-    mps: bool = False  # an MPS daemon serves the GPUs: launches get MPS compute and memory limits
-    # Placement attempts per step: a step over many pending workloads stays short (the rest go 0.2 s later).
-    max_tries_per_step: int = 1000
-
-
-@dataclass(slots=True)
-class _Running:
-    row: WorkloadRow
-    placements: tuple[Placement, ...]  # empty once preempted (its capacity went to the preemptor)
-    admission: Admission | None
-    started_s: float
-    launched: bool  # False: decided and stored, process not started yet
-    waits_for: set[int] = field(default_factory=set)  # preempted victims that must exit before the launch
-    stop_sent: str | None = None  # "cancel", "preempted: ..." or "watchdog: ..." once a stop was sent
-    pgid: int | None = None  # the process group, once launched or adopted
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterSnapshot:
-    """A copy of the allocation after a step, for readers on other threads (API, metrics)."""
-
-    gpu_free_milli: np.ndarray[Any, np.dtype[np.int64]]
-    cpu_free_milli: np.ndarray[Any, np.dtype[np.int64]]
-    mem_free_mib: np.ndarray[Any, np.dtype[np.int64]]
-    gpu_workloads: dict[tuple[int, int], list[int]]  # (node, gpu) -> workloads on it
-    queue_usage: dict[str, dict[str, tuple[int, int, int]]]  # queue -> quota entry -> (gpu_milli, cpu_milli, mem_mib)
-
-
-@dataclass(frozen=True, slots=True)
-class StepReport:
-    binds: int
-    preempts: int
-    ended: int
-    pending: int
-    duration_s: float
 
 
 class SchedulerLoop:
@@ -125,7 +87,7 @@ class SchedulerLoop:
         self.placer = Placer(
             self.state, make_policy(config.placement_policy, (), self.state.model_names), TieBreak.FIRST
         )
-        self.running: dict[int, _Running] = {}
+        self.running: dict[int, RunningEntry] = {}
         self.memory_watch = MemoryWatch(memory_probe, self._stop_for_memory) if memory_probe is not None else None
         self._logs_dir = config.run_dir / "logs"
         self._logs_made = False
@@ -188,14 +150,14 @@ class SchedulerLoop:
             changes.append({"id": wid, "stop_reason": entry.stop_sent})
             events.append(Event(wid, "preempted", f"{preempt.reason} (for workload {preempt.preemptor})"))
         self.guard = self.guard.record(str(v) for v in victims)
-        bound: list[_Running] = []
+        bound: list[RunningEntry] = []
         bind_changes: list[dict[str, Any]] = []
         rows = {row.id: row for row in self.store.workloads_by_id(int(b.workload_id) for b in plan.binds)}
         for bind in plan.binds:
             entry = self._bind(bind, rows[int(bind.workload_id)], now, victims)
             bound.append(entry)
             bind_changes.append(self._bind_change(entry, now))
-            events.append(Event(entry.row.id, "bound", _describe(entry, self.pool)))
+            events.append(Event(entry.row.id, "bound", describe(entry, self.pool)))
         reasons: list[dict[str, Any]] = []
         for wid_text, reason in plan.waiting.items():
             wid = int(wid_text)
@@ -215,7 +177,7 @@ class SchedulerLoop:
                 self.on_start(entry.row, now - entry.row.submitted_at)
         self._launch_all([entry for entry in bound if not entry.waits_for], now)
 
-    def _bind(self, bind: Bind, row: WorkloadRow, now: float, victims: set[int]) -> _Running:
+    def _bind(self, bind: Bind, row: WorkloadRow, now: float, victims: set[int]) -> RunningEntry:
         wid = int(bind.workload_id)
         del self._pending[wid]
         self._reasons.pop(wid, None)
@@ -223,11 +185,11 @@ class SchedulerLoop:
             self.state.bind(placement)
         admission = self.scheduler.charge(bind)
         waits = {v for v in victims if v in self.running}
-        entry = _Running(row, bind.placements, admission, now, launched=False, waits_for=waits)
+        entry = RunningEntry(row, bind.placements, admission, now, launched=False, waits_for=waits)
         self.running[wid] = entry
         return entry
 
-    def _bind_change(self, entry: _Running, now: float) -> dict[str, Any]:
+    def _bind_change(self, entry: RunningEntry, now: float) -> dict[str, Any]:
         row = entry.row
         row.attempts += 1
         return {
@@ -248,7 +210,7 @@ class SchedulerLoop:
     # -------------------------------------------------------------------------------------------- processes
 
     def _launch_ready(self, now: float) -> None:
-        ready: list[_Running] = []
+        ready: list[RunningEntry] = []
         for entry in list(self.running.values()):
             if not entry.launched and entry.stop_sent is None:
                 entry.waits_for &= set(self.running)
@@ -256,7 +218,7 @@ class SchedulerLoop:
                     ready.append(entry)
         self._launch_all(ready, now)
 
-    def _launch_all(self, entries: list[_Running], now: float) -> None:
+    def _launch_all(self, entries: list[RunningEntry], now: float) -> None:
         """Launch ``entries`` and store their process refs in one transaction (one per launch made a step over
         thousands of binds take seconds). A ref that a crash keeps from the store is found again by
         ``Backend.find`` in ``recover``, as before."""
@@ -266,12 +228,12 @@ class SchedulerLoop:
             ref = self._launch(entry, now)
             if ref is not None:
                 entry.pgid = ref.pgid
-                changes.append({"id": entry.row.id, **_ref_columns(ref)})
-                events.append(Event(entry.row.id, "started", _pid(ref)))
+                changes.append({"id": entry.row.id, **ref_columns(ref)})
+                events.append(Event(entry.row.id, "started", started_text(ref)))
         if changes:
             self.store.update_workloads(changes, events, now)
 
-    def _launch(self, entry: _Running, now: float) -> ProcessRef | None:
+    def _launch(self, entry: RunningEntry, now: float) -> ProcessRef | None:
         """Start the process of ``entry``; None when it could not start (the workload has then failed)."""
         spec = self._launch_spec(entry)
         entry.launched = True
@@ -281,7 +243,7 @@ class SchedulerLoop:
             self._finish(entry, WorkloadState.FAILED, None, f"could not start: {exc}", now)
             return None
 
-    def _launch_spec(self, entry: _Running) -> LaunchSpec:
+    def _launch_spec(self, entry: RunningEntry) -> LaunchSpec:
         row = entry.row
         devices = [self.pool.device(p.node, g) for p in entry.placements for g in p.gpu_indices]
         milli = max((p.gpu_milli_each for p in entry.placements), default=0)
@@ -342,7 +304,7 @@ class SchedulerLoop:
             self._on_exit(entry, status, now)
         return len(statuses)
 
-    def _on_exit(self, entry: _Running, status: ExitStatus, now: float) -> None:
+    def _on_exit(self, entry: RunningEntry, status: ExitStatus, now: float) -> None:
         code = status.exit_code
         row = entry.row
         if entry.stop_sent == "cancel":
@@ -355,13 +317,13 @@ class SchedulerLoop:
             else:
                 self._finish(entry, WorkloadState.PREEMPTED, code, entry.stop_sent, now)
         elif row.kind == "service" and row.attempts <= self.config.service_max_restarts:
-            self._requeue(entry, f"service exited ({_exit_text(code)}); restarting", now)
+            self._requeue(entry, f"service exited ({exit_text(code)}); restarting", now)
         elif code == 0:
             self._finish(entry, WorkloadState.SUCCEEDED, code, "exit code 0", now)
         else:
-            self._finish(entry, WorkloadState.FAILED, code, _exit_text(code), now)
+            self._finish(entry, WorkloadState.FAILED, code, exit_text(code), now)
 
-    def _finish(self, entry: _Running, state: WorkloadState, code: int | None, reason: str, now: float) -> None:
+    def _finish(self, entry: RunningEntry, state: WorkloadState, code: int | None, reason: str, now: float) -> None:
         wid = entry.row.id
         self._release(entry)
         self.running.pop(wid, None)
@@ -369,7 +331,7 @@ class SchedulerLoop:
         change = {"id": wid, "state": state.value, "exit_code": code, "finished_at": now, "reason": reason}
         self.store.update_workloads([change], [Event(wid, state.value, reason)], now)
 
-    def _requeue(self, entry: _Running, reason: str, now: float) -> None:
+    def _requeue(self, entry: RunningEntry, reason: str, now: float) -> None:
         wid = entry.row.id
         self._release(entry)
         self.running.pop(wid, None)
@@ -385,7 +347,7 @@ class SchedulerLoop:
         }
         self.store.update_workloads([change], [Event(wid, "requeued", reason)], now)
 
-    def _release(self, entry: _Running) -> None:
+    def _release(self, entry: RunningEntry) -> None:
         for placement in entry.placements:
             self.state.release(placement)
         self.scheduler.release(entry.admission)
@@ -427,7 +389,7 @@ class SchedulerLoop:
         for entry in self.running.values():
             self._recharge(entry)
 
-    def _recharge(self, entry: _Running) -> None:
+    def _recharge(self, entry: RunningEntry) -> None:
         admission = entry.admission
         if admission is None or self.scheduler.ledger is None:
             return
@@ -461,11 +423,11 @@ class SchedulerLoop:
         except (KeyError, InvalidRequestError) as exc:
             log.warning("workload %s: stored placement no longer fits the pool (%s)", row.id, exc)
             placements = ()
-        entry = _Running(row, placements, admission_of(row.admission), row.started_at or now, launched=False)
+        entry = RunningEntry(row, placements, admission_of(row.admission), row.started_at or now, launched=False)
         entry.stop_sent = row.stop_reason
         self.running[row.id] = entry
         self._recharge(entry)
-        ref = _ref_of(row) or self.backend.find(str(row.id))
+        ref = ref_of(row) or self.backend.find(str(row.id))
         if ref is not None:
             entry.launched = True
             entry.pgid = ref.pgid
@@ -487,39 +449,3 @@ class SchedulerLoop:
             except Exception:
                 log.exception("scheduling step failed; retrying")
             time.sleep(self.config.interval_s)
-
-
-def _ref_columns(ref: ProcessRef) -> dict[str, Any]:
-    return {"pid": ref.pid, "pgid": ref.pgid, "started_marker": ref.started_marker, "exit_file": ref.exit_file}
-
-
-def _ref_of(row: WorkloadRow) -> ProcessRef | None:
-    if row.pid is None or row.pgid is None or row.started_marker is None or row.exit_file is None:
-        return None
-    return ProcessRef(str(row.id), row.pid, row.pgid, row.started_marker, row.exit_file)
-
-
-def _pid(ref: ProcessRef) -> str:
-    return f"process {ref.pid} started"
-
-
-def _exit_text(code: int | None) -> str:
-    if code is None:
-        return "the process vanished (no exit code)"
-    if code < 0:
-        return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-def _describe(entry: _Running, pool: Pool) -> str:
-    parts: list[str] = []
-    for p in entry.placements:
-        node = pool.nodes[p.node]
-        if not p.gpu_indices:
-            parts.append(f"node {node.name} (no GPU)")
-            continue
-        share = "" if p.gpu_milli_each >= 1000 else f" at {p.gpu_milli_each / 10:g}%"
-        gpus = ",".join(str(g) for g in p.gpu_indices)
-        parts.append(f"node {node.name} GPU {gpus} ({node.gpu_model}){share}")
-    waits = f"; starts when workloads {sorted(entry.waits_for)} have stopped" if entry.waits_for else ""
-    return "placed on " + "; ".join(parts) + waits

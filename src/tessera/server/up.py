@@ -31,7 +31,8 @@ from tessera.errors import InvalidRequestError
 from tessera.server.api.app import ServerContext, create_app
 from tessera.server.auth import create_tenant_token, new_secret
 from tessera.server.demo import DEMO_TENANT, submit_demo
-from tessera.server.loop import LoopConfig, SchedulerLoop
+from tessera.server.loop import SchedulerLoop
+from tessera.server.loop_values import LoopConfig
 from tessera.server.metrics import ServerMetrics
 from tessera.server.pool import HostResources, Pool, detect_host
 from tessera.server.store.db import open_engine

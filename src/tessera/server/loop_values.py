@@ -1,0 +1,100 @@
+"""The scheduler loop's values: its configuration, its view of a running workload, the snapshot it publishes after
+each step, and the small conversions between stored process references and the backend's. Used by ``server.loop``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tessera.backends.base import ProcessRef
+from tessera.core.queueing.quotas import Admission
+from tessera.core.workload import Placement
+from tessera.server.pool import Pool
+from tessera.server.store.models import WorkloadRow
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    run_dir: Path  # logs and per-workload process files
+    placement_policy: str = "tessera-online"  # core.placement policy name
+    seed: int = 0  # the step's random generator (ties), so a replay makes the same decisions
+    interval_s: float = 0.2  # time between steps
+    stop_grace_s: float = 10.0  # SIGTERM -> SIGKILL
+    requeue_preempted: bool = True  # a preempted workload waits again (False: it ends as "preempted")
+    service_max_restarts: int = 3  # a service that exits is relaunched this many times, then fails
+    preemption_min_runtime_s: float = 600.0  # a workload preempted once runs this long before priority preempts it
+    mps: bool = False  # an MPS daemon serves the GPUs: launches get MPS compute and memory limits
+    # Placement attempts per step: a step over many pending workloads stays short (the rest go 0.2 s later).
+    max_tries_per_step: int = 1000
+
+
+@dataclass(slots=True)
+class RunningEntry:
+    row: WorkloadRow
+    placements: tuple[Placement, ...]  # empty once preempted (its capacity went to the preemptor)
+    admission: Admission | None
+    started_s: float
+    launched: bool  # False: decided and stored, process not started yet
+    waits_for: set[int] = field(default_factory=set)  # preempted victims that must exit before the launch
+    stop_sent: str | None = None  # "cancel", "preempted: ..." or "watchdog: ..." once a stop was sent
+    pgid: int | None = None  # the process group, once launched or adopted
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """A copy of the allocation after a step, for readers on other threads (API, metrics)."""
+
+    gpu_free_milli: np.ndarray[Any, np.dtype[np.int64]]
+    cpu_free_milli: np.ndarray[Any, np.dtype[np.int64]]
+    mem_free_mib: np.ndarray[Any, np.dtype[np.int64]]
+    gpu_workloads: dict[tuple[int, int], list[int]]  # (node, gpu) -> workloads on it
+    queue_usage: dict[str, dict[str, tuple[int, int, int]]]  # queue -> quota entry -> (gpu_milli, cpu_milli, mem_mib)
+
+
+@dataclass(frozen=True, slots=True)
+class StepReport:
+    binds: int
+    preempts: int
+    ended: int
+    pending: int
+    duration_s: float
+
+
+def ref_columns(ref: ProcessRef) -> dict[str, Any]:
+    return {"pid": ref.pid, "pgid": ref.pgid, "started_marker": ref.started_marker, "exit_file": ref.exit_file}
+
+
+def ref_of(row: WorkloadRow) -> ProcessRef | None:
+    if row.pid is None or row.pgid is None or row.started_marker is None or row.exit_file is None:
+        return None
+    return ProcessRef(str(row.id), row.pid, row.pgid, row.started_marker, row.exit_file)
+
+
+def started_text(ref: ProcessRef) -> str:
+    return f"process {ref.pid} started"
+
+
+def exit_text(code: int | None) -> str:
+    if code is None:
+        return "the process vanished (no exit code)"
+    if code < 0:
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def describe(entry: RunningEntry, pool: Pool) -> str:
+    parts: list[str] = []
+    for p in entry.placements:
+        node = pool.nodes[p.node]
+        if not p.gpu_indices:
+            parts.append(f"node {node.name} (no GPU)")
+            continue
+        share = "" if p.gpu_milli_each >= 1000 else f" at {p.gpu_milli_each / 10:g}%"
+        gpus = ",".join(str(g) for g in p.gpu_indices)
+        parts.append(f"node {node.name} GPU {gpus} ({node.gpu_model}){share}")
+    waits = f"; starts when workloads {sorted(entry.waits_for)} have stopped" if entry.waits_for else ""
+    return "placed on " + "; ".join(parts) + waits
