@@ -33,6 +33,9 @@ class PendingWorkload:
     # How long it will run once started, when known: with head reservation it may backfill ahead of a blocked head
     # when it ends before the head's reserved start.
     expected_duration_s: float | None = None
+    # Elastic (``SchedulerConfig.elastic``): the fewest workers it can start with when all ``gang`` do not fit.
+    # None: rigid (all ``gang`` workers or nothing).
+    elastic_min: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,11 @@ class RunningWorkload:
     preemptible: bool = True  # False: never a victim
     checkpointed: bool = False
     expected_end_s: float | None = None  # when it is expected to end (head reservation); None: unknown
+    # Elastic (``SchedulerConfig.elastic``, without configured queues): it may give back workers above
+    # ``elastic_min`` to a higher-priority pending workload, and grow up to ``elastic_max`` workers into idle
+    # capacity. None: rigid.
+    elastic_min: int | None = None
+    elastic_max: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +73,27 @@ class Preempt:
 
 
 @dataclass(frozen=True, slots=True)
+class Shrink:
+    workload_id: str  # the running elastic workload that gives workers back (it keeps running on the rest)
+    placements: tuple[Placement, ...]  # the workers it stops (released on the state)
+    preemptor: str  # the pending workload it makes room for
+
+
+@dataclass(frozen=True, slots=True)
+class Grow:
+    workload_id: str  # the running elastic workload that gets more workers
+    placements: tuple[Placement, ...]  # the added workers (bound on the state)
+
+
+@dataclass(frozen=True, slots=True)
 class StepPlan:
+    """Decisions of one step; the runtime applies shrinks, then preempts, then binds, then grows."""
+
     binds: tuple[Bind, ...] = ()
     waiting: dict[str, str] = field(default_factory=dict)  # workload id -> why it is still pending
     preempts: tuple[Preempt, ...] = ()  # applied before the binds
+    shrinks: tuple[Shrink, ...] = ()  # applied first (elastic only)
+    grows: tuple[Grow, ...] = ()  # applied last (elastic only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,3 +107,8 @@ class SchedulerConfig:
     # workloads end (their expected_end_s), and later workloads of its queue backfill only where they do not delay
     # it (``core.reservation``). Off: later workloads that fit always start.
     head_reservation: bool = False
+    # Elastic workloads (``core.elastic``): a pending one whose gang does not fit starts with the most workers that
+    # fit, at least its ``elastic_min``; without configured queues, running ones give workers above their minimum
+    # back to a higher-priority pending workload before anything is preempted, and grow into capacity left idle
+    # when nothing is waiting. Off: elastic fields are ignored (every workload is rigid).
+    elastic: bool = False

@@ -34,11 +34,13 @@ import numpy as np
 from tessera.core.cluster import ClusterState
 from tessera.core.decisions import (
     Bind,
+    Grow,
     PendingWorkload,
     Preempt,
     QueueDiscipline,
     RunningWorkload,
     SchedulerConfig,
+    Shrink,
     StepPlan,
 )
 from tessera.core.placement.base import Placer
@@ -48,12 +50,14 @@ from tessera.core.step import QuotaStep, charged, demand_of, flavor_of
 
 __all__ = [
     "Bind",
+    "Grow",
     "PendingWorkload",
     "Preempt",
     "QueueDiscipline",
     "RunningWorkload",
     "Scheduler",
     "SchedulerConfig",
+    "Shrink",
     "StepPlan",
 ]
 

@@ -18,7 +18,17 @@ from collections.abc import Sequence
 import numpy as np
 
 from tessera.core.cluster import ClusterState
-from tessera.core.decisions import Bind, PendingWorkload, Preempt, RunningWorkload, SchedulerConfig, StepPlan
+from tessera.core.decisions import (
+    Bind,
+    Grow,
+    PendingWorkload,
+    Preempt,
+    RunningWorkload,
+    SchedulerConfig,
+    Shrink,
+    StepPlan,
+)
+from tessera.core.elastic import grow_into_idle, shrinkable_workers
 from tessera.core.placement.base import Placer
 from tessera.core.placement.gang import place_gang
 from tessera.core.preemption import Candidate, PreemptionGuard, select_victims, select_victims_to_fit
@@ -93,7 +103,7 @@ class QuotaStep:
         self.binds: list[Bind] = []
         self.preempts: list[Preempt] = []
         self.waiting: dict[str, str] = {}
-        self.blocked_shapes: set[tuple[str, int, Request, int, bool]] = set()
+        self.blocked_shapes: set[tuple[str, int, Request, int, bool, int | None]] = set()
         # Without preemption a shape that failed fails at every priority: one entry for all of them.
         self.priority_matters = config.preemption is not None
         self.attempts = 0
@@ -103,6 +113,11 @@ class QuotaStep:
         # could be computed, the queue backfills freely). At most one per queue and step.
         self.reservations: dict[str, Reservation | None] = {}
         self.last_failure = ""  # why the last ``_try`` failed: "fit", "quota" or "limit"
+        # Elastic (only without configured queues: a shrink or grow changes no queue's charge there).
+        self.elastic = config.elastic
+        self.resizable = config.elastic and self.implicit
+        self.shrinks: list[Shrink] = []
+        self.given_back: list[Placement] = []  # workers of shrinks, released on the state
 
     def run(self, pending: Sequence[PendingWorkload]) -> StepPlan:
         queues: dict[str, deque[PendingWorkload]] = {}
@@ -117,13 +132,16 @@ class QuotaStep:
             # workload bound in this step is not yet a running candidate for preemption).
             self._drain(queues, borrowing)
             self._drain(borrowing, None)
+            grows = self._grow() if self.resizable and not self.waiting else []
         finally:
             for placement in reversed(self.tried):
                 self.state.release(placement)
             for victim in reversed(self.stopped):
                 for placement in victim.placements:
                     self.state.bind(placement)
-        return StepPlan(tuple(self.binds), self.waiting, tuple(self.preempts))
+            for placement in reversed(self.given_back):
+                self.state.bind(placement)
+        return StepPlan(tuple(self.binds), self.waiting, tuple(self.preempts), tuple(self.shrinks), tuple(grows))
 
     def _drain(
         self, queues: dict[str, deque[PendingWorkload]], borrowing: dict[str, deque[PendingWorkload]] | None
@@ -219,7 +237,8 @@ class QuotaStep:
         """Admit and place (or preempt for) ``workload``. ``within_reservation``: tried on capacity masked by a
         reservation, so it does not preempt and a failure is not cached for its shape."""
         priority = workload.priority if self.priority_matters else 0
-        shape = (workload.queue, priority, workload.request, workload.gang, workload.preemptible)
+        elastic_min = workload.elastic_min if self.elastic else None
+        shape = (workload.queue, priority, workload.request, workload.gang, workload.preemptible, elastic_min)
         self.last_failure = "fit"
         if shape in self.blocked_shapes:
             self.waiting[workload.workload_id] = _no_fit(workload)
@@ -233,11 +252,10 @@ class QuotaStep:
         flavor = flavor_of(self.ledger.spec(workload.queue), workload.request)
         demand = demand_of(workload)
         admission = self._admission(workload, flavor, demand)
-        if admission is not None:
-            placements = self._place_gang(workload)
-            if placements is not None:
-                self._bind(workload, flavor, demand, placements)
-                return True
+        if (admission is not None or elastic_min is not None) and self._place_elastic(workload, flavor):
+            return True
+        if not within_reservation and self.resizable and self._shrink_for(workload, flavor):
+            return True
         if not within_reservation and self._preempt_for(workload, flavor, demand, quota_blocked=admission is None):
             return True
         if not within_reservation:
@@ -252,6 +270,70 @@ class QuotaStep:
         if admission is not None and admission.is_borrowing and not workload.preemptible:
             return None  # it could never give borrowed capacity back
         return admission
+
+    def _place_elastic(self, workload: PendingWorkload, flavor: Flavor, fewer: bool = True) -> bool:
+        """Bind the whole gang if it is admitted and fits; else (with ``fewer``), for an elastic workload, the most
+        workers (at least ``elastic_min``) that are admitted and fit. True when it was bound."""
+        elastic = fewer and self.elastic and workload.elastic_min is not None
+        low = workload.gang
+        if elastic and workload.elastic_min is not None:
+            low = min(max(workload.elastic_min, 1), workload.gang)  # at least one worker, at most the gang
+        for workers in range(workload.gang, low - 1, -1):
+            sized = workload if workers == workload.gang else dataclasses.replace(workload, gang=workers)
+            demand = demand_of(sized)
+            if self._admission(sized, flavor, demand) is None:
+                continue
+            placements = self._place_gang(sized)
+            if placements is not None:
+                self._bind(sized, flavor, demand, placements)
+                return True
+        return False
+
+    def _shrink_for(self, workload: PendingWorkload, flavor: Flavor) -> bool:
+        """Release workers above the minimum of lower-priority elastic workloads (``core.elastic``), one at a time,
+        until ``workload`` fits (its whole gang first, then, if elastic, fewer workers); keep those shrinks if it
+        does, else undo them. True when it was bound."""
+        workers = shrinkable_workers(self.running.values(), workload.priority)
+        passes = (False, True) if self.elastic and workload.elastic_min is not None else (False,)
+        for fewer in passes if workers else ():
+            released: list[tuple[str, Placement]] = []
+            for workload_id, placement in workers:
+                self.state.release(placement)
+                released.append((workload_id, placement))
+                if self._place_elastic(workload, flavor, fewer):
+                    self._record_shrinks(workload, released)
+                    return True
+            for _, placement in reversed(released):
+                self.state.bind(placement)
+        return False
+
+    def _record_shrinks(self, workload: PendingWorkload, released: list[tuple[str, Placement]]) -> None:
+        by_workload: dict[str, list[Placement]] = {}
+        for workload_id, placement in released:
+            by_workload.setdefault(workload_id, []).append(placement)
+            self.given_back.append(placement)
+        for workload_id, placements in by_workload.items():
+            running = self.running[workload_id]
+            kept = list(running.placements)
+            for placement in placements:
+                kept.remove(placement)
+            charge = placements_charge(placements)
+            self.ledger.release(running.queue, running.admission.flavor_key, charge)
+            admission = dataclasses.replace(running.admission, from_nominal=placements_charge(kept))
+            self.running[workload_id] = dataclasses.replace(running, placements=tuple(kept), admission=admission)
+            self.shrinks.append(Shrink(workload_id, tuple(placements), workload.workload_id))
+        self.changes += 1
+
+    def _grow(self) -> list[Grow]:
+        """Grow running elastic workloads (not shrunk in this step) into the capacity left idle."""
+        shrunk = {s.workload_id for s in self.shrinks}
+        growable = [r for r in self.running.values() if r.workload_id not in shrunk]
+
+        def bind(placement: Placement) -> None:
+            self.state.bind(placement)
+            self.tried.append(placement)
+
+        return grow_into_idle(self.placer, self.rng, growable, bind)
 
     def _place_gang(self, workload: PendingWorkload) -> tuple[Placement, ...] | None:
         """Place every worker (all or nothing, on one node when one can hold them all: ``placement.gang``), bound
