@@ -46,7 +46,7 @@ from tessera.core.decisions import (
 from tessera.core.placement.base import Placer
 from tessera.core.preemption import PreemptionGuard
 from tessera.core.queueing.quotas import Admission, QuotaLedger
-from tessera.core.step import QuotaStep, charged, demand_of, flavor_of
+from tessera.core.step import QuotaStep, demand_of, flavor_of
 
 __all__ = [
     "Bind",
@@ -83,12 +83,12 @@ class Scheduler:
         if self.ledger is None or bind.admission is None:
             return None
         admission = bind.admission
-        return self.ledger.admit(admission.queue, admission.flavor_key, charged(admission))
+        return self.ledger.admit(admission.queue, admission.flavor_key, admission.charged)
 
     def release(self, admission: Admission | None) -> None:
         """Return the quota of a workload that stopped (finished or preempted)."""
         if self.ledger is not None and admission is not None:
-            self.ledger.release(admission.queue, admission.flavor_key, charged(admission))
+            self.ledger.release(admission.queue, admission.flavor_key, admission.charged)
 
     def blocked_by_borrowers(self, workload: PendingWorkload) -> bool:
         """True when the workload fits within its queue's unused nominal quota but cannot be admitted: other queues

@@ -409,7 +409,7 @@ class QuotaStep:
         for victim in victims:
             for placement in victim.placements:
                 self.state.release(placement)
-            self.ledger.release(victim.queue, victim.admission.flavor_key, charged(victim.admission))
+            self.ledger.release(victim.queue, victim.admission.flavor_key, victim.admission.charged)
         placements = None
         if self._admission(workload, flavor, demand) is not None:
             placements = self._place_gang(workload)
@@ -457,16 +457,13 @@ class QuotaStep:
                     r.preemptible,
                     r.started_s,
                     r.checkpointed,
-                    charged(r.admission),
+                    r.admission.charged,
                     borrowed,
                 )
             )
         self.candidate_cache[(workload.queue, key)] = (self.changes, found)
         return found
 
-
-def charged(admission: Admission) -> ResourceVector:
-    return admission.from_nominal + admission.borrowed
 
 
 def demand_of(workload: PendingWorkload) -> ResourceVector:

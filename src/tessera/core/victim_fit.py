@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-import numpy as np
-
 from tessera.core.cluster import ClusterState
 from tessera.core.decisions import RunningWorkload
+from tessera.core.placement.gang import gpu_worker_slots
 from tessera.core.preemption import Candidate
 from tessera.core.workload import MILLI_PER_GPU, Placement, Request
 
@@ -94,11 +93,7 @@ class VictimFit:
         need = int(self.need_milli[model])
         if need > MILLI_PER_GPU:
             return 0
-        if request.num_gpus == 1:
-            gpu_slots = int((free // max(need, 1)).sum())
-        else:
-            gpu_slots = int(np.count_nonzero(free == MILLI_PER_GPU)) // request.num_gpus
-        return min(slots, gpu_slots)
+        return min(slots, int(gpu_worker_slots(free, need, request.num_gpus)))
 
 
 def _per(free: int, each: int) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 
+from tessera.server.records import unlimited_queue
 from tessera.server.store.models import QueueRow
 from tessera.server.store.store import Store
 from tessera.server.submit import Principal
@@ -35,9 +36,7 @@ def create_tenant_token(store: Store, tenant: str, label: str, now_s: float) -> 
     if queue is None:
         existing = store.queue(tenant)
         name = tenant if existing is None else f"{tenant}-queue"
-        queue = store.put_queue(
-            QueueRow(name=name, tenant=tenant, nominal={}, weight=1.0, created_at=now_s, strategy="BestEffortFIFO")
-        )
+        queue = store.put_queue(unlimited_queue(name, tenant, now_s))
     secret = new_secret()
     store.add_token(secret, tenant, False, label, now_s)
     return secret, queue

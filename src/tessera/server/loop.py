@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.agent.gpus import ProcessMemoryProbe
+from tessera.agent.gpus import GpuDevice, ProcessMemoryProbe
 from tessera.agent.isolation import isolation_env
 from tessera.backends.base import Backend, ExitStatus, LaunchSpec, ProcessRef
 from tessera.core.cluster import ClusterState
@@ -95,7 +95,6 @@ class SchedulerLoop:
         self._reasons: dict[int, str] = {}
         self.queue_specs: tuple[QueueSpec, ...] = ()
         self.scheduler = Scheduler(self.placer)
-        self.last_plan = StepPlan()
         self.snapshot = self._snapshot()
 
     # ----------------------------------------------------------------------------------------------- the step
@@ -112,7 +111,6 @@ class SchedulerLoop:
         pending = self._pending_workloads()
         plan = self.scheduler.plan(pending, self.rng, self._candidates(), now, self.guard)
         self._apply(plan, now)
-        self.last_plan = plan
         self.snapshot = self._snapshot()
         report = StepReport(len(plan.binds), len(plan.preempts), ended, len(pending), time.perf_counter() - started)
         if self.on_step is not None:
@@ -243,12 +241,15 @@ class SchedulerLoop:
             self._finish(entry, WorkloadState.FAILED, None, f"could not start: {exc}", now)
             return None
 
+    def _devices(self, entry: RunningEntry) -> tuple[GpuDevice, ...]:
+        return tuple(self.pool.device(p.node, g) for p in entry.placements for g in p.gpu_indices)
+
     def _launch_spec(self, entry: RunningEntry) -> LaunchSpec:
         row = entry.row
-        devices = [self.pool.device(p.node, g) for p in entry.placements for g in p.gpu_indices]
-        milli = max((p.gpu_milli_each for p in entry.placements), default=0)
+        devices = self._devices(entry)
         env = dict(row.env)
-        env.update(isolation_env(str(row.id), devices, milli, row.gpu_mem_mib, mps=self.config.mps and bool(devices)))
+        mps = self.config.mps and bool(devices)
+        env.update(isolation_env(str(row.id), devices, _share_milli(entry), row.gpu_mem_mib, mps=mps))
         if self.config.mps and devices and row.gpu_compute_pct:  # an explicit compute share (--gpu-compute)
             env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(row.gpu_compute_pct)
         if not self._logs_made:
@@ -261,13 +262,7 @@ class SchedulerLoop:
 
     def _watched(self) -> list[Watched]:
         return [
-            Watched(
-                str(wid),
-                entry.pgid,
-                tuple(self.pool.device(p.node, g) for p in entry.placements for g in p.gpu_indices),
-                max((p.gpu_milli_each for p in entry.placements), default=0),
-                entry.row.gpu_mem_mib,
-            )
+            Watched(str(wid), entry.pgid, self._devices(entry), _share_milli(entry), entry.row.gpu_mem_mib)
             for wid, entry in self.running.items()
             if entry.pgid is not None and entry.stop_sent is None and entry.placements
         ]
@@ -361,8 +356,8 @@ class SchedulerLoop:
                     on_gpu.setdefault((p.node, g), []).append(wid)
         usage: dict[str, dict[str, tuple[int, int, int]]] = {}
         ledger = self.scheduler.ledger
-        for spec in self.queue_specs:
-            if ledger is not None:
+        if ledger is not None:
+            for spec in self.queue_specs:
                 used = {f: ledger.usage(spec.name, f) for f in spec.nominal}
                 usage[spec.name] = {f: (u.gpu_milli, u.cpu_milli, u.mem_mib) for f, u in used.items()}
         return ClusterSnapshot(
@@ -394,9 +389,7 @@ class SchedulerLoop:
         if admission is None or self.scheduler.ledger is None:
             return
         try:
-            entry.admission = self.scheduler.ledger.admit(
-                admission.queue, admission.flavor_key, admission.from_nominal + admission.borrowed
-            )
+            entry.admission = self.scheduler.ledger.admit(admission.queue, admission.flavor_key, admission.charged)
         except Exception as exc:  # a quota was cut below what already runs: keep it running, uncharged
             log.warning("workload %s no longer fits its queue's quota: %s", entry.row.id, exc)
             entry.admission = None
@@ -423,8 +416,8 @@ class SchedulerLoop:
         except (KeyError, InvalidRequestError) as exc:
             log.warning("workload %s: stored placement no longer fits the pool (%s)", row.id, exc)
             placements = ()
-        entry = RunningEntry(row, placements, admission_of(row.admission), row.started_at or now, launched=False)
-        entry.stop_sent = row.stop_reason
+        admission = admission_of(row.admission)
+        entry = RunningEntry(row, placements, admission, row.started_at or now, False, stop_sent=row.stop_reason)
         self.running[row.id] = entry
         self._recharge(entry)
         ref = ref_of(row) or self.backend.find(str(row.id))
@@ -449,3 +442,8 @@ class SchedulerLoop:
             except Exception:
                 log.exception("scheduling step failed; retrying")
             time.sleep(self.config.interval_s)
+
+
+def _share_milli(entry: RunningEntry) -> int:
+    """The share of each GPU the workload holds (all its workers hold the same)."""
+    return max((p.gpu_milli_each for p in entry.placements), default=0)

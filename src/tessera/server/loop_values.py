@@ -12,7 +12,7 @@ import numpy as np
 
 from tessera.backends.base import ProcessRef
 from tessera.core.queueing.quotas import Admission
-from tessera.core.workload import Placement
+from tessera.core.workload import MILLI_PER_GPU, Placement
 from tessera.server.pool import Pool
 from tessera.server.store.models import WorkloadRow
 
@@ -53,6 +53,10 @@ class ClusterSnapshot:
     mem_free_mib: np.ndarray[Any, np.dtype[np.int64]]
     gpu_workloads: dict[tuple[int, int], list[int]]  # (node, gpu) -> workloads on it
     queue_usage: dict[str, dict[str, tuple[int, int, int]]]  # queue -> quota entry -> (gpu_milli, cpu_milli, mem_mib)
+
+    def allocated_milli(self, node: int, gpu: int) -> int:
+        """How much of GPU ``gpu`` of node ``node`` is allocated, in thousandths."""
+        return MILLI_PER_GPU - int(self.gpu_free_milli[node, gpu])
 
 
 @dataclass(frozen=True, slots=True)

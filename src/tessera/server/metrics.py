@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from tessera.core.workload import MILLI_PER_GPU
 from tessera.server.records import NO_LIMIT
 from tessera.server.store.store import Store
 
@@ -70,10 +71,10 @@ class _StateCollector(Collector):
         pool = self.loop.pool
         for n, node in enumerate(pool.nodes):
             for g, device in enumerate(pool.devices[n]):
-                used_milli = 1000 - int(snapshot.gpu_free_milli[n, g])
+                used_milli = snapshot.allocated_milli(n, g)
                 values = [node.name, str(g), device.uuid, device.model, str(device.simulated).lower()]
-                share.add_metric(values, used_milli / 1000)
-                memory.add_metric(values, used_milli * device.mem_mib / 1000)
+                share.add_metric(values, used_milli / MILLI_PER_GPU)
+                memory.add_metric(values, used_milli * device.mem_mib / MILLI_PER_GPU)
         yield share
         yield memory
 

@@ -42,12 +42,22 @@ def _request(
         num_gpus=num_gpus,
         gpu_milli=gpu_milli,
         gpu_mem_mib=gpu_mem_mib,
-        gpu_types=frozenset(t for t in gpu_types.split(",") if t),
+        gpu_types=gpu_types_of(gpu_types),
         cpu_milli=cpu_milli,
         mem_mib=mem_mib,
         priority=priority,
         queue=queue,
     )
+
+
+def gpu_types_of(stored: str) -> frozenset[str]:
+    """The allowed GPU models of a workload as stored (comma-joined; "" = any)."""
+    return frozenset(t for t in stored.split(",") if t)
+
+
+def unlimited_queue(name: str, tenant: str, now_s: float) -> QueueRow:
+    """A queue without quota limits (the pool is its limit), as the default queue and a new tenant's get."""
+    return QueueRow(name=name, tenant=tenant, nominal={}, weight=1.0, strategy="BestEffortFIFO", created_at=now_s)
 
 
 def placement_record(placement: Placement, pool: Pool) -> dict[str, Any]:

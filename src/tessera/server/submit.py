@@ -10,7 +10,7 @@ import numpy as np
 
 from tessera.core.catalog import resolve_allowed
 from tessera.core.cluster import ClusterState
-from tessera.core.queueing import QueueSpec, resolve_priority_class
+from tessera.core.queueing import resolve_priority_class
 from tessera.core.workload import MILLI_PER_GPU, Request, WorkloadState
 from tessera.errors import InvalidRequestError
 from tessera.server.api.schemas import QueueIn, QuotaIn, WorkloadSpec
@@ -159,7 +159,7 @@ def never_fits(request: Request, pool: Pool) -> tuple[str, str] | None:
     return "mem", f"{request.mem_mib} MiB of memory requested but no node that fits the rest has that much"
 
 
-def queue_row(body: QueueIn, pool: Pool, now_s: float) -> QueueRow:
+def queue_row(body: QueueIn, now_s: float) -> QueueRow:
     row = QueueRow(
         name=body.name,
         tenant=body.tenant,
@@ -171,8 +171,7 @@ def queue_row(body: QueueIn, pool: Pool, now_s: float) -> QueueRow:
         strategy=body.strategy,
         created_at=now_s,
     )
-    spec: QueueSpec = queue_spec(row)  # the core's own checks (limits need a cohort, ...)
-    del spec
+    queue_spec(row)  # the core's own checks (limits need a cohort, ...) raise InvalidRequestError
     return row
 
 

@@ -35,8 +35,8 @@ from tessera.server.loop import SchedulerLoop
 from tessera.server.loop_values import LoopConfig
 from tessera.server.metrics import ServerMetrics
 from tessera.server.pool import HostResources, Pool, detect_host
+from tessera.server.records import unlimited_queue
 from tessera.server.store.db import open_engine
-from tessera.server.store.models import QueueRow
 from tessera.server.store.store import Store
 from tessera.server.submit import DEFAULT_QUEUE
 
@@ -90,19 +90,10 @@ def build_server(
     runner: Backend = backend if backend is not None else LocalBackend(loop_config.run_dir / "runs")
     _check_pool(store, pool)
     _ensure_default_queue(store, clock())
-    holder: list[ServerMetrics] = []
-    loop = SchedulerLoop(
-        store,
-        runner,
-        pool,
-        loop_config,
-        clock,
-        on_step=lambda r: holder[0].step_seconds.observe(r.duration_s),
-        on_start=lambda row, waited: holder[0].pending_seconds.labels(row.queue).observe(waited),
-        memory_probe=_memory_probe(probe, pool),
-    )
+    loop = SchedulerLoop(store, runner, pool, loop_config, clock, memory_probe=_memory_probe(probe, pool))
     metrics = ServerMetrics(store, loop)
-    holder.append(metrics)
+    loop.on_step = lambda report: metrics.step_seconds.observe(report.duration_s)
+    loop.on_start = lambda row, waited: metrics.pending_seconds.labels(row.queue).observe(waited)
     if not pool.simulated:
         metrics.register(GpuUsageCollector(probe))
     ctx = ServerContext(store, loop, pool, metrics, clock)
@@ -126,16 +117,7 @@ def _check_pool(store: Store, pool: Pool) -> None:
 
 def _ensure_default_queue(store: Store, now_s: float) -> None:
     if not store.queues():
-        store.put_queue(
-            QueueRow(
-                name=DEFAULT_QUEUE,
-                tenant=DEFAULT_QUEUE,
-                nominal={},
-                weight=1.0,
-                strategy="BestEffortFIFO",
-                created_at=now_s,
-            )
-        )
+        store.put_queue(unlimited_queue(DEFAULT_QUEUE, DEFAULT_QUEUE, now_s))
 
 
 def ensure_admin_token(store: Store, given: str | None, now_s: float) -> str | None:

@@ -26,13 +26,16 @@ def one_node_candidates(state: ClusterState, request: Request, workers: int) -> 
     if request.num_gpus > 0:
         need = state.milli_by_model(request)[state.model_idx]
         ok &= state.allowed_models(request)[state.model_idx] & (need <= MILLI_PER_GPU)
-        free = state.gpu_free_milli
-        if request.num_gpus == 1:
-            slots = (free // np.maximum(need, 1)[:, None]).sum(axis=1)
-        else:
-            slots = (free == MILLI_PER_GPU).sum(axis=1) // request.num_gpus
-        ok &= slots >= workers
+        ok &= gpu_worker_slots(state.gpu_free_milli, need[:, None], request.num_gpus) >= workers
     return np.flatnonzero(ok)
+
+
+def gpu_worker_slots(free: IntArray, need: IntArray | int, num_gpus: int) -> IntArray:
+    """How many workers, each taking ``num_gpus`` GPUs of ``need`` milli, fit in the per-GPU free capacity ``free``
+    (GPUs on the last axis): shares pack onto any GPU, whole GPUs need GPUs with nothing taken."""
+    if num_gpus == 1:
+        return np.asarray((free // np.maximum(need, 1)).sum(axis=-1), dtype=np.int64)
+    return np.asarray((free == MILLI_PER_GPU).sum(axis=-1) // num_gpus, dtype=np.int64)
 
 
 def place_gang(

@@ -99,6 +99,11 @@ class Admission:
     def is_borrowing(self) -> bool:
         return not self.borrowed.is_zero()
 
+    @property
+    def charged(self) -> ResourceVector:
+        """The whole demand charged to the queue (own quota plus borrowed)."""
+        return self.from_nominal + self.borrowed
+
 
 @dataclass(frozen=True, slots=True)
 class QuotaNeed:

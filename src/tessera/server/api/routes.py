@@ -23,7 +23,8 @@ from tessera.server.api.schemas import (
     WorkloadSpec,
 )
 from tessera.server.auth import create_tenant_token, principal_for
-from tessera.server.store.models import WorkloadRow
+from tessera.server.records import gpu_types_of
+from tessera.server.store.models import QueueRow, WorkloadRow
 from tessera.server.store.store import TERMINAL_STATES
 from tessera.server.submit import Principal, queue_row, workload_row
 
@@ -123,13 +124,14 @@ def router(ctx: ServerContext) -> APIRouter:
 
     @api.get("/queues", response_model=list[QueueOut], tags=["queues"])
     def queues(caller: Caller) -> list[QueueOut]:
-        return [queue_out(q, ctx) for q in ctx.store.queues() if caller.may_use(q)]
+        counts = ctx.store.count_by_state_and_queue()
+        return [queue_out(q, ctx, counts) for q in ctx.store.queues() if caller.may_use(q)]
 
     @api.post("/queues", status_code=201, response_model=QueueOut, responses=ADMIN_ONLY, tags=["queues"])
     def put_queue(body: QueueIn, caller: Caller) -> QueueOut:
         admin_only(caller)
-        row = ctx.store.put_queue(queue_row(body, ctx.pool, ctx.clock()))
-        return queue_out(row, ctx)
+        row = ctx.store.put_queue(queue_row(body, ctx.clock()))
+        return queue_out(row, ctx, ctx.store.count_by_state_and_queue())
 
     @api.post("/tokens", status_code=201, response_model=TokenOut, responses=ADMIN_ONLY, tags=["tokens"])
     def create_token(body: TokenIn, caller: Caller) -> TokenOut:
@@ -157,7 +159,7 @@ def workload_out(row: WorkloadRow, ctx: ServerContext) -> WorkloadOut:
         gpus=row.num_gpus,
         gpu_milli=row.gpu_milli,
         gpu_mem_mib=row.gpu_mem_mib,
-        gpu_types=[t for t in row.gpu_types.split(",") if t],
+        gpu_types=sorted(gpu_types_of(row.gpu_types)),
         cpu_milli=row.cpu_milli,
         mem_mib=row.mem_mib,
         command=list(row.command),
@@ -182,7 +184,7 @@ def nodes_out(ctx: ServerContext) -> list[NodeOut]:
                 model=d.model,
                 mem_mib=d.mem_mib,
                 simulated=d.simulated,
-                allocated_milli=1000 - int(snap.gpu_free_milli[n, g]),
+                allocated_milli=snap.allocated_milli(n, g),
                 workloads=sorted(snap.gpu_workloads.get((n, g), [])),
             )
             for g, d in enumerate(ctx.pool.devices[n])
@@ -201,9 +203,9 @@ def nodes_out(ctx: ServerContext) -> list[NodeOut]:
     return out
 
 
-def queue_out(row: Any, ctx: ServerContext) -> QueueOut:
+def queue_out(row: QueueRow, ctx: ServerContext, by_state_and_queue: list[tuple[str, str, int]]) -> QueueOut:
     usage = ctx.loop.snapshot.queue_usage.get(row.name, {})
-    counts = {(s, q): n for s, q, n in ctx.store.count_by_state_and_queue() if q == row.name}
+    counts = {(s, q): n for s, q, n in by_state_and_queue if q == row.name}
     return QueueOut(
         name=row.name,
         tenant=row.tenant,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
@@ -25,6 +25,7 @@ ACTIVE_STATES = (PENDING, RUNNING)
 TERMINAL_STATES = tuple(s.value for s in WorkloadState if s.value not in ACTIVE_STATES)
 WORKLOADS: Table = WorkloadRow.__table__  # type: ignore[assignment]  # a declarative class's Table
 EVENTS: Table = EventRow.__table__  # type: ignore[assignment]
+IN_LIST_MAX = 500  # ids per IN (...) list
 REQUEST_COLUMNS = (
     WorkloadRow.id,
     WorkloadRow.num_gpus,
@@ -99,47 +100,32 @@ class Store:
             return list(session.scalars(select(WorkloadRow.id).where(WorkloadRow.state == state)))
 
     def cancel_requested_ids(self) -> list[int]:
-        query = select(WorkloadRow.id).where(
-            WorkloadRow.state == WorkloadState.RUNNING.value, WorkloadRow.cancel_requested
-        )
+        query = select(WorkloadRow.id).where(WorkloadRow.state == RUNNING, WorkloadRow.cancel_requested)
         with self.session() as session:
             return list(session.scalars(query))
 
     def workloads_by_id(self, ids: Iterable[int]) -> list[WorkloadRow]:
-        wanted = list(ids)
         rows: list[WorkloadRow] = []
         with self.session() as session:
-            for start in range(0, len(wanted), 500):  # keep the IN list within every database's limits
-                chunk = wanted[start : start + 500]
+            for chunk in _chunks(list(ids)):
                 rows.extend(session.scalars(select(WorkloadRow).where(WorkloadRow.id.in_(chunk))))
         return rows
 
     def pending_requests(self, ids: Iterable[int]) -> list[Row[Any]]:
         """Just what the scheduler needs of workloads ``ids`` that are still pending (request, priority, queue,
         submission time): far cheaper than whole rows when thousands wait. Columns named as in ``WorkloadRow``."""
-        wanted = list(ids)
-        query = select(*REQUEST_COLUMNS).where(WorkloadRow.state == WorkloadState.PENDING.value)
+        query = select(*REQUEST_COLUMNS).where(WorkloadRow.state == PENDING)
         rows: list[Row[Any]] = []
         with self.session() as session:
-            for start in range(0, len(wanted), 500):  # keep the IN list within every database's limits
-                rows.extend(session.execute(query.where(WorkloadRow.id.in_(wanted[start : start + 500]))))
+            for chunk in _chunks(list(ids)):
+                rows.extend(session.execute(query.where(WorkloadRow.id.in_(chunk))))
         return rows
 
     def update_workloads(self, changes: Sequence[Mapping[str, Any]], events: Sequence[Event], now_s: float) -> None:
         """Apply ``changes`` (each a dict with ``id`` and the columns to set) and record ``events``, atomically."""
-        # Core statements per run of changes that set the same columns: a step can write thousands of decisions, and
-        # the ORM's bulk paths cost more per row than the database does.
         with self._sessions.begin() as session:
-            for columns, run in groupby(changes, key=_columns):
-                unknown = set(columns) - set(WORKLOADS.c.keys())
-                if unknown or columns == ("id",):
-                    raise KeyError(f"workload change with unknown or no columns: {sorted(unknown) or columns}")
-                _update_run(session, [c for c in columns if c != "id"], list(run))
-            if events:
-                session.execute(
-                    insert(EVENTS),
-                    [{"workload_id": e.workload_id, "at": now_s, "kind": e.kind, "message": e.message} for e in events],
-                )
+            _write_changes(session, changes)
+            _insert_events(session, events, now_s)
 
     def commit_decisions(
         self,
@@ -153,26 +139,16 @@ class Store:
         apply only to workloads still pending and not being cancelled: a cancel that came in while the step was
         planning wins. Returns the ids of binds that lost that race (their events are not recorded)."""
         with self._sessions.begin() as session:
-            lost: set[int] = set()
-            if binds:
-                _update_run(session, [c for c in binds[0] if c != "id"], list(binds), only_pending=True)
-                ids = [b["id"] for b in binds]
-                taken: set[int] = set()
-                for start in range(0, len(ids), 500):
-                    chunk = ids[start : start + 500]
-                    query = select(WORKLOADS.c.id).where(WORKLOADS.c.id.in_(chunk), WORKLOADS.c.state == RUNNING)
-                    taken.update(session.scalars(query))
-                lost = set(ids) - taken
-            for names, run in groupby(pending_changes, key=_columns):
-                _update_run(session, [c for c in names if c != "id"], list(run), only_pending=True)
-            for names, run in groupby(changes, key=_columns):
-                _update_run(session, [c for c in names if c != "id"], list(run))
-            kept = [e for e in events if e.workload_id not in lost or e.kind != "bound"]
-            if kept:
-                session.execute(
-                    insert(EVENTS),
-                    [{"workload_id": e.workload_id, "at": now_s, "kind": e.kind, "message": e.message} for e in kept],
-                )
+            _write_changes(session, binds, only_pending=True)
+            ids = [b["id"] for b in binds]
+            taken: set[int] = set()
+            for chunk in _chunks(ids):
+                query = select(WORKLOADS.c.id).where(WORKLOADS.c.id.in_(chunk), WORKLOADS.c.state == RUNNING)
+                taken.update(session.scalars(query))
+            lost = set(ids) - taken
+            _write_changes(session, pending_changes, only_pending=True)
+            _write_changes(session, changes)
+            _insert_events(session, [e for e in events if e.workload_id not in lost or e.kind != "bound"], now_s)
         return lost
 
     def request_cancel(self, workload_id: int, now_s: float) -> WorkloadRow | None:
@@ -181,7 +157,7 @@ class Store:
             row = session.get(WorkloadRow, workload_id, with_for_update=True)
             if row is None or row.state in TERMINAL_STATES:
                 return row
-            if row.state == WorkloadState.PENDING.value:
+            if row.state == PENDING:
                 row.state = WorkloadState.CANCELLED.value
                 row.finished_at = now_s
                 row.reason = "cancelled while pending"
@@ -199,9 +175,6 @@ class Store:
             return [(s, q, int(n)) for s, q, n in session.execute(query)]
 
     # ------------------------------------------------------------------------------------------------- events
-
-    def add_events(self, events: Sequence[Event], now_s: float) -> None:
-        self.update_workloads((), events, now_s)
 
     def events(self, workload_id: int | None = None, limit: int = 200) -> list[EventRow]:
         query = select(EventRow).order_by(EventRow.id.desc()).limit(limit)
@@ -256,6 +229,28 @@ def _columns(change: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(change)
 
 
+def _chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
+    """``ids`` in slices short enough for an ``IN (...)`` list on every database."""
+    for start in range(0, len(ids), IN_LIST_MAX):
+        yield ids[start : start + IN_LIST_MAX]
+
+
+def _write_changes(session: Session, changes: Sequence[Mapping[str, Any]], *, only_pending: bool = False) -> None:
+    """Core statements per run of changes that set the same columns: a step can write thousands of decisions, and
+    the ORM's bulk paths cost more per row than the database does."""
+    for columns, run in groupby(changes, key=_columns):
+        unknown = set(columns) - set(WORKLOADS.c.keys())
+        if unknown or columns == ("id",):
+            raise KeyError(f"workload change with unknown or no columns: {sorted(unknown) or columns}")
+        _update_run(session, [c for c in columns if c != "id"], list(run), only_pending=only_pending)
+
+
+def _insert_events(session: Session, events: Sequence[Event], now_s: float) -> None:
+    if events:
+        rows = [{"workload_id": e.workload_id, "at": now_s, "kind": e.kind, "message": e.message} for e in events]
+        session.execute(insert(EVENTS), rows)
+
+
 def _update_run(
     session: Session, columns: list[str], run: list[Mapping[str, Any]], *, only_pending: bool = False
 ) -> None:
@@ -271,8 +266,7 @@ def _update_run(
         session.execute(statement, [{"id_": change["id"], **{c: change[c] for c in columns}} for change in singles])
     for values, ids in shared.items():
         assignments = dict(zip(columns, values, strict=True))
-        for start in range(0, len(ids), 500):  # keep the IN list within every database's limits
-            chunk = ids[start : start + 500]
+        for chunk in _chunks(ids):
             session.execute(update(WORKLOADS).where(WORKLOADS.c.id.in_(chunk), still_pending).values(assignments))
 
 
