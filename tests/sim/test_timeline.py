@@ -25,6 +25,7 @@ class Job:
     job_type: str | None = None
     gang: int = 1
     priority: int = 0
+    checkpointed: bool = False
 
 
 NODES = [NodeSpec("n0", 16_000, 65_536, 1, "T4")]
@@ -96,7 +97,7 @@ def test_under_tessera_the_owner_reclaims_at_once_and_every_queue_gets_its_entit
 
 
 def test_tiresias_lets_a_short_late_job_overtake_a_long_early_one_by_preemption() -> None:
-    jobs = [Job("long", 0.0, WHOLE, 20_000.0), Job("short", 4_000.0, WHOLE, 100.0)]
+    jobs = [Job("long", 0.0, WHOLE, 20_000.0, checkpointed=True), Job("short", 4_000.0, WHOLE, 100.0)]
     las = run_timeline(NODES, jobs, "tiresias")
     # After 4,000 GPU-seconds (> 1 GPU-hour) "long" is in a lower LAS queue: "short" preempts it and runs at once.
     assert las.preemptions == 1
@@ -109,14 +110,14 @@ def test_tiresias_respects_the_minimum_run_time_before_preempting() -> None:
     nodes = [NodeSpec("n0", 64_000, 262_144, 8, "T4")]
     wide = Request(num_gpus=8, gpu_milli=1000, cpu_milli=1000)
     # "wide" reaches 1 GPU-hour after 450 s on 8 GPUs, but may not be preempted before it has run 600 s.
-    jobs = [Job("wide", 0.0, wide, 20_000.0), Job("late", 100.0, WHOLE, 100.0)]
+    jobs = [Job("wide", 0.0, wide, 20_000.0, checkpointed=True), Job("late", 100.0, WHOLE, 100.0)]
     result = run_timeline(nodes, jobs, "tiresias")
     assert result.preemptions == 1 and result.wait_s.tolist() == [0.0, 500.0]
 
 
 def test_tiresias_preempts_when_a_running_job_is_demoted_while_another_waits() -> None:
     # "wait" arrives at 3,000 s while "long" (queue 0 until 3,600 GPU-s) runs: it waits, then the demotion frees it.
-    jobs = [Job("long", 0.0, WHOLE, 20_000.0), Job("wait", 3_000.0, WHOLE, 100.0)]
+    jobs = [Job("long", 0.0, WHOLE, 20_000.0, checkpointed=True), Job("wait", 3_000.0, WHOLE, 100.0)]
     result = run_timeline(NODES, jobs, "tiresias")
     assert result.preemptions == 1 and result.wait_s.tolist()[1] == pytest.approx(600.0)
 
@@ -132,8 +133,17 @@ def test_gavel_sends_a_job_type_that_gains_on_v100_to_the_v100_node() -> None:
     assert static.jct_s.tolist() == [400.0]
 
 
-def test_preemption_counts_are_reported_for_every_policy() -> None:
+def test_tiresias_never_preempts_a_job_that_cannot_checkpoint() -> None:
+    """Preempting it would restart it from zero under any policy; only the reference policy assumes a checkpoint."""
     jobs = [Job("long", 0.0, WHOLE, 20_000.0), Job("short", 4_000.0, WHOLE, 100.0)]
+    las = run_timeline(NODES, jobs, "tiresias")
+    assert las.preemptions == 0 and las.jct_s.tolist() == [20_000.0, 16_100.0]
+    paper = run_timeline(NODES, jobs, "tiresias-all-checkpointed")
+    assert paper.preemptions == 1 and paper.jct_s.tolist() == [20_100.0, 100.0]
+
+
+def test_preemption_counts_are_reported_for_every_policy() -> None:
+    jobs = [Job("long", 0.0, WHOLE, 20_000.0, checkpointed=True), Job("short", 4_000.0, WHOLE, 100.0)]
     counts = {name: run_timeline(NODES, jobs, name).preemptions for name in TIMELINE_POLICIES}
     assert counts == {"static": 0, "fifo-share": 0, "tiresias": 1, "gavel": 0, "tessera": 0}
 
@@ -142,5 +152,5 @@ def test_las_still_preempts_when_tenant_queues_are_given() -> None:
     """Regression: with queues, tiresias keeps its within-queue preemption by LAS level."""
     quota = {"*": ResourceVector(1000, 16_000, 65_536)}
     queues = [QueueSpec("default", None, quota, strategy="BestEffortFIFO")]
-    jobs = [Job("long", 0.0, WHOLE, 20_000.0), Job("short", 4_000.0, WHOLE, 100.0)]
+    jobs = [Job("long", 0.0, WHOLE, 20_000.0, checkpointed=True), Job("short", 4_000.0, WHOLE, 100.0)]
     assert run_timeline(NODES, jobs, "tiresias", queues=queues).preemptions == 1

@@ -34,6 +34,9 @@ class TimelinePolicy:
     # BestEffortFIFO: the first job that cannot start reserves capacity at its expected start; later jobs backfill
     # only where they do not delay it (SchedulerConfig.head_reservation).
     head_reservation: bool = False
+    # Every preempted job resumes from a checkpoint, whatever the workload says (Tiresias' own assumption). Not
+    # physically consistent on workloads with jobs that cannot checkpoint: only for the reference policy below.
+    assume_checkpoints: bool = False
 
     def __post_init__(self) -> None:
         check_thresholds(self.las_thresholds_gpu_s)
@@ -57,6 +60,13 @@ TIMELINE_POLICIES: dict[str, TimelinePolicy] = {
         gang_one_node=True,
     ),
 }
+# Accepted by --policies but not run by default: the paper's assumption that every job checkpoints, kept to show how
+# much of tiresias' result on a workload rests on it (docs/scheduling-over-time.md).
+REFERENCE_POLICIES: dict[str, TimelinePolicy] = {
+    "tiresias-all-checkpointed": dataclasses.replace(
+        TIMELINE_POLICIES["tiresias"], name="tiresias-all-checkpointed", assume_checkpoints=True
+    ),
+}
 PREEMPTION_MIN_RUNTIME_S = 600.0  # PreemptionGuard: a preempted job runs this long before priority may preempt it
 
 
@@ -68,9 +78,9 @@ def whole_gpu_request(request: Request) -> Request:
 
 
 def resolve_policy(name: str) -> TimelinePolicy:
-    policy = TIMELINE_POLICIES.get(name)
+    policy = TIMELINE_POLICIES.get(name) or REFERENCE_POLICIES.get(name)
     if policy is None:
-        known = ", ".join(TIMELINE_POLICIES)
+        known = ", ".join([*TIMELINE_POLICIES, *REFERENCE_POLICIES])
         raise InvalidRequestError("--policies", f"unknown timeline policy {name!r} (known: {known})")
     return policy
 
