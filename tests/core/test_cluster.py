@@ -91,3 +91,18 @@ def test_invalid_requests_name_the_field(kwargs: dict[str, int], field: str) -> 
     with pytest.raises(InvalidRequestError) as info:
         Request(**kwargs)  # type: ignore[arg-type]
     assert info.value.field == field
+
+
+def test_the_state_records_the_job_types_of_sharing_workloads_per_gpu_and_forgets_them_on_release() -> None:
+    state = ClusterState([NodeSpec("n", 16_000, 65_536, 2, "V100M16")])
+    a = Placement(0, (1,), Request(num_gpus=1, gpu_milli=400, cpu_milli=1_000, job_type="resnet"), 400)
+    b = Placement(0, (1,), Request(num_gpus=1, gpu_milli=400, cpu_milli=1_000, job_type="a3c"), 400)
+    whole = Placement(0, (0,), Request(num_gpus=1, gpu_milli=1000, cpu_milli=1_000, job_type="lm"), 1000)
+    for placement in (a, b, whole):
+        state.bind(placement)
+    assert state.job_types_on(0, 1) == ["resnet", "a3c"] and state.job_types_on(0, 0) == []  # whole GPUs never share
+    state.release(a)
+    assert state.job_types_on(0, 1) == ["a3c"]
+    state.release(b)
+    state.release(whole)
+    assert state.gpu_job_types == {}

@@ -206,3 +206,86 @@ def test_every_hetero_placement_fits_respects_gpu_types_and_takes_a_fastest_gpu(
 
 def engine_need(state: ClusterState, request: Request) -> IntArray:
     return state.milli_by_model(request)[state.model_idx]
+
+
+# ------------------------------------------------------------------------------------------ co-location rule
+
+# resnet + a3c gain by sharing (0.7 + 0.6 - 1 > 0); resnet + lm and lm + a3c lose (0.4 + 0.3 - 1 < 0).
+COLOCATION = ColocationModel(
+    {
+        ("resnet", "a3c", "V100M16"): (0.7, 0.6),
+        ("resnet", "lm", "V100M16"): (0.4, 0.3),
+        ("lm", "a3c", "V100M16"): (0.5, 0.4),
+        ("resnet", "resnet", "V100M16"): (0.55, 0.55),
+    }
+)
+
+
+def half(job_type: str, milli: int = 500) -> Request:
+    return Request(num_gpus=1, gpu_milli=milli, cpu_milli=1_000, job_type=job_type)
+
+
+def colocating(colocation: ColocationModel | None = COLOCATION) -> HeteroPolicy:
+    return HeteroPolicy(THROUGHPUT, lambda r: r.job_type or None, colocation=colocation)
+
+
+def v100_node(gpus: int = 2) -> ClusterState:
+    return ClusterState([NodeSpec("v100", 64_000, 262_144, gpus, "V100M16")])
+
+
+def test_a_share_avoids_a_gpu_whose_partner_would_make_sharing_a_net_loss() -> None:
+    state = v100_node()
+    state.bind(Placement(0, (0,), half("lm", 400), 400))
+    # Best-fit alone joins the lm job on GPU 0 (least free); the rule sends resnet to the empty GPU 1.
+    assert Placer(state, colocating(None)).decide(half("resnet"), RNG).gpu_indices == (0,)  # type: ignore[union-attr]
+    assert Placer(state, colocating()).decide(half("resnet"), RNG).gpu_indices == (1,)  # type: ignore[union-attr]
+
+
+def test_a_share_joins_a_partner_when_sharing_is_a_net_gain() -> None:
+    state = v100_node()
+    state.bind(Placement(0, (0,), half("a3c", 400), 400))
+    assert Placer(state, colocating()).decide(half("resnet"), RNG).gpu_indices == (0,)  # type: ignore[union-attr]
+
+
+def test_a_node_whose_only_open_room_is_next_to_a_losing_partner_is_infeasible() -> None:
+    state = ClusterState(
+        [NodeSpec("v100-a", 64_000, 262_144, 1, "V100M16"), NodeSpec("v100-b", 64_000, 262_144, 1, "V100M16")]
+    )
+    state.bind(Placement(0, (0,), half("lm", 300), 300))
+    state.bind(Placement(1, (0,), half("a3c", 300), 300))
+    placement = Placer(state, colocating()).decide(half("resnet"), RNG)
+    assert placement is not None and placement.node == 1  # best-fit would tie; only the a3c GPU is open
+    state.bind(placement)
+    assert Placer(state, colocating()).decide(half("resnet", 300), RNG) is None  # lm loses, a3c's GPU holds a pair
+
+
+def test_requests_without_a_job_type_are_neither_constrained_nor_partners() -> None:
+    state = v100_node(1)
+    service = Request(num_gpus=1, gpu_milli=300, cpu_milli=1_000)
+    state.bind(Placement(0, (0,), service, 300))
+    state.bind(Placement(0, (0,), half("lm", 300), 300))
+    # The service does not count: the GPU holds one typed partner (lm), which resnet would lose against.
+    assert Placer(state, colocating()).decide(half("resnet", 300), RNG) is None
+    assert Placer(state, colocating()).decide(service, RNG) is not None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["resnet", "a3c", "lm", ""]), st.sampled_from([200, 300, 500])), max_size=40))
+def test_no_gpu_ever_holds_a_pair_that_loses_or_more_than_two_typed_jobs(arrivals: list[tuple[str, int]]) -> None:
+    state = ClusterState(
+        [NodeSpec("v100", 64_000, 262_144, 4, "V100M16"), NodeSpec("v100-b", 64_000, 262_144, 2, "V100M16")]
+    )
+    placer = Placer(state, colocating())
+    placed = 0
+    for job_type, milli in arrivals:
+        placement = placer.decide(Request(num_gpus=1, gpu_milli=milli, cpu_milli=1_000, job_type=job_type), RNG)
+        if placement is not None:
+            state.bind(placement)
+            placed += 1
+    check_cluster(state)
+    for (node, _), types in state.gpu_job_types.items():
+        assert 1 <= len(types) <= 2
+        if len(types) == 2:
+            assert should_colocate(COLOCATION, types[0], types[1], state.nodes[node].gpu_model or "")
+    typed = sum(1 for job_type, _ in arrivals if job_type)
+    assert sum(len(t) for t in state.gpu_job_types.values()) <= typed

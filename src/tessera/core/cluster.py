@@ -68,6 +68,8 @@ class ClusterState:
         self.version: IntArray = np.zeros(len(nodes), dtype=np.int64)
         # How many GPU workloads of each kind ("share", "2-gpu", ...) each node runs.
         self.gpu_kinds: list[Counter[str]] = [Counter() for _ in nodes]
+        # Job types of the sharing workloads that state one, per (node, GPU): what co-location rules look at.
+        self.gpu_job_types: dict[tuple[int, int], list[str]] = {}
         self.total_gpus = int(self.gpu_count.sum())
 
     @property
@@ -125,6 +127,8 @@ class ClusterState:
         if gpus:
             self.gpu_free_milli[node, gpus] -= each
             self.gpu_kinds[node][req.kind] += 1
+            if req.job_type and each < MILLI_PER_GPU:
+                self.gpu_job_types.setdefault((node, gpus[0]), []).append(req.job_type)
         self.version[node] += 1
 
     def release(self, placement: Placement) -> None:
@@ -138,4 +142,14 @@ class ClusterState:
             kinds[placement.request.kind] -= 1
             if kinds[placement.request.kind] <= 0:
                 del kinds[placement.request.kind]
+            job_type = placement.request.job_type
+            if job_type and placement.gpu_milli_each < MILLI_PER_GPU:
+                sharing = self.gpu_job_types[(node, gpus[0])]
+                sharing.remove(job_type)
+                if not sharing:
+                    del self.gpu_job_types[(node, gpus[0])]
         self.version[node] += 1
+
+    def job_types_on(self, node: int, gpu: int) -> list[str]:
+        """Job types of the sharing workloads with a stated job type on that GPU (oldest first)."""
+        return self.gpu_job_types.get((node, gpu), [])

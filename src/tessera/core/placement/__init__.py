@@ -19,7 +19,7 @@ from tessera.core.placement.hetero import HeteroPolicy, should_colocate
 from tessera.core.placement.packing import PackingPolicy
 from tessera.core.placement.random import RandomPolicy
 from tessera.core.placement.tessera import TesseraParams, TesseraPolicy
-from tessera.core.throughput import ThroughputModel
+from tessera.core.throughput import ColocationModel, ThroughputModel
 from tessera.core.workload import Request
 
 # The six policies of the FGD study, in the paper's order.
@@ -38,11 +38,13 @@ def make_policy(
     *,
     throughput: ThroughputModel | None = None,
     job_type_of: Callable[[Request], str | None] | None = None,
+    colocation: ColocationModel | None = None,
 ) -> PlacementPolicy:
     """The policy called ``name``; ``typical`` and ``model_names`` feed fragmentation-aware policies.
 
     ``hetero`` ranks GPU types by ``throughput`` (default: an empty table, i.e. the catalog's relative speeds) for
-    the job type ``job_type_of`` reads from a request; without ``job_type_of`` it places like ``bestfit``.
+    the job type ``job_type_of`` reads from a request; without ``job_type_of`` it places like ``bestfit``. With
+    ``colocation`` it lets two training jobs share a GPU only when that is a net gain (``placement.hetero``).
     """
     simple: dict[str, type[PlacementPolicy]] = {
         "random": RandomPolicy,
@@ -58,7 +60,8 @@ def make_policy(
     if name in TESSERA_POLICIES:
         return TesseraPolicy(typical, model_names, online=name == "tessera-online")
     if name in HETERO_POLICIES:
-        return HeteroPolicy(throughput if throughput is not None else ThroughputModel({}), job_type_of)
+        model = throughput if throughput is not None else ThroughputModel({})
+        return HeteroPolicy(model, job_type_of, colocation=colocation)
     known = ", ".join(POLICY_NAMES + HETERO_POLICIES)
     raise InvalidRequestError("policy", f"unknown policy {name!r} (known: {known})")
 

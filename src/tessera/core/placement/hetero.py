@@ -22,10 +22,13 @@ the request may use in this cluster, a constant per request) and the packing sco
 *feasible* node. ``observe`` records whether the request being placed is scored this way or by ``base``, since
 ``normalize`` is called for that same request.
 
-**Co-location.** A sharing (fractional) request placed on a GPU that already runs another workload slows both.
-The cluster state does not yet record which job types run on each GPU, so placement cannot weigh it; the
-scheduler will call ``should_colocate`` (net gain of sharing > 0) before letting two training jobs share a GPU once
-``ClusterState`` keeps job types per GPU.
+**Co-location** (with a ``ColocationModel``). A sharing (fractional) training request placed on a GPU that already
+runs another training job slows both. ``ClusterState.job_types_on`` records the job types of the sharing workloads
+on each GPU, and a GPU is open to a sharing request with a job type only when it holds no other such workload, or
+exactly one whose pairing with it is a net gain (``should_colocate``: the two slowed jobs together do more than one
+alone would). The model measures pairs, so a GPU never takes a third. Among the open GPUs of a node the request
+takes the best-fitting one; a node without an open GPU is infeasible for it. Workloads without a job type (services,
+notebooks) are not constrained by this rule and do not count as partners.
 """
 
 from __future__ import annotations
@@ -36,17 +39,25 @@ import numpy as np
 
 from tessera.core.cluster import ClusterState, IntArray
 from tessera.core.errors import InvalidRequestError
-from tessera.core.placement.base import BasePolicy, FloatArray, NodeScores, PlacementPolicy, no_gpu_choice
+from tessera.core.placement.base import (
+    INFEASIBLE,
+    BasePolicy,
+    FloatArray,
+    NodeScores,
+    PlacementPolicy,
+    no_gpu_choice,
+)
 from tessera.core.placement.bestfit import BestFitPolicy
 from tessera.core.placement.dotprod import MAX_NODE_CPU_MILLI, MAX_NODE_GPU_MILLI
 from tessera.core.throughput import ColocationModel, ThroughputModel
-from tessera.core.workload import Request
+from tessera.core.workload import MILLI_PER_GPU, Request
 
 JobTypeOf = Callable[[Request], str | None]
 
 SPEED_UNITS = 1000  # speed resolution: 0.1 % of the fastest allowed model
 _PACK_SPAN = 1_000_000  # encoded score = speed_units * _PACK_SPAN + packing + _PACK_OFFSET
 _PACK_OFFSET = _PACK_SPAN // 2  # packing scores are clipped into [-_PACK_OFFSET, _PACK_OFFSET)
+NO_GPU_CHOICE_CLOSED = -2  # a node whose GPUs the co-location rule closes to the request
 
 
 def should_colocate(colocation: ColocationModel, job_a: str, job_b: str, gpu_model: str) -> bool:
@@ -78,6 +89,7 @@ class HeteroPolicy(BasePolicy):
         job_type_of: JobTypeOf | None = None,
         base: PlacementPolicy | None = None,
         speed_tolerance: float = 0.0,
+        colocation: ColocationModel | None = None,
     ) -> None:
         if not 0.0 <= speed_tolerance < 1.0:
             raise InvalidRequestError("speed_tolerance", f"must be in [0, 1), got {speed_tolerance}")
@@ -85,6 +97,7 @@ class HeteroPolicy(BasePolicy):
         self.job_type_of = job_type_of
         self.base: PlacementPolicy = base if base is not None else BestFitPolicy()
         self.speed_tolerance = speed_tolerance  # relative speed gap still counted as "equally fast"
+        self.colocation = colocation  # None: sharing GPUs regardless of interference
         self.node_local = self.base.node_local
         self.model_version = self.base.model_version
         self._by_speed = False  # whether the request being placed is scored by speed (else by ``base``)
@@ -108,7 +121,28 @@ class HeteroPolicy(BasePolicy):
         units = self.speed_units(state, request, job_type)[state.model_idx[nodes]]
         packing = np.clip(packing_scores(state, request, nodes, need_milli), -_PACK_OFFSET, _PACK_OFFSET - 1)
         encoded = units.astype(np.float64) * _PACK_SPAN + packing + _PACK_OFFSET
-        return NodeScores(encoded, no_gpu_choice(nodes.size))
+        gpus = no_gpu_choice(nodes.size)
+        if self.colocation is not None and request.num_gpus == 1:
+            for k, node in enumerate(nodes.tolist()):
+                if need_milli[k] < MILLI_PER_GPU:
+                    gpus[k] = self.open_gpu(state, node, int(need_milli[k]), job_type)
+            encoded = np.where(gpus == NO_GPU_CHOICE_CLOSED, INFEASIBLE, encoded)
+        return NodeScores(encoded, gpus)
+
+    def open_gpu(self, state: ClusterState, node: int, need_milli: int, job_type: str) -> int:
+        """The best-fitting GPU of ``node`` that a ``job_type`` share may join under the co-location rule, or
+        ``NO_GPU_CHOICE_CLOSED`` when none may."""
+        assert self.colocation is not None
+        model = state.nodes[node].gpu_model or ""
+        free = state.gpu_free_milli[node, : state.gpu_count[node]]
+        best, best_free = NO_GPU_CHOICE_CLOSED, MILLI_PER_GPU + 1
+        for gpu in np.flatnonzero(free >= need_milli).tolist():
+            partners = state.job_types_on(node, gpu)
+            if len(partners) > 1 or (partners and not should_colocate(self.colocation, job_type, partners[0], model)):
+                continue
+            if free[gpu] < best_free:
+                best, best_free = gpu, int(free[gpu])
+        return best
 
     def normalize(self, scores: FloatArray) -> FloatArray:
         if not self._by_speed:
