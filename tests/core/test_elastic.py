@@ -4,13 +4,16 @@ minimum for higher priority instead of being preempted whole; rigid workloads an
 import dataclasses
 
 import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tessera.core.cluster import ClusterState, NodeSpec
-from tessera.core.invariants import check_cluster
+from tessera.core.elastic import grown_admission, shrunk_admission, workers_charge
+from tessera.core.invariants import check_cluster, check_quotas
 from tessera.core.placement import Placer, make_policy
 from tessera.core.preemption import PreemptionPolicy
 from tessera.core.queueing import ResourceVector
-from tessera.core.queueing.quotas import Admission
+from tessera.core.queueing.quotas import Admission, QueueSpec
 from tessera.core.scheduler import PendingWorkload, RunningWorkload, Scheduler, SchedulerConfig, StepPlan
 from tessera.core.step import IMPLICIT_QUEUE, placements_charge
 from tessera.core.workload import Placement, Request
@@ -157,3 +160,209 @@ def test_with_elastic_on_rigid_workloads_get_the_same_plan() -> None:
         sched = engine(elastic=elastic)
         plans.append(sched.plan(work, np.random.default_rng(0)))
     assert plans[0] == plans[1]
+
+
+# ---------------------------------------------------------------------------------------------- with queues
+
+GPUS = ResourceVector(1000, 1000, 0)  # one WORKER's charge
+
+
+def queued_engine(*queues: QueueSpec, policy: PreemptionPolicy | None = None) -> Scheduler:
+    state = ClusterState([NodeSpec("a", 32_000, 65_536, 2, "T4"), NodeSpec("b", 32_000, 65_536, 2, "T4")])
+    config = SchedulerConfig(elastic=True, queues=queues, preemption=policy or PreemptionPolicy())
+    return Scheduler(Placer(state, make_policy("bestfit")), config)
+
+
+def workers(n: int) -> ResourceVector:
+    return ResourceVector(1000 * n, 1000 * n, 0)
+
+
+class Runtime:
+    """Applies plans as a runtime does (shrinks, preempts, binds, grows), charging the scheduler's ledger, and
+    checks the cluster and the quota rules after each."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        self.running: dict[str, RunningWorkload] = {}
+
+    def step(self, pending: list[PendingWorkload], now: float = 0.0, seed: int = 0) -> StepPlan:
+        plan = self.sched.plan(pending, np.random.default_rng(seed), list(self.running.values()), now)
+        by_id = {w.workload_id: w for w in pending}
+        state = self.sched.state
+        for shrink in plan.shrinks:
+            r = self.running[shrink.workload_id]
+            for placement in shrink.placements:
+                state.release(placement)
+            kept, given = shrunk_admission(r.admission, workers_charge(shrink.placements))
+            assert given == shrink.admission
+            self.sched.release(shrink.admission)
+            left = tuple(p for p in r.placements if p not in shrink.placements)
+            assert len(left) >= (r.elastic_min or 0)
+            self.running[r.workload_id] = dataclasses.replace(r, placements=left, admission=kept)
+        for preempt in plan.preempts:
+            r = self.running.pop(preempt.workload_id)
+            for placement in r.placements:
+                state.release(placement)
+            self.sched.release(r.admission)
+        for bind in plan.binds:
+            w = by_id[bind.workload_id]
+            for placement in bind.placements:
+                state.bind(placement)
+            admission = self.sched.charge(bind)
+            assert admission is not None
+            high = None if w.elastic_min is None else 2 * w.gang
+            self.running[w.workload_id] = RunningWorkload(
+                w.workload_id, w.queue, w.priority, bind.placements, admission, now, w.preemptible,
+                elastic_min=w.elastic_min, elastic_max=high,
+            )  # fmt: skip
+        for grow in plan.grows:
+            r = self.running[grow.workload_id]
+            for placement in grow.placements:
+                state.bind(placement)
+            added = self.sched.charge(grow)
+            assert added is not None and added.charged == workers_charge(grow.placements)
+            admission = grown_admission(r.admission, added)
+            self.running[r.workload_id] = dataclasses.replace(
+                r, placements=r.placements + grow.placements, admission=admission
+            )
+        self.check()
+        return plan
+
+    def finish(self, workload_id: str) -> None:
+        r = self.running.pop(workload_id)
+        for placement in r.placements:
+            self.sched.state.release(placement)
+        self.sched.release(r.admission)
+        self.check()
+
+    def check(self) -> None:
+        check_cluster(self.sched.state, [p for r in self.running.values() for p in r.placements])
+        assert self.sched.ledger is not None
+        check_quotas(self.sched.ledger)
+        for spec in self.sched.ledger.queues:  # the ledger holds exactly the running workloads' admissions
+            held = [r.admission for r in self.running.values() if r.queue == spec.name]
+            assert self.sched.ledger.usage(spec.name, "*") == workers_charge(
+                [p for r in self.running.values() if r.queue == spec.name for p in r.placements]
+            )
+            for admission in held:
+                assert admission.charged == workers_charge(self.running_of(admission).placements)
+
+    def running_of(self, admission: Admission) -> RunningWorkload:
+        return next(r for r in self.running.values() if r.admission is admission)
+
+
+def test_with_a_queue_growth_is_charged_and_stops_at_the_nominal_quota() -> None:
+    sched = queued_engine(QueueSpec("a", None, {"*": workers(3)}))
+    run = Runtime(sched)
+    run.step([PendingWorkload("e", WORKER, 0.0, queue="a", gang=1, elastic_min=1)])  # runs with max 2
+    run.running["e"] = dataclasses.replace(run.running["e"], elastic_max=4)
+    plan = run.step([])
+    assert [(g.workload_id, len(g.placements)) for g in plan.grows] == [("e", 2)]  # 3 = nominal, not 4 (free)
+    (grow,) = plan.grows
+    assert grow.admission == Admission("a", "*", workers(2), ResourceVector.zero())
+    assert run.running["e"].admission.charged == workers(3)
+    assert not run.step([]).grows  # at the quota: no more
+
+
+def test_growth_borrows_only_for_a_preemptible_workload_in_a_cohort() -> None:
+    for preemptible, expected in ((True, 4), (False, 2)):
+        sched = queued_engine(QueueSpec("a", "c", {"*": workers(2)}), QueueSpec("b", "c", {"*": workers(2)}))
+        run = Runtime(sched)
+        elastic = PendingWorkload("e", WORKER, 0.0, queue="a", gang=2, elastic_min=1, preemptible=preemptible)
+        run.step([elastic])  # elastic_max 4
+        run.step([])
+        assert len(run.running["e"].placements) == expected
+        borrowed = run.running["e"].admission.borrowed
+        assert borrowed == (workers(2) if preemptible else ResourceVector.zero())
+
+
+def test_borrowed_growth_is_reclaimed_by_a_shrink_before_any_preemption() -> None:
+    sched = queued_engine(QueueSpec("a", "c", {"*": workers(2)}), QueueSpec("b", "c", {"*": workers(2)}))
+    run = Runtime(sched)
+    run.step([PendingWorkload("e", WORKER, 0.0, queue="a", gang=2, elastic_min=1)])
+    run.step([])
+    assert run.running["e"].admission.borrowed == workers(2)
+    owner = PendingWorkload("owner", WORKER, 1.0, queue="b", gang=2, priority=-5)  # lower priority: reclaim anyway
+    plan = run.step([owner], now=1.0)
+    assert not plan.preempts
+    assert [(s.workload_id, len(s.placements), s.preemptor) for s in plan.shrinks] == [("e", 2, "owner")]
+    assert plan.shrinks[0].admission == Admission("a", "*", ResourceVector.zero(), workers(2))
+    assert [(b.workload_id, len(b.placements)) for b in plan.binds] == [("owner", 2)]
+    assert run.running["e"].admission == Admission("a", "*", workers(2), ResourceVector.zero())
+    assert not run.step([], now=2.0).grows  # the cohort is full: no growth back
+
+
+def test_a_shrink_never_takes_nominal_quota_of_another_queue() -> None:
+    # e runs within a's nominal quota; b's higher-priority work may not shrink it (priority acts within a queue).
+    sched = queued_engine(QueueSpec("a", "c", {"*": workers(4)}), QueueSpec("b", "c", {"*": workers(0)}))
+    run = Runtime(sched)
+    run.step([PendingWorkload("e", WORKER, 0.0, queue="a", gang=4, elastic_min=1)])
+    plan = run.step([PendingWorkload("b1", WORKER, 1.0, queue="b", priority=50)], now=1.0)
+    assert not plan.shrinks and not plan.binds and not plan.preempts
+    plan = run.step([PendingWorkload("a1", WORKER, 1.0, queue="a", priority=50)], now=1.0)
+    assert [(s.workload_id, len(s.placements)) for s in plan.shrinks] == [("e", 1)]
+    assert plan.shrinks[0].admission == Admission("a", "*", workers(1), ResourceVector.zero())
+
+
+def test_no_growth_while_a_workload_of_the_cohort_waits_for_quota() -> None:
+    sched = queued_engine(
+        QueueSpec("a", "c", {"*": workers(2)}),
+        QueueSpec("b", "c", {"*": workers(1)}, borrowing_limit={"*": ResourceVector.zero()}),
+        QueueSpec("d", "c", {"*": workers(1)}),
+    )
+    run = Runtime(sched)
+    elastic = PendingWorkload("e", WORKER, 0.0, queue="a", gang=2, elastic_min=1)
+    waiting = PendingWorkload("b2", WORKER, 0.0, queue="b")  # b at its nominal quota may not borrow: it waits
+    plan = run.step([PendingWorkload("b1", WORKER, 0.0, queue="b"), elastic, waiting])
+    assert "b2" in plan.waiting and not plan.grows
+    plan = run.step([waiting], now=1.0)
+    assert "b2" in plan.waiting and not plan.grows
+    plan = run.step([], now=2.0)
+    assert [(g.workload_id, len(g.placements)) for g in plan.grows] == [("e", 1)]  # d's unused quota, borrowed
+    assert run.running["e"].admission.borrowed == workers(1)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(st.sampled_from([None, "c"]), st.integers(0, 3), st.booleans()), min_size=1, max_size=3),
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),  # queue index
+            st.integers(0, 2),  # priority
+            st.integers(1, 3),  # gang
+            st.booleans(),  # elastic
+            st.booleans(),  # preemptible
+            st.integers(0, 3),  # running workloads that finish before this one arrives
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+)
+def test_resizes_keep_every_quota_rule_and_the_charges_exact(
+    queue_draws: list[tuple[str | None, int, bool]], arrivals: list[tuple[int, int, int, bool, bool, int]]
+) -> None:
+    queues = [
+        QueueSpec(f"q{i}", cohort, {"*": workers(n)}, borrowing_limit={"*": workers(1)} if cohort and lim else None)
+        for i, (cohort, n, lim) in enumerate(queue_draws)
+    ]
+    run = Runtime(queued_engine(*queues))
+    pending: list[PendingWorkload] = []
+    originals: dict[str, PendingWorkload] = {}
+    for t, (q, priority, gang, elastic, preemptible, finish) in enumerate(arrivals):
+        for workload_id in sorted(run.running)[:finish]:
+            run.finish(workload_id)
+        queue = queues[q % len(queues)].name
+        low = max(1, gang - 1) if elastic else None
+        arrival = PendingWorkload(f"w{t}", WORKER, float(t), priority, queue, gang, preemptible, elastic_min=low)
+        originals[arrival.workload_id] = arrival
+        pending.append(arrival)
+        plan = run.step(pending, now=float(t), seed=t)  # checks the cluster, the quota rules and every charge
+        assert not {s.workload_id for s in plan.shrinks} & {g.workload_id for g in plan.grows}
+        for shrink in plan.shrinks:  # only strictly higher priority of its queue, or a queue taking its quota back
+            victim, preemptor = originals[shrink.workload_id], originals[shrink.preemptor]
+            assert victim.priority < preemptor.priority or victim.queue != preemptor.queue
+        if plan.grows:
+            assert not plan.preempts
+        started = {b.workload_id for b in plan.binds}
+        pending = [w for w in pending if w.workload_id not in started]
+        pending += [originals[p.workload_id] for p in plan.preempts]

@@ -51,9 +51,9 @@ class RunningWorkload:
     preemptible: bool = True  # False: never a victim
     checkpointed: bool = False
     expected_end_s: float | None = None  # when it is expected to end (head reservation); None: unknown
-    # Elastic (``SchedulerConfig.elastic``, without configured queues): it may give back workers above
-    # ``elastic_min`` to a higher-priority pending workload, and grow up to ``elastic_max`` workers into idle
-    # capacity. None: rigid.
+    # Elastic (``SchedulerConfig.elastic``): it may give back workers above ``elastic_min`` to a higher-priority
+    # pending workload of its queue or to a queue reclaiming borrowed quota, and grow up to ``elastic_max`` workers
+    # into idle capacity its quota admits. None: rigid.
     elastic_min: int | None = None
     elastic_max: int | None = None
 
@@ -77,12 +77,19 @@ class Shrink:
     workload_id: str  # the running elastic workload that gives workers back (it keeps running on the rest)
     placements: tuple[Placement, ...]  # the workers it stops (released on the state)
     preemptor: str  # the pending workload it makes room for
+    # With configured queues: the part of its charge it gives back (borrowed first); return it with
+    # ``Scheduler.release`` and keep ``core.elastic.shrunk_admission`` of the workload's admission. None: no queues.
+    admission: Admission | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Grow:
     workload_id: str  # the running elastic workload that gets more workers
     placements: tuple[Placement, ...]  # the added workers (bound on the state)
+    # With configured queues: the added workers' charge (within nominal, or borrowed when the cohort allows and the
+    # workload is preemptible); apply with ``Scheduler.charge`` and keep ``core.elastic.grown_admission`` of the
+    # workload's admission. None: no queues.
+    admission: Admission | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +115,8 @@ class SchedulerConfig:
     # it (``core.reservation``). Off: later workloads that fit always start.
     head_reservation: bool = False
     # Elastic workloads (``core.elastic``): a pending one whose gang does not fit starts with the most workers that
-    # fit, at least its ``elastic_min``; without configured queues, running ones give workers above their minimum
-    # back to a higher-priority pending workload before anything is preempted, and grow into capacity left idle
-    # when nothing is waiting. Off: elastic fields are ignored (every workload is rigid).
+    # fit, at least its ``elastic_min``; running ones give workers above their minimum back to a higher-priority
+    # pending workload of their queue (or, with a reclaiming preemption policy, to a queue taking back the quota
+    # they borrow) before anything is preempted, and grow into capacity left idle that their quota admits when
+    # nothing waits for it. Off: elastic fields are ignored (every workload is rigid).
     elastic: bool = False

@@ -1,14 +1,21 @@
-"""Elastic workloads (``SchedulerConfig.elastic``): which workers may be given back, and growth into idle capacity.
+"""Elastic workloads (``SchedulerConfig.elastic``): which workers may be given back, growth into idle capacity, and
+how a resize changes a workload's quota charge.
 
 The scheduling step (``core.step``) calls these. A pending elastic workload (``PendingWorkload.elastic_min``) whose
 gang does not fit starts with the most workers that fit, never fewer than its minimum. A running elastic workload
-(``RunningWorkload.elastic_min`` / ``elastic_max``) may give back workers above its minimum (``Shrink``) to a pending
-workload of strictly higher priority before anything is preempted whole, and grows (``Grow``) into capacity that
-is idle after every pending workload was placed. No loop: a shrink only ever serves a strictly higher priority (an
-acyclic order), and a grow only takes capacity nobody waits for, so it cannot delay a pending workload.
+(``RunningWorkload.elastic_min`` / ``elastic_max``) may give back workers above its minimum (``Shrink``) before
+anything is preempted whole: to a pending workload of its own queue with strictly higher priority, or (with a
+preemption policy that reclaims) to a queue of its cohort that takes back nominal quota the shrinking workload's
+queue borrows. It grows (``Grow``) into capacity that is idle once every pending workload was tried and that its
+queue's quota admits (within nominal, or borrowed when the cohort allows it and the workload is preemptible, so that
+borrowed growth can always be taken back). No loop: a shrink only ever serves a strictly higher priority or a queue
+taking back its own nominal quota (the no-loop order of ``core.preemption``), and a grow only takes capacity nobody
+waits for, so it cannot delay a pending workload.
 
-Pure: placements are tried on the live ``ClusterState`` through the ``bind`` callback, which the step records and
-undoes before it returns.
+Quota: a resize changes the charge by the workers' demand (``worker_charge``, what ``demand_of`` charges per worker).
+A shrink gives back borrowed capacity first (``shrunk_admission``); a grow adds its own admission
+(``grown_admission``). Pure: placements are tried on the live ``ClusterState`` through the ``bind`` callback, which
+the step records and undoes before it returns.
 """
 
 from __future__ import annotations
@@ -19,24 +26,68 @@ import numpy as np
 
 from tessera.core.decisions import Grow, RunningWorkload
 from tessera.core.placement.base import Placer
+from tessera.core.queueing.quotas import Admission
+from tessera.core.queueing.resources import ResourceVector
 from tessera.core.workload import Placement
 
 
-def shrinkable_workers(running: Collection[RunningWorkload], priority: int) -> list[tuple[str, Placement]]:
-    """``(workload id, worker)`` pairs that may be given back to a pending workload of ``priority``: workers above
-    the minimum of preemptible elastic workloads of strictly lower priority; lowest priority first, then the
-    youngest workload, each workload's last worker first."""
-    eligible = [
-        r
-        for r in running
-        if r.elastic_min is not None and r.preemptible and r.priority < priority and len(r.placements) > r.elastic_min
-    ]
-    eligible.sort(key=lambda r: (r.priority, -r.started_s, r.workload_id))
+def worker_charge(placement: Placement) -> ResourceVector:
+    """What one worker is charged to its queue: its request's GPU milli, CPU and memory (as ``demand_of``)."""
+    r = placement.request
+    return ResourceVector(r.total_gpu_milli, r.cpu_milli, r.mem_mib)
+
+
+def workers_charge(placements: Sequence[Placement]) -> ResourceVector:
+    total = ResourceVector.zero()
+    for placement in placements:
+        total = total + worker_charge(placement)
+    return total
+
+
+def shrunk_admission(admission: Admission, charge: ResourceVector) -> tuple[Admission, Admission]:
+    """``(kept, given back)`` when workers charged ``charge`` leave: the borrowed part goes first."""
+    from_borrowed = charge.minimum(admission.borrowed)
+    from_nominal = charge - from_borrowed
+    kept = Admission(
+        admission.queue, admission.flavor_key, admission.from_nominal - from_nominal, admission.borrowed - from_borrowed
+    )
+    return kept, Admission(admission.queue, admission.flavor_key, from_nominal, from_borrowed)
+
+
+def grown_admission(admission: Admission, added: Admission) -> Admission:
+    """The admission of a workload after a grow admitted as ``added``."""
+    return Admission(
+        admission.queue,
+        admission.flavor_key,
+        admission.from_nominal + added.from_nominal,
+        admission.borrowed + added.borrowed,
+    )
+
+
+def shrinkable_workers(
+    running: Collection[RunningWorkload],
+    priority: int,
+    queue: str | None = None,
+    reclaim_from: Collection[str] = (),
+) -> list[tuple[str, Placement]]:
+    """``(workload id, worker)`` pairs that may be given back to a pending workload of ``priority`` (of ``queue``;
+    None: any queue, the implicit one): workers above the minimum of preemptible elastic workloads, first those of the
+    queues in ``reclaim_from`` (other queues that borrow the pending workload's nominal quota; any priority), then
+    those of ``queue`` with strictly lower priority; lowest priority first, then the youngest workload, each
+    workload's last worker first."""
+
+    def shrinkable(r: RunningWorkload) -> bool:
+        return r.elastic_min is not None and r.preemptible and len(r.placements) > r.elastic_min
+
+    reclaim = [r for r in running if r.queue in reclaim_from and r.queue != queue and shrinkable(r)]
+    lower = [r for r in running if (queue is None or r.queue == queue) and r.priority < priority and shrinkable(r)]
     pairs: list[tuple[str, Placement]] = []
-    for r in eligible:
-        assert r.elastic_min is not None
-        extra = r.placements[r.elastic_min :]
-        pairs.extend((r.workload_id, p) for p in reversed(extra))
+    for group in (reclaim, lower):
+        group.sort(key=lambda r: (r.priority, -r.started_s, r.workload_id))
+        for r in group:
+            assert r.elastic_min is not None
+            extra = r.placements[r.elastic_min :]
+            pairs.extend((r.workload_id, p) for p in reversed(extra))
     return pairs
 
 
@@ -44,23 +95,27 @@ def grow_into_idle(
     placer: Placer,
     rng: np.random.Generator,
     running: Sequence[RunningWorkload],
-    bind: Callable[[Placement], None],
+    bind: Callable[[RunningWorkload, Placement], None],
+    admits: Callable[[RunningWorkload], bool] = lambda r: True,
 ) -> list[Grow]:
     """Add workers to elastic ``running`` workloads below their ``elastic_max``, one worker per workload per round
-    (highest priority, then oldest, first) until none can grow; each worker prefers the nodes its workload uses."""
+    (highest priority, then oldest, first) until none can grow; each worker prefers the nodes its workload uses.
+    ``admits(r)``: whether the quota admits one more worker of ``r`` now (``bind`` then charges it)."""
     growable = [r for r in running if r.elastic_max is not None and r.placements and len(r.placements) < r.elastic_max]
     growable.sort(key=lambda r: (-r.priority, r.started_s, r.workload_id))
     added: dict[str, list[Placement]] = {r.workload_id: [] for r in growable}
     while growable:
         still = []
         for r in growable:
+            if not admits(r):
+                continue
             workers = list(r.placements) + added[r.workload_id]
             request = r.placements[0].request
             used = np.unique(np.array([p.node for p in workers], dtype=np.int64))
             placement = placer.decide(request, rng, among=used) or placer.decide(request, rng)
             if placement is None:
                 continue
-            bind(placement)
+            bind(r, placement)
             added[r.workload_id].append(placement)
             assert r.elastic_max is not None
             if len(workers) + 1 < r.elastic_max:

@@ -23,6 +23,12 @@ admitted (its quota is lent out, or no node fits it) asks ``core.preemption.sele
 to stop (reclaim of borrowed capacity across queues, or lower priority within its queue, under the no-loop rule and
 ``PreemptionGuard``); when stopping them makes the workload fit, the plan holds ``Preempt`` decisions for them and the
 workload's ``Bind``. The runtime applies every ``Preempt`` before the binds.
+
+**Elastic workloads** (``SchedulerConfig.elastic``, ``core.elastic``): a running elastic workload gives workers
+back (``Shrink``) to higher priority in its queue, or to a queue reclaiming the nominal quota it borrows, before
+anything is preempted whole, and grows (``Grow``) into idle capacity its quota admits. With queues both carry the
+quota change: ``release(shrink.admission)``, ``charge(grow)``. The runtime applies shrinks, then preempts, then
+binds, then grows.
 """
 
 from __future__ import annotations
@@ -77,16 +83,18 @@ class Scheduler:
     def state(self) -> ClusterState:
         return self.placer.state
 
-    def charge(self, bind: Bind) -> Admission | None:
-        """Charge an applied bind to its queue's quota; the admission to keep until ``release`` (None: no queues).
-        Preemptions of the same plan must be applied first (releasing can only make room)."""
+    def charge(self, bind: Bind | Grow) -> Admission | None:
+        """Charge an applied bind (or an elastic workload's grow) to its queue's quota; the admission to keep until
+        ``release`` (None: no queues). Shrinks and preemptions of the same plan must be applied first (releasing can
+        only make room). A grow's admission is added to the workload's own (``core.elastic.grown_admission``)."""
         if self.ledger is None or bind.admission is None:
             return None
         admission = bind.admission
         return self.ledger.admit(admission.queue, admission.flavor_key, admission.charged)
 
     def release(self, admission: Admission | None) -> None:
-        """Return the quota of a workload that stopped (finished or preempted)."""
+        """Return the quota of a workload that stopped (finished or preempted), or a shrink's ``Shrink.admission``
+        (the workload keeps ``core.elastic.shrunk_admission``)."""
         if self.ledger is not None and admission is not None:
             self.ledger.release(admission.queue, admission.flavor_key, admission.charged)
 

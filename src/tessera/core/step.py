@@ -28,7 +28,14 @@ from tessera.core.decisions import (
     Shrink,
     StepPlan,
 )
-from tessera.core.elastic import grow_into_idle, shrinkable_workers
+from tessera.core.elastic import (
+    grow_into_idle,
+    grown_admission,
+    shrinkable_workers,
+    shrunk_admission,
+    worker_charge,
+    workers_charge,
+)
 from tessera.core.placement.base import Placer
 from tessera.core.placement.gang import place_gang
 from tessera.core.preemption import Candidate, PreemptionGuard, select_victims, select_victims_to_fit
@@ -113,16 +120,19 @@ class QuotaStep:
         # could be computed, the queue backfills freely). At most one per queue and step.
         self.reservations: dict[str, Reservation | None] = {}
         self.last_failure = ""  # why the last ``_try`` failed: "fit", "quota" or "limit"
-        # Elastic (only without configured queues: a shrink or grow changes no queue's charge there).
+        # Elastic (``core.elastic``): resizes of running workloads, charged to their queues' quotas.
         self.elastic = config.elastic
-        self.resizable = config.elastic and self.implicit
+        self.resizable = config.elastic
         self.shrinks: list[Shrink] = []
         self.given_back: list[Placement] = []  # workers of shrinks, released on the state
+        self.queue_of: dict[str, str] = {}  # pending workload id -> queue
+        self.quota_waits: set[str] = set()  # pending workloads that wait only for quota (not for capacity)
 
     def run(self, pending: Sequence[PendingWorkload]) -> StepPlan:
         queues: dict[str, deque[PendingWorkload]] = {}
         if self.implicit:
             pending = [dataclasses.replace(w, queue=IMPLICIT_QUEUE) for w in pending]
+        self.queue_of = {w.workload_id: w.queue for w in pending}
         for workload in order_pending(pending):
             queues.setdefault(workload.queue, deque()).append(workload)
         borrowing: dict[str, deque[PendingWorkload]] = {}
@@ -132,7 +142,7 @@ class QuotaStep:
             # workload bound in this step is not yet a running candidate for preemption).
             self._drain(queues, borrowing)
             self._drain(borrowing, None)
-            grows = self._grow() if self.resizable and not self.waiting else []
+            grows = self._grow() if self.resizable and not self.preempts else []
         finally:
             for placement in reversed(self.tried):
                 self.state.release(placement)
@@ -261,6 +271,8 @@ class QuotaStep:
         if not within_reservation:
             self.blocked_shapes.add(shape)
         self.last_failure = "fit" if admission is not None else "quota"
+        if self._quota_only(workload, flavor):
+            self.quota_waits.add(workload.workload_id)
         no_quota = f"queue {workload.queue} has no quota left for {_amount(demand)}"
         self.waiting[workload.workload_id] = _no_fit(workload) if admission is not None else no_quota
         return False
@@ -271,17 +283,31 @@ class QuotaStep:
             return None  # it could never give borrowed capacity back
         return admission
 
-    def _place_elastic(self, workload: PendingWorkload, flavor: Flavor, fewer: bool = True) -> bool:
+    def _fewest(self, workload: PendingWorkload) -> int:
+        """The fewest workers ``workload`` may start with: its ``elastic_min`` when elastic (at least one, at most
+        the gang), else the whole gang."""
+        if self.elastic and workload.elastic_min is not None:
+            return min(max(workload.elastic_min, 1), workload.gang)
+        return workload.gang
+
+    def _quota_only(self, workload: PendingWorkload, flavor: Flavor) -> bool:
+        """True when even the fewest workers ``workload`` may start with are not admitted: it waits for quota, not
+        for capacity (capacity growth of other cohorts' workloads does not delay it)."""
+        fewest = dataclasses.replace(workload, gang=self._fewest(workload))
+        return self._admission(fewest, flavor, demand_of(fewest)) is None
+
+    def _place_elastic(
+        self, workload: PendingWorkload, flavor: Flavor, fewer: bool = True, within_nominal: bool = False
+    ) -> bool:
         """Bind the whole gang if it is admitted and fits; else (with ``fewer``), for an elastic workload, the most
-        workers (at least ``elastic_min``) that are admitted and fit. True when it was bound."""
-        elastic = fewer and self.elastic and workload.elastic_min is not None
-        low = workload.gang
-        if elastic and workload.elastic_min is not None:
-            low = min(max(workload.elastic_min, 1), workload.gang)  # at least one worker, at most the gang
+        workers (at least ``elastic_min``) that are admitted and fit. ``within_nominal``: only an admission that
+        does not borrow (it takes back its own queue's quota). True when it was bound."""
+        low = self._fewest(workload) if fewer else workload.gang
         for workers in range(workload.gang, low - 1, -1):
             sized = workload if workers == workload.gang else dataclasses.replace(workload, gang=workers)
             demand = demand_of(sized)
-            if self._admission(sized, flavor, demand) is None:
+            admission = self._admission(sized, flavor, demand)
+            if admission is None or (within_nominal and admission.is_borrowing):
                 continue
             placements = self._place_gang(sized)
             if placements is not None:
@@ -290,24 +316,47 @@ class QuotaStep:
         return False
 
     def _shrink_for(self, workload: PendingWorkload, flavor: Flavor) -> bool:
-        """Release workers above the minimum of lower-priority elastic workloads (``core.elastic``), one at a time,
-        until ``workload`` fits (its whole gang first, then, if elastic, fewer workers); keep those shrinks if it
-        does, else undo them. True when it was bound."""
-        workers = shrinkable_workers(self.running.values(), workload.priority)
+        """Release workers above the minimum of elastic workloads (``core.elastic.shrinkable_workers``: other
+        queues' while they borrow the quota this workload takes back, then lower priority of its own queue), one at
+        a time with their quota charge, until ``workload`` is admitted and fits (its whole gang first, then, if
+        elastic, fewer workers); keep those shrinks if it does, else undo them. True when it was bound."""
+        queue = None if self.implicit else workload.queue
+        key = self.ledger.spec(workload.queue).flavor_key(flavor)
+        workers = shrinkable_workers(self.running.values(), workload.priority, queue, self._reclaim_queues(workload))
         passes = (False, True) if self.elastic and workload.elastic_min is not None else (False,)
         for fewer in passes if workers else ():
+            snapshot = self.ledger.copy()
             released: list[tuple[str, Placement]] = []
+            reclaiming = False
             for workload_id, placement in workers:
+                owner = self.running[workload_id]
+                pool = (owner.queue, owner.admission.flavor_key)
+                if owner.queue != workload.queue:  # reclaim: only borrowed quota of the same pool
+                    if owner.admission.flavor_key != key or self.ledger.borrowed(*pool).is_zero():
+                        continue
+                    reclaiming = True
                 self.state.release(placement)
+                self.ledger.release(*pool, worker_charge(placement))
                 released.append((workload_id, placement))
-                if self._place_elastic(workload, flavor, fewer):
+                if self._place_elastic(workload, flavor, fewer, within_nominal=reclaiming):
                     self._record_shrinks(workload, released)
                     return True
+            self.ledger = snapshot
             for _, placement in reversed(released):
                 self.state.bind(placement)
         return False
 
+    def _reclaim_queues(self, workload: PendingWorkload) -> set[str]:
+        """Other queues of the workload's cohort whose elastic workloads may shrink to give its nominal quota back
+        (only with a preemption policy that reclaims)."""
+        policy = self.config.preemption
+        cohort = self.ledger.spec(workload.queue).cohort
+        if self.implicit or policy is None or not policy.reclaim or cohort is None:
+            return set()
+        return {q.name for q in self.ledger.queues if q.cohort == cohort and q.name != workload.queue}
+
     def _record_shrinks(self, workload: PendingWorkload, released: list[tuple[str, Placement]]) -> None:
+        """Record the shrinks that made room for ``workload`` (their charges were released on the ledger)."""
         by_workload: dict[str, list[Placement]] = {}
         for workload_id, placement in released:
             by_workload.setdefault(workload_id, []).append(placement)
@@ -317,23 +366,46 @@ class QuotaStep:
             kept = list(running.placements)
             for placement in placements:
                 kept.remove(placement)
-            charge = placements_charge(placements)
-            self.ledger.release(running.queue, running.admission.flavor_key, charge)
-            admission = dataclasses.replace(running.admission, from_nominal=placements_charge(kept))
+            admission, given = shrunk_admission(running.admission, workers_charge(placements))
             self.running[workload_id] = dataclasses.replace(running, placements=tuple(kept), admission=admission)
-            self.shrinks.append(Shrink(workload_id, tuple(placements), workload.workload_id))
+            charge = None if self.implicit else given
+            self.shrinks.append(Shrink(workload_id, tuple(placements), workload.workload_id, charge))
         self.changes += 1
 
     def _grow(self) -> list[Grow]:
-        """Grow running elastic workloads (not shrunk in this step) into the capacity left idle."""
+        """Grow running elastic workloads (not shrunk in this step) into the capacity left idle, each worker admitted
+        by its queue's quota like a new workload (borrowing only when the workload is preemptible). Nothing grows
+        while a workload waits for capacity; a workload waiting only for quota stops growth in its cohort (or its
+        queue, without a cohort)."""
+        if any(w not in self.quota_waits for w in self.waiting):
+            return []
+        held = {self.queue_of.get(w, "") for w in self.waiting}
+        held_cohorts = {c for c in (self.ledger.spec(q).cohort for q in held if q) if c is not None}
         shrunk = {s.workload_id for s in self.shrinks}
-        growable = [r for r in self.running.values() if r.workload_id not in shrunk]
+        growable = [
+            r
+            for r in self.running.values()
+            if r.workload_id not in shrunk
+            and r.queue not in held
+            and self.ledger.spec(r.queue).cohort not in held_cohorts
+        ]
+        added: dict[str, Admission] = {}
 
-        def bind(placement: Placement) -> None:
+        def admits(r: RunningWorkload) -> bool:
+            admission = self.ledger.can_admit(r.queue, r.admission.flavor_key, worker_charge(r.placements[0]))
+            return admission is not None and (r.preemptible or not admission.is_borrowing)
+
+        def bind(r: RunningWorkload, placement: Placement) -> None:
             self.state.bind(placement)
             self.tried.append(placement)
+            admission = self.ledger.admit(r.queue, r.admission.flavor_key, worker_charge(placement))
+            before = added.get(r.workload_id)
+            added[r.workload_id] = admission if before is None else grown_admission(before, admission)
 
-        return grow_into_idle(self.placer, self.rng, growable, bind)
+        grows = grow_into_idle(self.placer, self.rng, growable, bind, admits)
+        if self.implicit:
+            return grows
+        return [dataclasses.replace(g, admission=added[g.workload_id]) for g in grows]
 
     def _place_gang(self, workload: PendingWorkload) -> tuple[Placement, ...] | None:
         """Place every worker (all or nothing, on one node when one can hold them all: ``placement.gang``), bound
@@ -463,7 +535,6 @@ class QuotaStep:
             )
         self.candidate_cache[(workload.queue, key)] = (self.changes, found)
         return found
-
 
 
 def demand_of(workload: PendingWorkload) -> ResourceVector:
