@@ -213,7 +213,7 @@ class Runtime:
             high = None if w.elastic_min is None else 2 * w.gang
             self.running[w.workload_id] = RunningWorkload(
                 w.workload_id, w.queue, w.priority, bind.placements, admission, now, w.preemptible,
-                elastic_min=w.elastic_min, elastic_max=high,
+                elastic_min=w.elastic_min, elastic_max=high, gang=w.gang,
             )  # fmt: skip
         for grow in plan.grows:
             r = self.running[grow.workload_id]
@@ -265,7 +265,7 @@ def test_with_a_queue_growth_is_charged_and_stops_at_the_nominal_quota() -> None
 
 
 def test_growth_borrows_only_for_a_preemptible_workload_in_a_cohort() -> None:
-    for preemptible, expected in ((True, 4), (False, 2)):
+    for preemptible, expected in ((True, 4), (False, 2)):  # a non-preemptible one could not give workers back
         sched = queued_engine(QueueSpec("a", "c", {"*": workers(2)}), QueueSpec("b", "c", {"*": workers(2)}))
         run = Runtime(sched)
         elastic = PendingWorkload("e", WORKER, 0.0, queue="a", gang=2, elastic_min=1, preemptible=preemptible)
@@ -366,3 +366,33 @@ def test_resizes_keep_every_quota_rule_and_the_charges_exact(
         started = {b.workload_id for b in plan.binds}
         pending = [w for w in pending if w.workload_id not in started]
         pending += [originals[p.workload_id] for p in plan.preempts]
+
+
+def test_grown_workers_go_to_a_pending_workload_of_any_priority_and_placement_ignores_them() -> None:
+    sched = engine()
+    plan = sched.plan([PendingWorkload("e", WORKER, 0.0, gang=1, elastic_min=1)], np.random.default_rng(0))
+    (job,) = start(sched, plan, {"e": (1, 4)})
+    job = dataclasses.replace(job, gang=1)
+    plan = sched.plan([], np.random.default_rng(0), [job])
+    for placement in plan.grows[0].placements:
+        sched.state.bind(placement)
+    job = dataclasses.replace(job, placements=job.placements + plan.grows[0].placements)
+    assert len(job.placements) == 4  # the whole cluster
+    low = PendingWorkload("low", WORKER, 1.0, priority=-10, gang=2)  # lower priority than e: growth yields anyway
+    plan = sched.plan([low], np.random.default_rng(0), [job])
+    assert not plan.preempts and [(b.workload_id, len(b.placements)) for b in plan.binds] == [("low", 2)]
+    assert [(s.workload_id, len(s.placements)) for s in plan.shrinks] == [("e", 2)]
+    assert set(plan.shrinks[0].placements) <= set(job.placements[1:])  # never below its gang of 1
+    # Workers between the minimum and the gang still go only to strictly higher priority.
+    rigid_size = dataclasses.replace(job, gang=4, elastic_min=2)
+    plan = sched.plan([low], np.random.default_rng(0), [rigid_size])
+    assert not plan.binds and not plan.shrinks
+
+
+def test_a_non_preemptible_elastic_workload_never_grows() -> None:
+    sched = engine()
+    plan = sched.plan([PendingWorkload("e", WORKER, 0.0, gang=1, elastic_min=1)], np.random.default_rng(0))
+    (job,) = start(sched, plan, {"e": (1, 4)})
+    plan = sched.plan([], np.random.default_rng(0), [dataclasses.replace(job, preemptible=False)])
+    assert not plan.grows  # it could never give the workers back
+    assert [len(g.placements) for g in sched.plan([], np.random.default_rng(0), [job]).grows] == [3]

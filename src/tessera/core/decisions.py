@@ -56,6 +56,9 @@ class RunningWorkload:
     # into idle capacity its quota admits. None: rigid.
     elastic_min: int | None = None
     elastic_max: int | None = None
+    # Elastic: the workers it asked for. Workers above it were grown into idle capacity and are given back to any
+    # pending workload of its queue, whatever its priority. None: as many as it runs now (none grown).
+    gang: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,13 +4,14 @@ how a resize changes a workload's quota charge.
 The scheduling step (``core.step``) calls these. A pending elastic workload (``PendingWorkload.elastic_min``) whose
 gang does not fit starts with the most workers that fit, never fewer than its minimum. A running elastic workload
 (``RunningWorkload.elastic_min`` / ``elastic_max``) may give back workers above its minimum (``Shrink``) before
-anything is preempted whole: to a pending workload of its own queue with strictly higher priority, or (with a
-preemption policy that reclaims) to a queue of its cohort that takes back nominal quota the shrinking workload's
-queue borrows. It grows (``Grow``) into capacity that is idle once every pending workload was tried and that its
-queue's quota admits (within nominal, or borrowed when the cohort allows it and the workload is preemptible, so that
-borrowed growth can always be taken back). No loop: a shrink only ever serves a strictly higher priority or a queue
+anything is preempted whole: workers it grew above its gang to any pending workload of its queue, workers between
+its minimum and its gang only to one of strictly higher priority, and (with a preemption policy that reclaims) any
+above its minimum to a queue of its cohort that takes back nominal quota the shrinking workload's queue borrows.
+A preemptible one (only those can give workers back) grows (``Grow``) into capacity that is idle once every pending
+workload was tried and that its queue's quota admits (within nominal, or borrowed when the cohort allows it). No
+loop: a shrink only ever serves a pending workload, taking growth back, a strictly higher priority, or a queue
 taking back its own nominal quota (the no-loop order of ``core.preemption``), and a grow only takes capacity nobody
-waits for, so it cannot delay a pending workload.
+waits for, never in the step that shrank the workload.
 
 Quota: a resize changes the charge by the workers' demand (``worker_charge``, what ``demand_of`` charges per worker).
 A shrink gives back borrowed capacity first (``shrunk_admission``); a grow adds its own admission
@@ -71,24 +72,44 @@ def shrinkable_workers(
     reclaim_from: Collection[str] = (),
 ) -> list[tuple[str, Placement]]:
     """``(workload id, worker)`` pairs that may be given back to a pending workload of ``priority`` (of ``queue``;
-    None: any queue, the implicit one): workers above the minimum of preemptible elastic workloads, first those of the
-    queues in ``reclaim_from`` (other queues that borrow the pending workload's nominal quota; any priority), then
-    those of ``queue`` with strictly lower priority; lowest priority first, then the youngest workload, each
-    workload's last worker first."""
+    None: any queue, the implicit one), from preemptible elastic workloads, never below their minimum: first those
+    of the queues in ``reclaim_from`` (other queues that borrow the pending workload's nominal quota; any priority),
+    then workers of ``queue``'s workloads grown above their gang (``RunningWorkload.gang``; any priority: growth only
+    ever took capacity nobody waited for), then workers above the minimum of ``queue``'s workloads of strictly lower
+    priority. Within each, lowest priority first, then the youngest workload, each workload's last worker first."""
 
     def shrinkable(r: RunningWorkload) -> bool:
         return r.elastic_min is not None and r.preemptible and len(r.placements) > r.elastic_min
 
+    def ordered(group: list[RunningWorkload]) -> list[RunningWorkload]:
+        return sorted(group, key=lambda r: (r.priority, -r.started_s, r.workload_id))
+
+    own = [r for r in running if (queue is None or r.queue == queue) and shrinkable(r)]
     reclaim = [r for r in running if r.queue in reclaim_from and r.queue != queue and shrinkable(r)]
-    lower = [r for r in running if (queue is None or r.queue == queue) and r.priority < priority and shrinkable(r)]
     pairs: list[tuple[str, Placement]] = []
-    for group in (reclaim, lower):
-        group.sort(key=lambda r: (r.priority, -r.started_s, r.workload_id))
-        for r in group:
-            assert r.elastic_min is not None
-            extra = r.placements[r.elastic_min :]
-            pairs.extend((r.workload_id, p) for p in reversed(extra))
+    for r in ordered(reclaim):
+        assert r.elastic_min is not None
+        pairs.extend((r.workload_id, p) for p in reversed(r.placements[r.elastic_min :]))
+    pairs.extend(grown_workers(own))
+    gang = {r.workload_id: _gang(r) for r in own}
+    for r in ordered([r for r in own if r.priority < priority]):
+        assert r.elastic_min is not None
+        pairs.extend((r.workload_id, p) for p in reversed(r.placements[r.elastic_min : gang[r.workload_id]]))
     return pairs
+
+
+def _gang(r: RunningWorkload) -> int:
+    """The workers ``r`` asked for (never below its minimum); workers above it were grown."""
+    return max(r.elastic_min or 0, r.gang or len(r.placements))
+
+
+def grown_workers(running: Collection[RunningWorkload]) -> list[tuple[str, Placement]]:
+    """``(workload id, worker)`` pairs of the workers preemptible elastic ``running`` workloads grew above their
+    gang: capacity nobody waited for when they took it, which any pending workload of their queue may use. Lowest
+    priority first, then the youngest workload, each workload's last worker first."""
+    grown = [r for r in running if r.elastic_min is not None and r.preemptible and len(r.placements) > _gang(r)]
+    grown.sort(key=lambda r: (r.priority, -r.started_s, r.workload_id))
+    return [(r.workload_id, p) for r in grown for p in reversed(r.placements[_gang(r) :])]
 
 
 def grow_into_idle(
@@ -98,10 +119,16 @@ def grow_into_idle(
     bind: Callable[[RunningWorkload, Placement], None],
     admits: Callable[[RunningWorkload], bool] = lambda r: True,
 ) -> list[Grow]:
-    """Add workers to elastic ``running`` workloads below their ``elastic_max``, one worker per workload per round
-    (highest priority, then oldest, first) until none can grow; each worker prefers the nodes its workload uses.
+    """Add workers to preemptible elastic ``running`` workloads (growth must be given back when others need it) below
+    their ``elastic_max``, one worker per workload per round
+    (highest priority, then oldest, first) until none can grow; each worker prefers the nodes its workload uses and
+    goes only onto the GPU model its first worker runs on (a gang of mixed models runs at its slowest one's pace).
     ``admits(r)``: whether the quota admits one more worker of ``r`` now (``bind`` then charges it)."""
-    growable = [r for r in running if r.elastic_max is not None and r.placements and len(r.placements) < r.elastic_max]
+    growable = [
+        r
+        for r in running
+        if r.elastic_max is not None and r.preemptible and r.placements and len(r.placements) < r.elastic_max
+    ]
     growable.sort(key=lambda r: (-r.priority, r.started_s, r.workload_id))
     added: dict[str, list[Placement]] = {r.workload_id: [] for r in growable}
     while growable:
@@ -112,7 +139,9 @@ def grow_into_idle(
             workers = list(r.placements) + added[r.workload_id]
             request = r.placements[0].request
             used = np.unique(np.array([p.node for p in workers], dtype=np.int64))
-            placement = placer.decide(request, rng, among=used) or placer.decide(request, rng)
+            state = placer.state
+            same_model = np.flatnonzero(state.model_idx == state.model_idx[r.placements[0].node])
+            placement = placer.decide(request, rng, among=used) or placer.decide(request, rng, among=same_model)
             if placement is None:
                 continue
             bind(r, placement)

@@ -31,11 +31,13 @@ from tessera.core.decisions import (
 from tessera.core.elastic import (
     grow_into_idle,
     grown_admission,
+    grown_workers,
     shrinkable_workers,
     shrunk_admission,
     worker_charge,
     workers_charge,
 )
+from tessera.core.errors import InvalidRequestError
 from tessera.core.placement.base import Placer
 from tessera.core.placement.gang import place_gang
 from tessera.core.preemption import Candidate, PreemptionGuard, select_victims, select_victims_to_fit
@@ -262,7 +264,7 @@ class QuotaStep:
         flavor = flavor_of(self.ledger.spec(workload.queue), workload.request)
         demand = demand_of(workload)
         admission = self._admission(workload, flavor, demand)
-        if (admission is not None or elastic_min is not None) and self._place_elastic(workload, flavor):
+        if (admission is not None or elastic_min is not None) and self._place_over_growth(workload, flavor):
             return True
         if not within_reservation and self.resizable and self._shrink_for(workload, flavor):
             return True
@@ -314,6 +316,43 @@ class QuotaStep:
                 self._bind(sized, flavor, demand, placements)
                 return True
         return False
+
+    def _place_over_growth(self, workload: PendingWorkload, flavor: Flavor) -> bool:
+        """``_place_elastic`` with the workers that elastic workloads of its queue grew above their gang counted as
+        free (growth only took capacity nobody waited for, so it must not change where a later workload goes): the
+        grown workers the placement or the quota then needs are given back (``Shrink``), the others stay."""
+        grown = grown_workers(self.running.values()) if self.resizable else []
+        if not self.implicit:
+            grown = [(w, p) for w, p in grown if self.running[w].queue == workload.queue]
+        if not grown:
+            return self._place_elastic(workload, flavor)
+        snapshot = self.ledger.copy()
+        for workload_id, placement in grown:
+            owner = self.running[workload_id]
+            self.state.release(placement)
+            self.ledger.release(owner.queue, owner.admission.flavor_key, worker_charge(placement))
+        if not self._place_elastic(workload, flavor):
+            self.ledger = snapshot
+            for _, placement in reversed(grown):
+                self.state.bind(placement)
+            return False
+        taken = []
+        for workload_id, placement in reversed(grown):  # first workers first: each workload keeps a prefix
+            owner = self.running[workload_id]
+            charge = worker_charge(placement)
+            kept = self.ledger.can_admit(owner.queue, owner.admission.flavor_key, charge) is not None
+            if kept:
+                try:
+                    self.state.bind(placement)
+                except InvalidRequestError:
+                    kept = False
+            if kept:
+                self.ledger.admit(owner.queue, owner.admission.flavor_key, charge)
+            else:
+                taken.append((workload_id, placement))
+        if taken:
+            self._record_shrinks(workload, taken)
+        return True
 
     def _shrink_for(self, workload: PendingWorkload, flavor: Flavor) -> bool:
         """Release workers above the minimum of elastic workloads (``core.elastic.shrinkable_workers``: other
