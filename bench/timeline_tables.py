@@ -51,6 +51,8 @@ def main() -> int:
                     "alloc_pct": round(r.gpu_alloc_pct, 1),
                     "preemptions": r.preemptions,
                     "reclaims": r.reclaims,
+                    "shrunk_workers": r.shrunk_workers,
+                    "grown_workers": r.grown_workers,
                     "reclaim_latency_max_s": round(r.reclaim_latency_max_s, 1),
                     "blocked_by_borrowers_max_s": round(r.blocked_by_borrowers_max_s, 1),
                     "jain": round(r.jain_index, 3),

@@ -67,11 +67,8 @@ import dataclasses
 import time
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
-import numpy.typing as npt
 
 from tessera.core.cluster import ClusterState, NodeSpec
 from tessera.core.fragmentation import typical_pods
@@ -93,6 +90,7 @@ from tessera.core.throughput import ThroughputModel
 from tessera.core.workload import MILLI_PER_GPU, Placement, Request
 from tessera.sim.events import EventLoop
 from tessera.sim.timeline_accounts import QueueAccounts, jain_index
+from tessera.sim.timeline_elastic import ElasticRuns, check_charges, elastic_bounds
 from tessera.sim.timeline_policies import (
     LAS_QUEUE,
     PREEMPTION_MIN_RUNTIME_S,
@@ -103,66 +101,11 @@ from tessera.sim.timeline_policies import (
     whole_gpu_request,
 )
 from tessera.sim.timeline_reclaim import ReclaimTracker
+from tessera.sim.timeline_result import StartRecord, TimelineJobLike, TimelineResult
 
-FloatArray = npt.NDArray[np.float64]
+__all__ = ["StartRecord", "TimelineJobLike", "TimelineResult", "run_timeline"]
 _LAS_CLASS_SPREAD = 10  # more than the number of LAS levels: a class never falls below the next one
 _LAS_EPSILON_GPU_S = 1e-6  # a recheck event lands exactly on a threshold: count it as reached despite rounding
-
-
-class TimelineJobLike(Protocol):
-    @property
-    def id(self) -> str: ...
-    @property
-    def arrival_s(self) -> float: ...
-    @property
-    def request(self) -> Request: ...  # per worker
-    @property
-    def duration_s(self) -> float | None: ...  # None: runs work_steps at the chosen GPU model's throughput
-    @property
-    def work_steps(self) -> float | None: ...
-    @property
-    def job_type(self) -> str | None: ...
-    @property
-    def gang(self) -> int: ...
-    @property
-    def priority(self) -> int: ...
-
-
-@dataclass(frozen=True, slots=True)
-class StartRecord:
-    """One start decision: job ``job_id`` at ``time_s`` on (node name, GPU indices, milli per GPU) per worker."""
-
-    time_s: float
-    job_id: str
-    placements: tuple[tuple[str, tuple[int, ...], int], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class TimelineResult:
-    policy: str
-    arrival_s: FloatArray  # per finished job
-    start_s: FloatArray
-    finish_s: FloatArray
-    gpu_alloc_pct: float  # time-weighted allocated GPU share of capacity, first arrival to last finish
-    unfinished: int  # jobs that never started (did not fit even on an empty cluster)
-    wall_s: float
-    alloc_times_s: FloatArray  # allocation over time: allocated GPU % of capacity from each time on
-    alloc_pct: FloatArray
-    preemptions: int = 0
-    jain_index: float = 1.0  # over queues of received / entitled GPU-seconds in busy periods (1.0: no queues)
-    queue_shares: dict[str, float] = dataclasses.field(default_factory=dict)  # queue -> received / entitled
-    reclaims: int = 0  # preemptions that returned borrowed capacity to another queue
-    reclaim_latency_max_s: float = 0.0  # longest time a reclaim that would let the owner run was not made
-    blocked_by_borrowers_max_s: float = 0.0  # longest time a queue's quota-fitting work waited while others borrow
-    starts: tuple[StartRecord, ...] = ()  # every (re)start in order: the decisions, to compare with a live run
-
-    @property
-    def jct_s(self) -> FloatArray:
-        return self.finish_s - self.arrival_s
-
-    @property
-    def wait_s(self) -> FloatArray:
-        return self.start_s - self.arrival_s
 
 
 def _typed(request: Request, job: TimelineJobLike) -> Request:
@@ -195,7 +138,7 @@ def run_timeline(
 
 
 Event = tuple[str, int, int]  # (kind, job index, run token: a depart or recheck of an earlier, preempted run is stale)
-Shape = tuple[Request, int, int, str, bool]  # request, gang, priority, queue, preemptible
+Shape = tuple[Request, int, int, str, bool, int | None]  # request, gang, priority, queue, preemptible, elastic_min
 
 
 class _Replay:
@@ -241,8 +184,10 @@ class _Replay:
             preemption=preemption,
             gang_one_node=policy.gang_one_node,
             head_reservation=policy.head_reservation,
+            elastic=policy.elastic,
         )
         self.scheduler = Scheduler(placer, config)
+        self.elastic = ElasticRuns(self)
         self.accounts = QueueAccounts(queues, self.state) if queues else None
         self.guard = PreemptionGuard(PREEMPTION_MIN_RUNTIME_S)
         self.start_s = np.full(len(self.jobs), np.nan)
@@ -299,6 +244,8 @@ class _Replay:
             reclaim_latency_max_s=self.reclaim.longest["reclaim_missed"],
             blocked_by_borrowers_max_s=self.reclaim.longest["quota_blocked"],
             starts=tuple(self.starts),
+            shrunk_workers=self.elastic.shrinks,
+            grown_workers=self.elastic.grows,
         )
 
     def _handle(self, loop: EventLoop[Event], now: float, event: Event) -> None:
@@ -346,8 +293,11 @@ class _Replay:
         return str(getattr(self.jobs[i], "queue", "default"))
 
     def _gpus(self, i: int) -> float:
-        """GPUs the job holds while it runs (as placed: whole GPUs under static rounding), all workers."""
-        return self.requests[i].total_gpu_milli * self.jobs[i].gang / MILLI_PER_GPU
+        """GPUs the job holds while it runs (as placed: whole GPUs under static rounding), all its workers now (the
+        gang when not running)."""
+        placed = self.placements.get(i)
+        workers = self.jobs[i].gang if placed is None else len(placed)
+        return self.requests[i].total_gpu_milli * workers / MILLI_PER_GPU
 
     def _preemptible(self, job: TimelineJobLike) -> bool:
         """Plain LAS (tiresias) suspends any job that can resume from a checkpoint, whatever its class; LAS within
@@ -398,12 +348,18 @@ class _Replay:
 
     def _shape(self, i: int) -> Shape:
         job = self.jobs[i]
-        return (self.requests[i], job.gang, self._priority(i, self.last_s), self._queue(i), self._preemptible(job))
+        priority = self._priority(i, self.last_s)
+        low, _ = elastic_bounds(job, self.policy)
+        return (self.requests[i], job.gang, priority, self._queue(i), self._preemptible(job), low)
 
     def _schedule(self, loop: EventLoop[Event], now: float) -> None:
         while True:
             candidates = self._candidates()
             if not candidates:
+                if not self.groups and self.elastic.growable():  # nothing waits: elastic jobs may grow
+                    plan = self.scheduler.plan([], self.rng, self._running_now(), now, self.guard)
+                    self.elastic.apply_grows(loop, now, plan.grows)
+                    self._check()
                 return
             pending = [
                 PendingWorkload(
@@ -415,10 +371,12 @@ class _Replay:
                     gang=self.jobs[i].gang,
                     preemptible=self._preemptible(self.jobs[i]),
                     expected_duration_s=self._known_duration(i),
+                    elastic_min=elastic_bounds(self.jobs[i], self.policy)[0],
                 )
                 for i in candidates
             ]
             plan = self.scheduler.plan(pending, self.rng, self._running_now(), now, self.guard)
+            self.elastic.apply_shrinks(loop, now, plan.shrinks)
             for preempt in plan.preempts:
                 self._preempt(now, preempt)
             for bind in plan.binds:
@@ -426,12 +384,24 @@ class _Replay:
             for job_id in plan.waiting:
                 i = int(job_id)
                 self.failed_at_release[self._shape(i)] = self.releases
-            if self.check_invariants:
-                check_cluster(self.state, [p for placed in self.placements.values() for p in placed])
-                if self.scheduler.ledger is not None:
-                    check_quotas(self.scheduler.ledger)
+            if plan.grows and self._all_waiting_seen(plan.waiting):
+                self.elastic.apply_grows(loop, now, plan.grows)
+            self._check()
             if not plan.binds:
                 return
+
+    def _check(self) -> None:
+        """Debug mode (``check_invariants``): the cluster, the quota rules and every running job's charge."""
+        if self.check_invariants:
+            check_cluster(self.state, [p for placed in self.placements.values() for p in placed])
+            if self.scheduler.ledger is not None:
+                check_quotas(self.scheduler.ledger)
+                check_charges(self.scheduler.ledger, list(self.running.values()))
+
+    def _all_waiting_seen(self, waiting: dict[str, str]) -> bool:
+        """True when the step saw what every pending job waits for: each shape's first job was in it and waits (a
+        grow takes only capacity nobody waits for, and the step knows only the jobs it was given)."""
+        return all(str(members[0]) in waiting for members in self.groups.values()) and not any(self.fifo.values())
 
     def _running_now(self) -> list[RunningWorkload]:
         running = list(self.running.values())
@@ -454,6 +424,8 @@ class _Replay:
         duration = self.remaining_s.pop(i, None)
         if duration is None:
             duration = self._duration(i, placements)
+        low, high = elastic_bounds(job, self.policy)
+        end = now + duration if low is None else self.elastic.start(i, now, duration, len(placements))
         if admission is not None:
             self.running[i] = RunningWorkload(
                 str(i),
@@ -464,23 +436,40 @@ class _Replay:
                 now,
                 self._preemptible(job),
                 self._resumes(job),
-                expected_end_s=now + duration,
+                expected_end_s=end,
+                elastic_min=low,
+                elastic_max=high,
+                gang=job.gang if low is not None else None,
             )
         if self.accounts:
-            self.accounts.received_milli[self._queue(i)] += self._milli(i)
+            self.accounts.received_milli[self._queue(i)] += self._received_milli(i)
         self._dequeue(i)
         if np.isnan(self.start_s[i]):  # waiting time counts until the first start
             self.start_s[i] = now
-        self.finish_s[i] = now + duration
-        loop.schedule(now + duration, ("depart", i, self.tokens[i]), priority=0)
+        self.finish_s[i] = end
+        loop.schedule(end, ("depart", i, self.tokens[i]), priority=0)
         if self.las:
             self.run_started[i] = now
             self.guard = self.guard.record([str(i)])  # every run is protected for its first minimum run time
-            # It may become a victim when its LAS queue drops and when its guard expires: step again then.
-            delays = demotion_delays_s(self.attained_gpu_s[i], self._gpus(i), self.las) + [PREEMPTION_MIN_RUNTIME_S]
-            for delay in delays:
-                if delay < duration:
-                    loop.schedule(now + delay, ("recheck", i, self.tokens[i]), priority=0)
+            self._schedule_rechecks(loop, now, i, end - now if low is not None else duration, PREEMPTION_MIN_RUNTIME_S)
+
+    def _schedule_rechecks(
+        self, loop: EventLoop[Event], now: float, i: int, left_s: float, guard_left_s: float | None
+    ) -> None:
+        """LAS: a running job may become a victim when its LAS queue drops and when its guard expires (in
+        ``guard_left_s``): step again then, if before it ends (in ``left_s``)."""
+        if not self.las:
+            return
+        delays = demotion_delays_s(self.attained_gpu_s[i], self._gpus(i), self.las)
+        if guard_left_s is not None:
+            delays.append(guard_left_s)
+        for delay in delays:
+            if delay < left_s:
+                loop.schedule(now + delay, ("recheck", i, self.tokens[i]), priority=0)
+
+    def _received_milli(self, i: int) -> int:
+        """GPU milli a running job receives, all its workers (as requested, before static rounding)."""
+        return self.jobs[i].request.total_gpu_milli * len(self.placements[i])
 
     def _dequeue(self, i: int) -> None:
         self.pending_since.pop(i, None)
@@ -495,17 +484,18 @@ class _Replay:
 
     def _stop(self, i: int) -> None:
         """Release a running job's placements and quota."""
+        started = self.run_started.pop(i, None)
+        if started is not None:
+            self.attained_gpu_s[i] += self._gpus(i) * (self.last_s - started)
+        if self.accounts:
+            self.accounts.received_milli[self._queue(i)] -= self._received_milli(i)
         for placement in self.placements.pop(i):
             self.state.release(placement)
             self.allocated_milli -= placement.total_gpu_milli
         running = self.running.pop(i, None)
         if running is not None:
             self.scheduler.release(running.admission)
-        started = self.run_started.pop(i, None)
-        if started is not None:
-            self.attained_gpu_s[i] += self._gpus(i) * (self.last_s - started)
-        if self.accounts:
-            self.accounts.received_milli[self._queue(i)] -= self._milli(i)
+        self.elastic.stop(i)
         self.releases += 1
 
     def _preempt(self, now: float, preempt: Preempt) -> None:
@@ -515,10 +505,12 @@ class _Replay:
         if self._queue(preemptor) != self._queue(i):
             self.reclaims += 1
         checkpointed = self.running[i].checkpointed
+        if checkpointed:  # time still to run (elastic: with the whole gang)
+            elastic = i in self.elastic.progress
+            left = self.elastic.left_full_s(i, now) if elastic else max(float(self.finish_s[i]) - now, 0.0)
+            self.remaining_s[i] = left
         self._stop(i)
         self.tokens[i] += 1
-        if checkpointed:
-            self.remaining_s[i] = max(float(self.finish_s[i]) - now, 0.0)
         self.finish_s[i] = np.nan
         self.preemptions += 1
         self.guard = self.guard.record([str(i)])
@@ -527,8 +519,8 @@ class _Replay:
     def _heads(self) -> list[PendingWorkload]:
         """The first pending workload of each request shape (what the reclaim measure looks at)."""
         return [
-            PendingWorkload(str(members[0]), request, 0.0, priority, queue=queue, gang=gang, preemptible=preemptible)
-            for (request, gang, priority, queue, preemptible), members in self.groups.items()
+            PendingWorkload(str(members[0]), request, 0.0, priority, queue, gang, preemptible, elastic_min=elastic_min)
+            for (request, gang, priority, queue, preemptible, elastic_min), members in self.groups.items()
         ]
 
     def _known_duration(self, i: int) -> float | None:

@@ -37,6 +37,12 @@ class TimelinePolicy:
     # Every preempted job resumes from a checkpoint, whatever the workload says (Tiresias' own assumption). Not
     # physically consistent on workloads with jobs that cannot checkpoint: only for the reference policy below.
     assume_checkpoints: bool = False
+    # Elastic jobs start with fewer workers, shrink and grow (SchedulerConfig.elastic, sim.timeline_elastic); off:
+    # they replay as rigid gangs.
+    elastic: bool = False
+    # With elastic: a fixed-duration job with an elastic range is elastic too, its duration being the runtime with the
+    # whole gang (only for the reference policy below: a trace's duration is not work that more workers do faster).
+    elastic_fixed_durations: bool = False
 
     def __post_init__(self) -> None:
         check_thresholds(self.las_thresholds_gpu_s)
@@ -58,13 +64,19 @@ TIMELINE_POLICIES: dict[str, TimelinePolicy] = {
         las_thresholds_gpu_s=TIRESIAS_THRESHOLDS_GPU_S,
         las_within_class=True,
         gang_one_node=True,
+        elastic=True,
     ),
 }
-# Accepted by --policies but not run by default: the paper's assumption that every job checkpoints, kept to show how
-# much of tiresias' result on a workload rests on it (docs/scheduling-over-time.md).
+# Accepted by --policies but not run by default (docs/scheduling-over-time.md): the paper's assumption that every job
+# checkpoints, kept to show how much of tiresias' result on a workload rests on it; tessera without elastic jobs
+# (before/after comparisons); tessera treating fixed durations with an elastic range as whole-gang runtimes.
 REFERENCE_POLICIES: dict[str, TimelinePolicy] = {
     "tiresias-all-checkpointed": dataclasses.replace(
         TIMELINE_POLICIES["tiresias"], name="tiresias-all-checkpointed", assume_checkpoints=True
+    ),
+    "tessera-rigid": dataclasses.replace(TIMELINE_POLICIES["tessera"], name="tessera-rigid", elastic=False),
+    "tessera-elastic-durations": dataclasses.replace(
+        TIMELINE_POLICIES["tessera"], name="tessera-elastic-durations", elastic_fixed_durations=True
     ),
 }
 PREEMPTION_MIN_RUNTIME_S = 600.0  # PreemptionGuard: a preempted job runs this long before priority may preempt it

@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from tessera.sim.timeline import TimelineResult  # noqa: E402
+from tessera.sim.timeline_result import TimelineResult  # noqa: E402
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,191 @@
+"""Elastic jobs in the timeline simulator (``TimelinePolicy.elastic``, on for ``tessera`` only; the baselines replay
+elastic jobs as rigid gangs).
+
+A job with ``work_steps`` and an elastic range (``TimelineJob.elastic_min`` / ``elastic_max``) is handed to the
+scheduler as elastic (``PendingWorkload.elastic_min``, ``RunningWorkload.elastic_min`` / ``elastic_max`` / ``gang``);
+a job of fixed duration (``duration_s``, e.g. openb pods, and the ``tenants`` workload's training jobs) never is,
+except under the reference policy ``tessera-elastic-durations`` (``elastic_bounds``). An elastic job may start with
+fewer workers than its gang, give workers back (``StepPlan.shrinks``) and grow (``StepPlan.grows``); the replay
+applies shrinks, then preemptions, then binds, then grows. A grow is applied only when the step saw what every
+pending job waits for (the first job of each request shape was in it and still waits), since a grow may take only
+capacity nobody waits for; with nothing pending, a step is planned for growth alone.
+
+**Runtime follows the worker count.** The reference runtime (``work_steps / throughput``) is calibrated for the
+whole gang; with ``w`` of ``g`` workers a job progresses at ``w / g`` of that speed (linear scaling, no resize
+overhead: the workers keep their state). ``Progress`` keeps, per running elastic job, the seconds it would still
+need with its whole gang; at each resize the work done since the last one is subtracted and the departure is
+rescheduled (the old depart event is made stale with a new run token, as a preemption does). A preempted,
+checkpointed elastic job keeps its remaining whole-gang seconds.
+
+Every resize also keeps the replay's books: the cluster state and the allocation integral (the added or removed
+workers), the queue's quota charge (``Scheduler.release(shrink.admission)``, ``Scheduler.charge(grow)``, and the
+running workload's ``Admission``), per-queue received GPU (``QueueAccounts.received_milli``), and LAS attained
+service (service so far is folded in at the old worker count, and threshold rechecks are rescheduled).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tessera.core.elastic import grown_admission, shrunk_admission, workers_charge
+from tessera.core.invariants import InvariantViolation
+from tessera.core.queueing import QuotaLedger, ResourceVector
+from tessera.core.queueing.quotas import Admission
+from tessera.core.scheduler import Grow, RunningWorkload, Shrink
+from tessera.core.workload import Placement
+from tessera.sim.events import EventLoop
+from tessera.sim.timeline_policies import TimelinePolicy
+from tessera.sim.timeline_result import TimelineJobLike
+
+if TYPE_CHECKING:
+    from tessera.sim.timeline import Event, _Replay
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A running elastic job's progress: ``left_full_s`` seconds still to run with the whole gang at ``since_s``,
+    running since then on ``workers`` of ``gang`` workers."""
+
+    left_full_s: float
+    since_s: float
+    workers: int
+    gang: int
+
+    @property
+    def speed(self) -> float:
+        """Fraction of the whole gang's speed (linear scaling)."""
+        return self.workers / self.gang
+
+    def left_at(self, now_s: float) -> float:
+        """Whole-gang seconds still to run at ``now_s``."""
+        return max(self.left_full_s - (now_s - self.since_s) * self.speed, 0.0)
+
+    @property
+    def end_s(self) -> float:
+        """When it ends if its worker count does not change."""
+        return self.since_s + self.left_full_s / self.speed
+
+    def resized(self, now_s: float, workers: int) -> Progress:
+        return Progress(self.left_at(now_s), now_s, workers, self.gang)
+
+
+def elastic_bounds(job: TimelineJobLike, policy: TimelinePolicy) -> tuple[int | None, int | None]:
+    """``(elastic_min, elastic_max)`` the scheduler sees for ``job``: its range when the policy runs elastic jobs and
+    the job runs ``work_steps`` (a fixed-duration job is never elastic: a trace's duration is not work that more
+    workers would do faster), else ``(None, None)``. The reference policy ``tessera-elastic-durations``
+    (``TimelinePolicy.elastic_fixed_durations``) also takes a fixed duration with an elastic range as the runtime
+    with the whole gang."""
+    if not policy.elastic or job.work_steps is None and not policy.elastic_fixed_durations:
+        return None, None
+    low, high = getattr(job, "elastic_min", None), getattr(job, "elastic_max", None)
+    if low is None or high is None:
+        return None, None
+    return int(low), int(high)
+
+
+class ElasticRuns:
+    """The replay's elastic jobs: their progress, and the application of a plan's shrinks and grows."""
+
+    def __init__(self, replay: _Replay) -> None:
+        self.replay = replay
+        self.progress: dict[int, Progress] = {}
+        self.shrinks = 0  # workers given back
+        self.grows = 0  # workers added
+
+    def start(self, i: int, now_s: float, full_s: float, workers: int) -> float:
+        """A run of elastic job ``i`` starts with ``workers`` workers and ``full_s`` whole-gang seconds to go; when
+        it ends at that size."""
+        progress = Progress(full_s, now_s, workers, self.replay.jobs[i].gang)
+        self.progress[i] = progress
+        return progress.end_s
+
+    def left_full_s(self, i: int, now_s: float) -> float:
+        return self.progress[i].left_at(now_s)
+
+    def growable(self) -> bool:
+        """Whether a running, preemptible elastic job is below its maximum (a step with nothing pending may grow
+        it; only those that can give workers back grow)."""
+        running = self.replay.running
+        return any(
+            (r := running.get(i)) is not None
+            and r.preemptible
+            and r.elastic_max is not None
+            and len(r.placements) < r.elastic_max
+            for i in self.progress
+        )
+
+    def stop(self, i: int) -> None:
+        self.progress.pop(i, None)
+
+    def apply_shrinks(self, loop: EventLoop[Event], now_s: float, shrinks: Sequence[Shrink]) -> None:
+        replay = self.replay
+        for shrink in shrinks:
+            i = int(shrink.workload_id)
+            running = replay.running[i]
+            for placement in shrink.placements:
+                replay.state.release(placement)
+                replay.allocated_milli -= placement.total_gpu_milli
+            kept, _ = shrunk_admission(running.admission, workers_charge(shrink.placements))
+            replay.scheduler.release(shrink.admission)
+            left = tuple(p for p in replay.placements[i] if p not in shrink.placements)
+            self._resize(loop, now_s, i, left, kept)
+            self.shrinks += len(shrink.placements)
+            replay.releases += 1  # capacity was freed: shapes that failed may fit now
+
+    def apply_grows(self, loop: EventLoop[Event], now_s: float, grows: Sequence[Grow]) -> None:
+        replay = self.replay
+        for grow in grows:
+            i = int(grow.workload_id)
+            running = replay.running[i]
+            for placement in grow.placements:
+                replay.state.bind(placement)
+                replay.allocated_milli += placement.total_gpu_milli
+            added = replay.scheduler.charge(grow)
+            admission = running.admission if added is None else grown_admission(running.admission, added)
+            self._resize(loop, now_s, i, replay.placements[i] + grow.placements, admission)
+            self.grows += len(grow.placements)
+
+    def _resize(
+        self, loop: EventLoop[Event], now_s: float, i: int, placements: tuple[Placement, ...], admission: Admission
+    ) -> None:
+        """Job ``i`` runs on ``placements`` from ``now_s`` (its state and charge already changed): fold its LAS
+        service and progress at the old size, account the received GPU, and reschedule its departure and rechecks."""
+        replay = self.replay
+        before = len(replay.placements[i])
+        started = replay.run_started.get(i)
+        if started is not None:  # LAS: service so far at the old worker count
+            replay.attained_gpu_s[i] += replay._gpus(i) * (now_s - started)
+            replay.run_started[i] = now_s
+        replay.placements[i] = placements
+        if replay.accounts:
+            per_worker = replay.jobs[i].request.total_gpu_milli
+            replay.accounts.received_milli[replay._queue(i)] += per_worker * (len(placements) - before)
+        progress = self.progress[i].resized(now_s, len(placements))
+        self.progress[i] = progress
+        end = progress.end_s
+        replay.running[i] = dataclasses.replace(
+            replay.running[i], placements=placements, admission=admission, expected_end_s=end
+        )
+        replay.tokens[i] += 1  # the departure (and rechecks) of the old size are stale
+        replay.finish_s[i] = end
+        loop.schedule(end, ("depart", i, replay.tokens[i]), priority=0)
+        guard_left = replay.running[i].started_s + replay.guard.min_runtime_s - now_s
+        replay._schedule_rechecks(loop, now_s, i, end - now_s, guard_left if guard_left > 0 else None)
+
+
+def check_charges(ledger: QuotaLedger, running: Sequence[RunningWorkload]) -> None:
+    """Raise ``InvariantViolation`` unless every running workload's admission charges exactly its workers and the
+    ledger holds exactly the running workloads' charges (a resize that forgot its quota change breaks both)."""
+    held: dict[tuple[str, str], ResourceVector] = {}
+    for r in running:
+        if r.admission.charged != workers_charge(r.placements):
+            raise InvariantViolation(f"workload {r.workload_id} is charged {r.admission.charged} for other workers")
+        pool = (r.queue, r.admission.flavor_key)
+        held[pool] = held.get(pool, ResourceVector.zero()) + r.admission.charged
+    for spec in ledger.queues:
+        for key in spec.nominal:
+            if ledger.usage(spec.name, key) != held.get((spec.name, key), ResourceVector.zero()):
+                raise InvariantViolation(f"queue {spec.name} holds {ledger.usage(spec.name, key)} of {key}")
