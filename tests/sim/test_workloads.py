@@ -225,3 +225,19 @@ def test_training_on_the_pai_cluster_with_philly_runtimes() -> None:
     assert {n.gpu_model for n in nodes} == {"P100", "T4", "V100M16", "V100M32", "G2"}
     runtime = [job.work_steps / model.reference_steps_per_s(job.job_type) for job in jobs]  # type: ignore[operator, arg-type]
     assert float(np.median(runtime)) == pytest.approx(1186.0, rel=0.2)
+
+
+def test_sharing_training_jobs_ask_for_half_a_gpu_and_change_no_other_draw() -> None:
+    _, plain = training_workload(5, 600)
+    _, shared = training_workload(5, 600, sharing_share=0.5)
+    sharing = [job for job in shared if job.request.gpu_milli < 1000]
+    assert all(job.request.gpu_milli == 500 and job.gang == 1 and not job.is_elastic for job in sharing)
+    singles = [job for job in shared if job.gang == 1 and not job.is_elastic]
+    assert 0.4 < len(sharing) / len(singles) < 0.6
+    # Same job types, gangs, work and elastic ranges; arrivals come faster, since shares offer less GPU time.
+    strip = [(j.id, j.job_type, j.gang, j.work_steps, j.elastic_min, j.checkpointed) for j in plain]
+    assert strip == [(j.id, j.job_type, j.gang, j.work_steps, j.elastic_min, j.checkpointed) for j in shared]
+    assert shared[-1].arrival_s < plain[-1].arrival_s
+    assert training_workload(5, 600, sharing_share=0.0) == training_workload(5, 600)
+    with pytest.raises(InvalidRequestError, match="sharing_share"):
+        training_workload(0, 10, sharing_share=-0.1)

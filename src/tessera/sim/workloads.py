@@ -26,7 +26,7 @@ import numpy.typing as npt
 from tessera.core.cluster import NodeSpec
 from tessera.core.errors import InvalidRequestError
 from tessera.core.throughput import ThroughputModel
-from tessera.core.workload import Request
+from tessera.core.workload import MILLI_PER_GPU, Request
 from tessera.sim.clusters import pai_cluster, scale_nodes
 from tessera.sim.gavel import default_models
 from tessera.sim.jobs import (
@@ -157,6 +157,7 @@ def training_workload(
     pai_max_nodes: int = 64,
     elastic_share: float = 0.2,
     checkpointed_share: float = 0.8,
+    sharing_share: float = 0.0,
 ) -> tuple[list[NodeSpec], list[TimelineJob]]:
     """``num_jobs`` Gavel-style training jobs with Philly runtimes, Poisson arrivals, on a heterogeneous cluster.
 
@@ -170,6 +171,10 @@ def training_workload(
       that the job alone on reference GPUs runs exactly that long and ``work / throughput`` elsewhere;
     - elastic: with probability ``elastic_share``, ``elastic_min`` = max(1, gang // 2), ``elastic_max`` = 2 × gang;
     - checkpointed: with probability ``checkpointed_share``; every job is preemptible, priority class training;
+    - sharing: with probability ``sharing_share`` a single-worker, non-elastic job asks for
+      ``SHARED_TRAINING_MILLI`` of one GPU instead of a whole one (it fits beside another job; how fast either then
+      runs is the co-location model's business), drawn from a second generator seeded ``(seed, 1)`` so that the
+      draws above do not depend on it;
     - arrivals: a Poisson process (exponential gaps, first job at 0) of rate ``arrival_rate_per_s``, or, when that
       is None, the rate at which the offered GPU-time (GPUs × runtime on a GPU-count-weighted average GPU of the
       cluster) equals ``offered_load`` × the cluster's GPUs.
@@ -179,7 +184,8 @@ def training_workload(
     """
     if num_jobs < 1:
         raise InvalidRequestError("num_jobs", f"must be >= 1, got {num_jobs}")
-    for name, share in (("elastic_share", elastic_share), ("checkpointed_share", checkpointed_share)):
+    shares = (("elastic_share", elastic_share), ("checkpointed_share", checkpointed_share))
+    for name, share in (*shares, ("sharing_share", sharing_share)):
         if not 0.0 <= share <= 1.0:
             raise InvalidRequestError(name, f"must be in [0, 1], got {share}")
     if isinstance(cluster, str) and cluster != "pai":
@@ -197,14 +203,18 @@ def training_workload(
     runtime_s = sampler.draw(rng, num_jobs)
     elastic = rng.random(num_jobs) < elastic_share
     checkpointed = rng.random(num_jobs) < checkpointed_share
+    sharing = (np.random.default_rng([seed, 1]).random(num_jobs) < sharing_share) & (gangs == 1) & ~elastic
+    gpus_each = np.where(sharing, SHARED_TRAINING_MILLI / MILLI_PER_GPU, 1.0)
     rate = arrival_rate_per_s
     if rate is None:
-        rate = _rate_for_load(offered_load, total_gpus, gangs * runtime_s * _slowdowns(model, types, nodes))
+        gpu_seconds = gpus_each * gangs * runtime_s * _slowdowns(model, types, nodes)
+        rate = _rate_for_load(offered_load, total_gpus, gpu_seconds)
     if not rate > 0:
         raise InvalidRequestError("arrival_rate_per_s", f"must be > 0, got {rate}")
     gaps = rng.exponential(1.0 / rate, size=num_jobs)
     arrival_s = np.cumsum(gaps) - gaps[0]
     worker = training_worker("default")
+    shared_worker = replace(worker, gpu_milli=SHARED_TRAINING_MILLI)
     jobs: list[TimelineJob] = []
     for i, job_type in enumerate(types):
         work_steps = float(runtime_s[i]) * model.reference_steps_per_s(job_type)
@@ -213,7 +223,7 @@ def training_workload(
         job = TimelineJob(
             id=f"train-{i:05d}",
             arrival_s=float(arrival_s[i]),
-            request=worker,
+            request=shared_worker if sharing[i] else worker,
             duration_s=None,
             job_type=job_type,
             work_steps=work_steps,
@@ -227,6 +237,9 @@ def training_workload(
         )
         jobs.append(job)
     return nodes, _sorted(jobs)
+
+
+SHARED_TRAINING_MILLI = 500  # what a sharing training job asks of its GPU
 
 
 def _slowdowns(model: ThroughputModel, types: Sequence[str], nodes: Sequence[NodeSpec]) -> FloatArray:
