@@ -36,19 +36,28 @@ Baselines are configurations of that one scheduler (``TIMELINE_POLICIES``):
   heterogeneity-aware choice of GPU type (and no space sharing, unlike ``tessera``);
 - ``tessera``: fractional GPUs, priority order with backfill (BestEffortFIFO), heterogeneity-aware placement
   (``hetero``: the GPU model on which the job type runs fastest, best-fit among equally fast ones; best-fit for
-  requests without a job type). In a cluster where work also leaves, packing beats the fill-up-optimised
-  ``tessera`` placement: on the openb timeline (scale 0.005) it gave 7.20 h average JCT against 8.40 h, because the
-  ``tessera`` placement spreads small pods over idle 8-GPU nodes that big pods then wait for. Within a priority
-  class, preemptible and checkpointed jobs are ordered by least attained service (LAS, as tiresias) and may be
-  preempted for a job of a lower LAS level; services and non-checkpointed jobs are never preempted for that
-  (restarting a job from zero to serve a shorter one loses more than it gains).
+  requests without a job type). In a cluster where work also leaves, packing beats the fill-up-optimised ``tessera``
+  placement: on the openb timeline (scale 0.005) it gave 7.20 h average JCT against 8.40 h, because the ``tessera``
+  placement spreads small pods over idle 8-GPU nodes that big pods then wait for. Within a priority class,
+  preemptible and checkpointed jobs are ordered by least attained service (LAS, as tiresias) and may be preempted
+  for a job of a lower LAS level; services and non-checkpointed jobs are never preempted for that (restarting a job
+  from zero to serve a shorter one loses more than it gains). Elastic jobs (``TimelinePolicy.elastic``, tessera
+  only: the baselines replay them as rigid gangs; ``sim.timeline_elastic``): a job with ``work_steps`` and an
+  elastic range starts with the most workers that fit (at least its minimum), gives workers back instead of being
+  preempted whole (grown ones to any pending job of its queue, the others to higher priority or to a queue
+  reclaiming its quota) and grows into idle GPUs its quota admits; its runtime follows its worker count (linear
+  scaling of the whole-gang runtime). Fixed-duration jobs are never elastic. Reference policies: ``tessera-rigid``
+  (elastic off) and ``tessera-elastic-durations`` (fixed durations with an elastic range taken as whole-gang
+  runtimes).
 
 **Queues** (``run_timeline(..., queues=...)``, the ``tenants`` workload): the scheduler admits against the queues'
 quotas. ``tessera`` lets queues of a cohort borrow idle quota and takes it back by preemption (reclaim; also lower
 priority within a queue); ``static`` and ``fifo-share`` keep every queue within its nominal quota (no cohort, no
 borrowing, no preemption, StrictFIFO per queue); ``gavel`` does the same with BestEffortFIFO, and ``tiresias`` too
 but with LAS priorities and preemption within each queue. A preempted job returns to pending with its remaining time
-when checkpointed, else from the start. Per queue the replay integrates, over the times the queue has pending or
+when checkpointed (for an elastic job: its remaining whole-gang time), else from the start. An elastic job's grow
+is charged to its queue's quota like a new job (borrowing only in a cohort), and a shrink returns its charge,
+borrowed part first. Per queue the replay integrates, over the times the queue has pending or
 running demand, the GPU it received and its entitlement (``core.queueing.fairshare.entitlement`` of the original
 quotas, so every policy is judged against the same promise); ``queue_shares`` is received / entitled, ``jain_index``
 Jain's index over those shares. ``reclaim_latency_max_s`` measures "borrowed capacity is returned within one
@@ -58,7 +67,8 @@ it alone would bind it (``Scheduler.reclaim_would_admit``); the longest such str
 reclaim that lets the owner run happens in the step where the owner's demand appears). ``blocked_by_borrowers_max_s``
 is the longest stretch of the first condition alone (``tessera.sim.timeline_reclaim``).
 
-Called by ``tessera simulate timeline`` and the benchmarks.
+Called by ``tessera simulate timeline`` and the benchmarks; what it reads and returns is in
+``tessera.sim.timeline_result``.
 """
 
 from __future__ import annotations
