@@ -292,6 +292,20 @@ def test_borrowed_growth_is_reclaimed_by_a_shrink_before_any_preemption() -> Non
     assert not run.step([], now=2.0).grows  # the cohort is full: no growth back
 
 
+def test_a_queue_that_would_borrow_does_not_shrink_another_borrower() -> None:
+    sched = queued_engine(
+        QueueSpec("a", "c", {"*": workers(2)}),
+        QueueSpec("b", "c", {"*": workers(2)}),
+        QueueSpec("d", "c", {"*": workers(0)}),
+    )
+    run = Runtime(sched)
+    run.step([PendingWorkload("e", WORKER, 0.0, queue="a", gang=2, elastic_min=1)])
+    run.step([])
+    assert run.running["e"].admission.borrowed == workers(2)
+    plan = run.step([PendingWorkload("d1", WORKER, 1.0, queue="d", priority=50)], now=1.0)
+    assert not plan.shrinks and not plan.binds and "d1" in plan.waiting  # reclaim is for nominal quota only
+
+
 def test_a_shrink_never_takes_nominal_quota_of_another_queue() -> None:
     # e runs within a's nominal quota; b's higher-priority work may not shrink it (priority acts within a queue).
     sched = queued_engine(QueueSpec("a", "c", {"*": workers(4)}), QueueSpec("b", "c", {"*": workers(0)}))
@@ -322,9 +336,9 @@ def test_no_growth_while_a_workload_of_the_cohort_waits_for_quota() -> None:
     assert run.running["e"].admission.borrowed == workers(1)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    st.lists(st.tuples(st.sampled_from([None, "c"]), st.integers(0, 3), st.booleans()), min_size=1, max_size=3),
+    st.lists(st.tuples(st.sampled_from([None, "c", "c"]), st.integers(1, 3), st.booleans()), min_size=1, max_size=3),
     st.lists(
         st.tuples(
             st.integers(0, 2),  # queue index
@@ -332,10 +346,10 @@ def test_no_growth_while_a_workload_of_the_cohort_waits_for_quota() -> None:
             st.integers(1, 3),  # gang
             st.booleans(),  # elastic
             st.booleans(),  # preemptible
-            st.integers(0, 3),  # running workloads that finish before this one arrives
+            st.integers(0, 2),  # running workloads that finish before this one arrives
         ),
         min_size=1,
-        max_size=10,
+        max_size=12,
     ),
 )
 def test_resizes_keep_every_quota_rule_and_the_charges_exact(
@@ -355,17 +369,45 @@ def test_resizes_keep_every_quota_rule_and_the_charges_exact(
         low = max(1, gang - 1) if elastic else None
         arrival = PendingWorkload(f"w{t}", WORKER, float(t), priority, queue, gang, preemptible, elastic_min=low)
         originals[arrival.workload_id] = arrival
-        pending.append(arrival)
-        plan = run.step(pending, now=float(t), seed=t)  # checks the cluster, the quota rules and every charge
-        assert not {s.workload_id for s in plan.shrinks} & {g.workload_id for g in plan.grows}
-        for shrink in plan.shrinks:  # only strictly higher priority of its queue, or a queue taking its quota back
-            victim, preemptor = originals[shrink.workload_id], originals[shrink.preemptor]
-            assert victim.priority < preemptor.priority or victim.queue != preemptor.queue
-        if plan.grows:
-            assert not plan.preempts
-        started = {b.workload_id for b in plan.binds}
-        pending = [w for w in pending if w.workload_id not in started]
-        pending += [originals[p.workload_id] for p in plan.preempts]
+        # Each arrival's step, then a step after the workloads still waiting are withdrawn (growth may follow).
+        for now, offered in ((float(t), [*pending, arrival]), (t + 0.5, [])):
+            before = dict(run.running)
+            ledger = run.sched.ledger
+            assert ledger is not None
+            borrowing = {q.name for q in queues if not ledger.borrowed(q.name, "*").is_zero()}
+            plan = run.step(offered, now=now, seed=t)  # checks the cluster, the quota rules and every charge
+            assert not {s.workload_id for s in plan.shrinks} & {g.workload_id for g in plan.grows}
+            for shrink in plan.shrinks:
+                victim, preemptor = before[shrink.workload_id], originals[shrink.preemptor]
+                assert (
+                    victim.elastic_min is not None
+                    and len(victim.placements) - len(shrink.placements) >= victim.elastic_min
+                )
+                grown_only = len(victim.placements) - len(shrink.placements) >= (victim.gang or 0)
+                # Growth back to anyone of its queue; else strictly higher priority, or a queue taking its quota back.
+                assert grown_only or victim.priority < preemptor.priority or victim.queue != preemptor.queue
+                if victim.queue != preemptor.queue:  # reclaim: only from a queue above its nominal quota
+                    assert victim.queue in borrowing and queues_cohort(queues, victim.queue) is not None
+            if plan.grows:
+                assert not plan.preempts
+                for workload_id, reason in plan.waiting.items():  # only for quota, elsewhere than the growth
+                    waiter = originals[workload_id]
+                    assert "no quota left" in reason
+                    for grow in plan.grows:
+                        grown = before[grow.workload_id]
+                        assert grown.queue != waiter.queue
+                        assert queues_cohort(queues, grown.queue) in (None,) or (
+                            queues_cohort(queues, grown.queue) != queues_cohort(queues, waiter.queue)
+                        )
+                assert all(before[g.workload_id].preemptible for g in plan.grows)
+            started = {b.workload_id for b in plan.binds}
+            pending = [w for w in offered if w.workload_id not in started] if offered else pending
+            pending += [originals[p.workload_id] for p in plan.preempts]
+        pending = [w for w in pending if w.workload_id != arrival.workload_id or w.preemptible]
+
+
+def queues_cohort(queues: list[QueueSpec], name: str) -> str | None:
+    return next(q.cohort for q in queues if q.name == name)
 
 
 def test_grown_workers_go_to_a_pending_workload_of_any_priority_and_placement_ignores_them() -> None:
