@@ -86,7 +86,6 @@ from tessera.core.invariants import check_cluster, check_quotas
 from tessera.core.placement import Placer, make_policy
 from tessera.core.preemption import PreemptionGuard, PreemptionPolicy
 from tessera.core.queueing import QueueSpec
-from tessera.core.queueing.las import demotion_delays_s, las_priority
 from tessera.core.scheduler import (
     Bind,
     PendingWorkload,
@@ -101,6 +100,7 @@ from tessera.core.workload import MILLI_PER_GPU, Placement, Request
 from tessera.sim.events import EventLoop
 from tessera.sim.timeline_accounts import QueueAccounts, jain_index
 from tessera.sim.timeline_elastic import ElasticRuns, check_charges, elastic_bounds
+from tessera.sim.timeline_las import LasService
 from tessera.sim.timeline_policies import (
     LAS_QUEUE,
     PREEMPTION_MIN_RUNTIME_S,
@@ -114,8 +114,6 @@ from tessera.sim.timeline_reclaim import ReclaimTracker
 from tessera.sim.timeline_result import StartRecord, TimelineJobLike, TimelineResult
 
 __all__ = ["StartRecord", "TimelineJobLike", "TimelineResult", "run_timeline"]
-_LAS_CLASS_SPREAD = 10  # more than the number of LAS levels: a class never falls below the next one
-_LAS_EPSILON_GPU_S = 1e-6  # a recheck event lands exactly on a threshold: count it as reached despite rounding
 
 
 def _typed(request: Request, job: TimelineJobLike) -> Request:
@@ -208,8 +206,7 @@ class _Replay:
         self.tokens = [0] * len(self.jobs)
         self.remaining_s: dict[int, float] = {}  # checkpointed, preempted jobs: time still to run
         self.pending_since: dict[int, float] = {}
-        self.attained_gpu_s = [0.0] * len(self.jobs)  # LAS: GPU-seconds received, up to the current run's start
-        self.run_started: dict[int, float] = {}  # LAS: when each running job's current run started
+        self.service = LasService(self.las, policy.las_within_class, len(self.jobs))  # LAS attained service
         self.fifo: dict[str, deque[int]] = {}  # strict FIFO: job indices in arrival order, per queue
         self.groups: OrderedDict[Shape, deque[int]] = OrderedDict()  # backfill: by shape
         self.failed_at_release: dict[Shape, int] = {}
@@ -327,18 +324,10 @@ class _Replay:
 
     def _priority(self, i: int, now: float) -> int:
         """The job's priority: its own, or under LAS the one its attained service (so far, at ``now``) gives."""
-        if not self.las:
-            return self.jobs[i].priority
-        attained = self.attained_gpu_s[i]
-        started = self.run_started.get(i)
-        if started is not None:
-            attained += self._gpus(i) * (now - started)
-        las = las_priority(attained + _LAS_EPSILON_GPU_S, self.las)
-        if not self.policy.las_within_class:
-            return las
         job = self.jobs[i]
-        # Classes are far apart (e.g. 1000, 100, 0); LAS levels (0, -1, -2) order jobs within one class.
-        return job.priority * _LAS_CLASS_SPREAD + (las if getattr(job, "preemptible", False) else 0)
+        if not self.las:
+            return job.priority
+        return self.service.priority(i, now, self._gpus(i), job.priority, bool(getattr(job, "preemptible", False)))
 
     def _enqueue(self, i: int, now: float) -> None:
         self.pending_since[i] = now
@@ -459,7 +448,7 @@ class _Replay:
         self.finish_s[i] = end
         loop.schedule(end, ("depart", i, self.tokens[i]), priority=0)
         if self.las:
-            self.run_started[i] = now
+            self.service.start(i, now)
             self.guard = self.guard.record([str(i)])  # every run is protected for its first minimum run time
             self._schedule_rechecks(loop, now, i, end - now if low is not None else duration, PREEMPTION_MIN_RUNTIME_S)
 
@@ -470,7 +459,7 @@ class _Replay:
         ``guard_left_s``): step again then, if before it ends (in ``left_s``)."""
         if not self.las:
             return
-        delays = demotion_delays_s(self.attained_gpu_s[i], self._gpus(i), self.las)
+        delays = self.service.recheck_delays(i, self._gpus(i))
         if guard_left_s is not None:
             delays.append(guard_left_s)
         for delay in delays:
@@ -494,9 +483,7 @@ class _Replay:
 
     def _stop(self, i: int) -> None:
         """Release a running job's placements and quota."""
-        started = self.run_started.pop(i, None)
-        if started is not None:
-            self.attained_gpu_s[i] += self._gpus(i) * (self.last_s - started)
+        self.service.stop(i, self.last_s, self._gpus(i))
         if self.accounts:
             self.accounts.received_milli[self._queue(i)] -= self._received_milli(i)
         for placement in self.placements.pop(i):

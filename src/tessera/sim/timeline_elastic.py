@@ -155,10 +155,7 @@ class ElasticRuns:
         service and progress at the old size, account the received GPU, and reschedule its departure and rechecks."""
         replay = self.replay
         before = len(replay.placements[i])
-        started = replay.run_started.get(i)
-        if started is not None:  # LAS: service so far at the old worker count
-            replay.attained_gpu_s[i] += replay._gpus(i) * (now_s - started)
-            replay.run_started[i] = now_s
+        replay.service.fold(i, now_s, replay._gpus(i))  # LAS: service so far at the old worker count
         replay.placements[i] = placements
         if replay.accounts:
             per_worker = replay.jobs[i].request.total_gpu_milli
