@@ -337,7 +337,7 @@ class QuotaStep:
                 self.state.bind(placement)
             return False
         taken = []
-        for workload_id, placement in reversed(grown):  # first workers first: each workload keeps a prefix
+        for workload_id, placement in reversed(grown):  # in the order they were grown
             owner = self.running[workload_id]
             charge = worker_charge(placement)
             kept = self.ledger.can_admit(owner.queue, owner.admission.flavor_key, charge) is not None
