@@ -40,7 +40,15 @@ def main() -> int:
             traces = args.traces if workload == "training" else None
             inputs = timeline_inputs(workload, nodes, pods, None, seed, traces)
             for policy in args.policies.split(","):
-                r = run_timeline(inputs.nodes, inputs.jobs, policy, seed, inputs.throughput, inputs.queues)
+                r = run_timeline(
+                    inputs.nodes,
+                    inputs.jobs,
+                    policy,
+                    seed,
+                    inputs.throughput,
+                    inputs.queues,
+                    colocation=inputs.colocation,
+                )
                 row = {
                     "workload": workload,
                     "seed": seed,

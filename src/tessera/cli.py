@@ -65,8 +65,6 @@ InflateOption = Annotated[
 ]
 
 
-
-
 @simulate_app.command("fgd")
 def simulate_fgd(
     out: Annotated[Path, typer.Option("--out", help="Folder for runs.csv, summary.json, summary.md, unallocated.png.")],
@@ -196,7 +194,15 @@ def simulate_timeline(
                 f"{len(inputs.jobs):,} jobs"
             )
             for name in names:
-                result = run_timeline(inputs.nodes, inputs.jobs, name, seed, inputs.throughput, inputs.queues)
+                result = run_timeline(
+                    inputs.nodes,
+                    inputs.jobs,
+                    name,
+                    seed,
+                    inputs.throughput,
+                    inputs.queues,
+                    colocation=inputs.colocation,
+                )
                 console.print(f"  {name}: {result.wall_s:.1f} s")
                 results.append(result)
         paths = write_timeline_report(out, workload_name, results)
@@ -235,8 +241,9 @@ def up(
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = DEFAULT_PORT,
     db: Annotated[str | None, typer.Option("--db", help="Database URL (default: SQLite in --data-dir).")] = None,
-    gpus: Annotated[str, typer.Option("--gpus", help="auto (NVML, else simulated) or a pool like 4xA100-80GB,2xT4.")]
-    = "auto",
+    gpus: Annotated[
+        str, typer.Option("--gpus", help="auto (NVML, else simulated) or a pool like 4xA100-80GB,2xT4.")
+    ] = "auto",
     admin_token: Annotated[
         str | None, typer.Option("--admin-token", help="Admin token (default: generated and printed once).")
     ] = None,

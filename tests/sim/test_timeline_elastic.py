@@ -15,8 +15,9 @@ from tessera.core.throughput import ThroughputModel
 from tessera.core.workload import Placement
 from tessera.sim.jobs import PRIORITY_INFERENCE, PRIORITY_TRAINING, TimelineJob, training_worker
 from tessera.sim.timeline import run_timeline
-from tessera.sim.timeline_elastic import Progress, check_charges, elastic_bounds
+from tessera.sim.timeline_elastic import check_charges, elastic_bounds
 from tessera.sim.timeline_policies import REFERENCE_POLICIES, TIMELINE_POLICIES
+from tessera.sim.timeline_progress import Progress
 
 NODE = [NodeSpec("n0", 64_000, 262_144, 4, "T4")]
 MODEL = ThroughputModel({("Transformer", "T4"): 1.0})  # one step per second with the whole gang

@@ -95,8 +95,9 @@ from tessera.core.scheduler import (
     Scheduler,
     SchedulerConfig,
 )
-from tessera.core.throughput import ThroughputModel
+from tessera.core.throughput import ColocationModel, ThroughputModel
 from tessera.core.workload import MILLI_PER_GPU, Placement, Request
+from tessera.sim.colocation import SharedGpus
 from tessera.sim.events import EventLoop
 from tessera.sim.timeline_accounts import QueueAccounts, jain_index
 from tessera.sim.timeline_elastic import ElasticRuns, check_charges, elastic_bounds
@@ -110,6 +111,7 @@ from tessera.sim.timeline_policies import (
     resolve_policy,
     whole_gpu_request,
 )
+from tessera.sim.timeline_progress import Progress
 from tessera.sim.timeline_reclaim import ReclaimTracker
 from tessera.sim.timeline_result import StartRecord, TimelineJobLike, TimelineResult
 
@@ -131,6 +133,7 @@ def run_timeline(
     throughput: ThroughputModel | None = None,
     queues: Sequence[QueueSpec] = (),
     *,
+    colocation: ColocationModel | None = None,
     check_invariants: bool = False,
 ) -> TimelineResult:
     """Replay ``jobs`` on ``nodes`` under one policy; every job either finishes or never fits.
@@ -140,7 +143,7 @@ def run_timeline(
     mode, for tests) checks the cluster and the quota ledger after every step (``core.invariants``).
     """
     policy = resolve_policy(policy_name)
-    replay = _Replay(nodes, jobs, policy, seed, throughput or ThroughputModel({}), tuple(queues))
+    replay = _Replay(nodes, jobs, policy, seed, throughput or ThroughputModel({}), tuple(queues), colocation)
     replay.check_invariants = check_invariants
     return replay.run()
 
@@ -158,6 +161,7 @@ class _Replay:
         seed: int,
         throughput: ThroughputModel,
         queues: tuple[QueueSpec, ...] = (),
+        colocation: ColocationModel | None = None,
     ):
         self.policy = policy
         self.rng = np.random.default_rng(seed)
@@ -174,6 +178,7 @@ class _Replay:
                 self.state.model_names,
                 throughput=throughput,
                 job_type_of=lambda request: request.job_type or None,
+                colocation=colocation if policy.colocation_rule else None,
             ),
         )
         self.las = policy.las_thresholds_gpu_s
@@ -204,7 +209,11 @@ class _Replay:
         self.starts: list[StartRecord] = []
         self.running: dict[int, RunningWorkload] = {}  # with queues: what preemption may consider
         self.tokens = [0] * len(self.jobs)
-        self.remaining_s: dict[int, float] = {}  # checkpointed, preempted jobs: time still to run
+        self.progress: dict[int, Progress] = {}  # running jobs: how far they got, how fast they run
+        self.remaining: dict[int, float] = {}  # checkpointed, preempted jobs: share of the work still to do
+        # Co-location physics: typed jobs sharing a GPU slow each other (every policy alike).
+        self.shared = SharedGpus(colocation) if colocation is not None else None
+        self.loop: EventLoop[Event] = EventLoop()
         self.pending_since: dict[int, float] = {}
         self.service = LasService(self.las, policy.las_within_class, len(self.jobs))  # LAS attained service
         self.fifo: dict[str, deque[int]] = {}  # strict FIFO: job indices in arrival order, per queue
@@ -223,7 +232,7 @@ class _Replay:
 
     def run(self) -> TimelineResult:
         started = time.perf_counter()
-        loop: EventLoop[Event] = EventLoop()
+        loop = self.loop
         order = sorted(range(len(self.jobs)), key=lambda i: (self.jobs[i].arrival_s, self.jobs[i].id))
         for i in order:
             loop.schedule(self.jobs[i].arrival_s, ("arrive", i, 0), priority=1)
@@ -420,11 +429,13 @@ class _Replay:
         self.starts.append(StartRecord(now, self.jobs[i].id, where))
         admission = self.scheduler.charge(bind)
         job = self.jobs[i]
-        duration = self.remaining_s.pop(i, None)
-        if duration is None:
-            duration = self._duration(i, placements)
+        full_s = self._duration(i, placements) * self.remaining.pop(i, 1.0)
         low, high = elastic_bounds(job, self.policy)
-        end = now + duration if low is None else self.elastic.start(i, now, duration, len(placements))
+        partners = self._join_shared(i, placements)
+        factor = self.shared.factor(i) if self.shared is not None else 1.0
+        progress = Progress(full_s, now, len(placements), job.gang, factor)
+        self.progress[i] = progress
+        end = progress.end_s
         if admission is not None:
             self.running[i] = RunningWorkload(
                 str(i),
@@ -450,7 +461,8 @@ class _Replay:
         if self.las:
             self.service.start(i, now)
             self.guard = self.guard.record([str(i)])  # every run is protected for its first minimum run time
-            self._schedule_rechecks(loop, now, i, end - now if low is not None else duration, PREEMPTION_MIN_RUNTIME_S)
+            self._schedule_rechecks(loop, now, i, end - now, PREEMPTION_MIN_RUNTIME_S)
+        self._retime_partners(now, partners)
 
     def _schedule_rechecks(
         self, loop: EventLoop[Event], now: float, i: int, left_s: float, guard_left_s: float | None
@@ -492,20 +504,22 @@ class _Replay:
         running = self.running.pop(i, None)
         if running is not None:
             self.scheduler.release(running.admission)
-        self.elastic.stop(i)
+        self.progress.pop(i, None)
+        if self.shared is not None:
+            self._retime_partners(self.last_s, self.shared.leave(i))
         self.releases += 1
 
     def _preempt(self, now: float, preempt: Preempt) -> None:
-        """Stop a running job and return it to pending: with its remaining time if checkpointed, else from zero."""
+        """Stop a running job and return it to pending: with the share of its work still to do if checkpointed (it
+        may restart on another GPU model, at that model's speed), else from zero."""
         i = int(preempt.workload_id)
         preemptor = int(preempt.preemptor)
         if self._queue(preemptor) != self._queue(i):
             self.reclaims += 1
         checkpointed = self.running[i].checkpointed
-        if checkpointed:  # time still to run (elastic: with the whole gang)
-            elastic = i in self.elastic.progress
-            left = self.elastic.left_full_s(i, now) if elastic else max(float(self.finish_s[i]) - now, 0.0)
-            self.remaining_s[i] = left
+        if checkpointed:
+            full_s = self._duration(i, self.placements[i])
+            self.remaining[i] = self.progress[i].left_at(now) / full_s if full_s > 0 else 0.0
         self._stop(i)
         self.tokens[i] += 1
         self.finish_s[i] = np.nan
@@ -522,15 +536,46 @@ class _Replay:
 
     def _known_duration(self, i: int) -> float | None:
         """How long a pending job will run once started, when that does not depend on where it runs."""
-        remaining = self.remaining_s.get(i)
-        if remaining is not None:
-            return remaining
         duration = self.jobs[i].duration_s
-        return None if duration is None else float(duration)
+        return None if duration is None else float(duration) * self.remaining.get(i, 1.0)
 
     def _duration(self, i: int, placements: tuple[Placement, ...]) -> float:
+        """The whole job's runtime with its whole gang at isolated speed on the GPU model of ``placements``."""
         job = self.jobs[i]
         if job.duration_s is not None:
             return float(job.duration_s)
         model = self.state.nodes[placements[0].node].gpu_model or ""
         return float(job.work_steps or 0.0) / self.throughput.throughput(job.job_type or "", model)
+
+    def retime(self, loop: EventLoop[Event], now: float, i: int, progress: Progress) -> None:
+        """Running job ``i`` goes on at ``progress`` from ``now``: reschedule its departure (the old one, and its
+        rechecks, become stale with a new run token) and its LAS rechecks."""
+        self.progress[i] = progress
+        end = progress.end_s
+        self.tokens[i] += 1
+        self.finish_s[i] = end
+        loop.schedule(end, ("depart", i, self.tokens[i]), priority=0)
+        running = self.running.get(i)  # only policies that run the quota-aware step keep running entries
+        if running is not None:
+            self.running[i] = dataclasses.replace(running, expected_end_s=end)
+            guard_left = running.started_s + self.guard.min_runtime_s - now
+            self._schedule_rechecks(loop, now, i, end - now, guard_left if guard_left > 0 else None)
+
+    def _join_shared(self, i: int, placements: tuple[Placement, ...]) -> list[int]:
+        """Co-location: a typed single-worker job on part of a GPU joins that GPU's sharers; returns the partners
+        whose speed this changed."""
+        job = self.jobs[i]
+        if self.shared is None or not job.job_type or len(placements) != 1:
+            return []
+        placement = placements[0]
+        if placement.gpu_milli_each >= MILLI_PER_GPU or len(placement.gpu_indices) != 1:
+            return []
+        model = self.state.nodes[placement.node].gpu_model or ""
+        joined = self.shared.join(i, job.job_type, (placement.node, placement.gpu_indices[0]), model)
+        return [j for j in joined if j != i]
+
+    def _retime_partners(self, now: float, partners: list[int]) -> None:
+        """The jobs whose GPU partners changed run at their new co-location factor from ``now``."""
+        for j in partners:
+            if j in self.progress and self.shared is not None:
+                self.retime(self.loop, now, j, self.progress[j].changed(now, factor=self.shared.factor(j)))

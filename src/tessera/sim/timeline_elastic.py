@@ -12,10 +12,10 @@ capacity nobody waits for; with nothing pending, a step is planned for growth al
 
 **Runtime follows the worker count.** The reference runtime (``work_steps / throughput``) is calibrated for the
 whole gang; with ``w`` of ``g`` workers a job progresses at ``w / g`` of that speed (linear scaling, no resize
-overhead: the workers keep their state). ``Progress`` keeps, per running elastic job, the seconds it would still
-need with its whole gang; at each resize the work done since the last one is subtracted and the departure is
-rescheduled (the old depart event is made stale with a new run token, as a preemption does). A preempted,
-checkpointed elastic job keeps its remaining whole-gang seconds.
+overhead: the workers keep their state). The replay's ``Progress`` of the job (``sim/timeline_progress.py``) keeps
+the seconds it would still need with its whole gang; at each resize the work done since the last one is subtracted
+and the departure is rescheduled (``_Replay.retime``: the old depart event is made stale with a new run token, as a
+preemption does). A preempted, checkpointed job keeps the share of its work still to do.
 
 Every resize also keeps the replay's books: the cluster state and the allocation integral (the added or removed
 workers), the queue's quota charge (``Scheduler.release(shrink.admission)``, ``Scheduler.charge(grow)``, and the
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tessera.core.elastic import grown_admission, shrunk_admission, workers_charge
@@ -42,34 +41,6 @@ from tessera.sim.timeline_result import TimelineJobLike
 
 if TYPE_CHECKING:
     from tessera.sim.timeline import Event, _Replay
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    """A running elastic job's progress: ``left_full_s`` seconds still to run with the whole gang at ``since_s``,
-    running since then on ``workers`` of ``gang`` workers."""
-
-    left_full_s: float
-    since_s: float
-    workers: int
-    gang: int
-
-    @property
-    def speed(self) -> float:
-        """Fraction of the whole gang's speed (linear scaling)."""
-        return self.workers / self.gang
-
-    def left_at(self, now_s: float) -> float:
-        """Whole-gang seconds still to run at ``now_s``."""
-        return max(self.left_full_s - (now_s - self.since_s) * self.speed, 0.0)
-
-    @property
-    def end_s(self) -> float:
-        """When it ends if its worker count does not change."""
-        return self.since_s + self.left_full_s / self.speed
-
-    def resized(self, now_s: float, workers: int) -> Progress:
-        return Progress(self.left_at(now_s), now_s, workers, self.gang)
 
 
 def elastic_bounds(job: TimelineJobLike, policy: TimelinePolicy) -> tuple[int | None, int | None]:
@@ -91,34 +62,16 @@ class ElasticRuns:
 
     def __init__(self, replay: _Replay) -> None:
         self.replay = replay
-        self.progress: dict[int, Progress] = {}
         self.shrinks = 0  # workers given back
         self.grows = 0  # workers added
-
-    def start(self, i: int, now_s: float, full_s: float, workers: int) -> float:
-        """A run of elastic job ``i`` starts with ``workers`` workers and ``full_s`` whole-gang seconds to go; when
-        it ends at that size."""
-        progress = Progress(full_s, now_s, workers, self.replay.jobs[i].gang)
-        self.progress[i] = progress
-        return progress.end_s
-
-    def left_full_s(self, i: int, now_s: float) -> float:
-        return self.progress[i].left_at(now_s)
 
     def growable(self) -> bool:
         """Whether a running, preemptible elastic job is below its maximum (a step with nothing pending may grow
         it; only those that can give workers back grow)."""
-        running = self.replay.running
         return any(
-            (r := running.get(i)) is not None
-            and r.preemptible
-            and r.elastic_max is not None
-            and len(r.placements) < r.elastic_max
-            for i in self.progress
+            r.preemptible and r.elastic_max is not None and len(r.placements) < r.elastic_max
+            for r in self.replay.running.values()
         )
-
-    def stop(self, i: int) -> None:
-        self.progress.pop(i, None)
 
     def apply_shrinks(self, loop: EventLoop[Event], now_s: float, shrinks: Sequence[Shrink]) -> None:
         replay = self.replay
@@ -160,17 +113,8 @@ class ElasticRuns:
         if replay.accounts:
             per_worker = replay.jobs[i].request.total_gpu_milli
             replay.accounts.received_milli[replay._queue(i)] += per_worker * (len(placements) - before)
-        progress = self.progress[i].resized(now_s, len(placements))
-        self.progress[i] = progress
-        end = progress.end_s
-        replay.running[i] = dataclasses.replace(
-            replay.running[i], placements=placements, admission=admission, expected_end_s=end
-        )
-        replay.tokens[i] += 1  # the departure (and rechecks) of the old size are stale
-        replay.finish_s[i] = end
-        loop.schedule(end, ("depart", i, replay.tokens[i]), priority=0)
-        guard_left = replay.running[i].started_s + replay.guard.min_runtime_s - now_s
-        replay._schedule_rechecks(loop, now_s, i, end - now_s, guard_left if guard_left > 0 else None)
+        replay.running[i] = dataclasses.replace(replay.running[i], placements=placements, admission=admission)
+        replay.retime(loop, now_s, i, replay.progress[i].changed(now_s, workers=len(placements)))
 
 
 def check_charges(ledger: QuotaLedger, running: Sequence[RunningWorkload]) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from tessera.core.cluster import NodeSpec
 from tessera.core.errors import InputFileError, InvalidRequestError
 from tessera.core.queueing import QueueSpec, ResourceVector
-from tessera.core.throughput import ThroughputModel
+from tessera.core.throughput import ColocationModel, ThroughputModel
 from tessera.sim.gavel import default_models, load_gavel_models
 from tessera.sim.inputs import load_trace_files
 from tessera.sim.jobs import TimelineJob
@@ -37,6 +37,7 @@ DEFAULT_SYNTHETIC_SCALE = 0.15
 TRAINING_JOBS = 1000
 TRAINING_NODES = 16
 TRAINING_OFFERED_LOAD = 1.5
+TRAINING_SHARING_SHARE = 0.0  # single-worker rigid jobs that ask for half a GPU (training_workload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,7 @@ class TimelineInputs:
     jobs: list[TimelineJob]
     throughput: ThroughputModel
     queues: tuple[QueueSpec, ...] = ()  # tenant queues with quotas (tenants); empty = no quotas
+    colocation: ColocationModel | None = None  # slowdown of training jobs sharing a GPU (training); None = none
 
 
 def timeline_inputs(
@@ -72,7 +74,7 @@ def timeline_inputs(
         return _openb(nodes_path, pods_path, gpu_scale, seed)
     if workload == "tenants":
         return _tenants(seed, queues_path, jobs_path)
-    throughput, _ = load_gavel_models(traces / "gavel" if traces else None)
+    throughput, colocation = load_gavel_models(traces / "gavel" if traces else None)
     sampler = philly_runtime_sampler(traces / "philly" / "philly_runtime.csv" if traces else None, seed)
     pai = traces / "pai" / "pai_machine_spec.csv" if traces else None
     nodes, jobs = training_workload(
@@ -83,8 +85,9 @@ def timeline_inputs(
         pai_path=pai,
         pai_max_nodes=TRAINING_NODES,
         offered_load=TRAINING_OFFERED_LOAD,
+        sharing_share=TRAINING_SHARING_SHARE,
     )
-    return TimelineInputs("training", nodes, jobs, throughput)
+    return TimelineInputs("training", nodes, jobs, throughput, colocation=colocation)
 
 
 def _tenants(seed: int, queues_path: Path | None, jobs_path: Path | None) -> TimelineInputs:

@@ -43,6 +43,9 @@ class TimelinePolicy:
     # With elastic: a fixed-duration job with an elastic range is elastic too, its duration being the runtime with the
     # whole gang (only for the reference policy below: a trace's duration is not work that more workers do faster).
     elastic_fixed_durations: bool = False
+    # Placement lets two typed training jobs share a GPU only when the co-location model says it is a net gain
+    # (``placement.hetero``); the slowdown itself applies under every policy (``sim/colocation.py``).
+    colocation_rule: bool = False
 
     def __post_init__(self) -> None:
         check_thresholds(self.las_thresholds_gpu_s)
@@ -65,11 +68,13 @@ TIMELINE_POLICIES: dict[str, TimelinePolicy] = {
         las_within_class=True,
         gang_one_node=True,
         elastic=True,
+        colocation_rule=True,
     ),
 }
 # Accepted by --policies but not run by default (docs/scheduling-over-time.md): the paper's assumption that every job
 # checkpoints, kept to show how much of tiresias' result on a workload rests on it; tessera without elastic jobs
-# (before/after comparisons); tessera treating fixed durations with an elastic range as whole-gang runtimes.
+# (before/after comparisons); tessera treating fixed durations with an elastic range as whole-gang runtimes; tessera
+# sharing GPUs between training jobs whatever the co-location model says.
 REFERENCE_POLICIES: dict[str, TimelinePolicy] = {
     "tiresias-all-checkpointed": dataclasses.replace(
         TIMELINE_POLICIES["tiresias"], name="tiresias-all-checkpointed", assume_checkpoints=True
@@ -77,6 +82,9 @@ REFERENCE_POLICIES: dict[str, TimelinePolicy] = {
     "tessera-rigid": dataclasses.replace(TIMELINE_POLICIES["tessera"], name="tessera-rigid", elastic=False),
     "tessera-elastic-durations": dataclasses.replace(
         TIMELINE_POLICIES["tessera"], name="tessera-elastic-durations", elastic_fixed_durations=True
+    ),
+    "tessera-any-colocation": dataclasses.replace(
+        TIMELINE_POLICIES["tessera"], name="tessera-any-colocation", colocation_rule=False
     ),
 }
 PREEMPTION_MIN_RUNTIME_S = 600.0  # PreemptionGuard: a preempted job runs this long before priority may preempt it
