@@ -46,3 +46,11 @@ def test_a_job_cannot_join_twice() -> None:
     gpus.join(1, "A3C", (0, 0), "V100M16")
     with pytest.raises(ValueError, match="already"):
         gpus.join(1, "A3C", (0, 1), "V100M16")
+
+
+def test_a_pair_that_cannot_run_together_stops_the_later_job_until_the_earlier_leaves() -> None:
+    gpus = SharedGpus(ColocationModel({("CycleGAN", "ResNet-50", "K80"): (0.0, 0.0)}))
+    gpus.join(1, "ResNet-50", (0, 0), "K80")
+    gpus.join(2, "CycleGAN", (0, 0), "K80")
+    assert gpus.factor(1) == 1.0 and gpus.factor(2) == 0.0
+    assert gpus.leave(1) == [2] and gpus.factor(2) == 1.0

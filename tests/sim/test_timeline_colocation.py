@@ -34,8 +34,10 @@ def test_a_checkpointed_job_resumes_with_its_remaining_work_at_the_new_gpu_model
     assert finish["short"] == pytest.approx(4_001.0 + 100.0)
 
 
-# a and b lose by sharing (0.5 + 0.4 - 1 < 0); a and c gain (0.8 + 0.7 - 1 > 0).
-COLOCATION = ColocationModel({("a", "b", "V100M16"): (0.5, 0.4), ("a", "c", "V100M16"): (0.8, 0.7)})
+# a and b lose by sharing (0.5 + 0.4 - 1 < 0); a and c gain (0.8 + 0.7 - 1 > 0); a and d cannot run together.
+COLOCATION = ColocationModel(
+    {("a", "b", "V100M16"): (0.5, 0.4), ("a", "c", "V100M16"): (0.8, 0.7), ("a", "d", "V100M16"): (0.0, 0.0)}
+)
 SPEEDS = ThroughputModel({(t, "V100M16"): 1.0 for t in "abc"})
 ONE_GPU = [NodeSpec("v100", 16_000, 65_536, 1, "V100M16")]
 
@@ -53,6 +55,8 @@ def test_jobs_sharing_a_gpu_run_at_their_co_location_factors_and_speed_up_when_t
     # fifo-share puts both halves on the GPU: a runs at 0.5 and ends at 2,000 s; b has done 0.4 x 2,000 = 800 steps
     # by then and does the last 200 alone.
     assert finishes("fifo-share", [half_job("a", "a"), half_job("b", "b")]) == [2_000.0, 2_200.0]
+    # A pair that cannot run together: the later job waits on the GPU until the earlier one leaves.
+    assert finishes("fifo-share", [half_job("a", "a"), half_job("d", "d")]) == [1_000.0, 2_000.0]
     # Without a co-location model nothing slows: both end at 1,000 s.
     assert finishes("fifo-share", [half_job("a", "a"), half_job("b", "b")], None) == [1_000.0, 1_000.0]
 

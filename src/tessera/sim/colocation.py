@@ -5,6 +5,8 @@ no other such job shares its GPU. With partners it is slowed by the measured co-
 (``ColocationModel.factors``, co-located ÷ isolated throughput): with one partner B, job A runs at
 ``factors(A, B)[0]`` of its isolated speed. The table measures pairs only; with several partners the replay assumes
 the slowdowns compound and multiplies the pairwise factors (a GPU with three jobs is slower for each than any pair).
+A pair measured with a factor of 0 cannot run together (in the Gavel table: it did not fit in the GPU's memory): the
+job that joined later makes no progress until the other leaves, and the earlier one runs as if alone.
 Workloads without a job type (services, trace pods) neither slow nor are slowed: the model has no data for them.
 
 The same physics applies to every policy; what differs is whether a policy lets a losing pair share a GPU at all
@@ -61,14 +63,23 @@ class SharedGpus:
 
     def factor(self, job: int) -> float:
         """The job's speed as a share of its isolated speed: 1.0 alone (or not sharing), else the product of its
-        pairwise co-location factors with every partner."""
+        pairwise co-location factors with every partner (a pair that cannot run together stops the later one)."""
         found = self._gpu_of.get(job)
         if found is None:
             return 1.0
         gpu, gpu_model = found
-        members = self._members[gpu]
-        own = next(m for m in members if m.job == job)
-        factors = [self.model.factors(own.job_type, m.job_type, gpu_model)[0] for m in members if m.job != job]
+        members = self._members[gpu]  # in join order
+        position = next(k for k, m in enumerate(members) if m.job == job)
+        own = members[position]
+        factors = []
+        for k, other in enumerate(members):
+            if k == position:
+                continue
+            mine, theirs = self.model.factors(own.job_type, other.job_type, gpu_model)
+            if mine > 0 and theirs > 0:
+                factors.append(mine)
+            else:  # they cannot run together: whoever came first runs, the other waits
+                factors.append(1.0 if position < k else 0.0)
         return math.prod(factors)
 
     def partners(self, job: int) -> list[int]:

@@ -74,6 +74,7 @@ Called by ``tessera simulate timeline`` and the benchmarks; what it reads and re
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import Sequence
@@ -457,7 +458,8 @@ class _Replay:
         if np.isnan(self.start_s[i]):  # waiting time counts until the first start
             self.start_s[i] = now
         self.finish_s[i] = end
-        loop.schedule(end, ("depart", i, self.tokens[i]), priority=0)
+        if end < math.inf:  # else it waits on its GPU until a partner leaves (sim/colocation.py), then is retimed
+            loop.schedule(end, ("depart", i, self.tokens[i]), priority=0)
         if self.las:
             self.service.start(i, now)
             self.guard = self.guard.record([str(i)])  # every run is protected for its first minimum run time
@@ -554,7 +556,8 @@ class _Replay:
         end = progress.end_s
         self.tokens[i] += 1
         self.finish_s[i] = end
-        loop.schedule(end, ("depart", i, self.tokens[i]), priority=0)
+        if end < math.inf:
+            loop.schedule(end, ("depart", i, self.tokens[i]), priority=0)
         running = self.running.get(i)  # only policies that run the quota-aware step keep running entries
         if running is not None:
             self.running[i] = dataclasses.replace(running, expected_end_s=end)

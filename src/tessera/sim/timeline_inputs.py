@@ -37,7 +37,7 @@ DEFAULT_SYNTHETIC_SCALE = 0.15
 TRAINING_JOBS = 1000
 TRAINING_NODES = 16
 TRAINING_OFFERED_LOAD = 1.5
-TRAINING_SHARING_SHARE = 0.0  # single-worker rigid jobs that ask for half a GPU (training_workload)
+TRAINING_SHARING_SHARE = 0.3  # single-worker rigid jobs that ask for half a GPU (training_workload)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ segment (``changed``); the replay then reschedules the job's departure.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 
@@ -35,7 +36,9 @@ class Progress:
 
     @property
     def end_s(self) -> float:
-        """When it ends if nothing changes its speed."""
+        """When it ends if nothing changes its speed (infinity while it makes no progress)."""
+        if self.speed <= 0:
+            return math.inf
         return self.since_s + self.left_full_s / self.speed
 
     def changed(self, now_s: float, *, workers: int | None = None, factor: float | None = None) -> Progress:
