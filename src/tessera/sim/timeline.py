@@ -46,16 +46,23 @@ Baselines are configurations of that one scheduler (``TIMELINE_POLICIES``):
   elastic range starts with the most workers that fit (at least its minimum), gives workers back instead of being
   preempted whole (grown ones to any pending job of its queue, the others to higher priority or to a queue
   reclaiming its quota) and grows into idle GPUs its quota admits; its runtime follows its worker count (linear
-  scaling of the whole-gang runtime). Fixed-duration jobs are never elastic. Reference policies: ``tessera-rigid``
-  (elastic off) and ``tessera-elastic-durations`` (fixed durations with an elastic range taken as whole-gang
-  runtimes).
+  scaling of the whole-gang runtime). Fixed-duration jobs are never elastic. A typed share joins a GPU only when it
+  holds no other typed job or one with which sharing is a net gain (``TimelinePolicy.colocation_rule``,
+  ``placement.hetero``). Reference policies: ``tessera-rigid`` (elastic off), ``tessera-elastic-durations`` (fixed
+  durations with an elastic range taken as whole-gang runtimes) and ``tessera-any-colocation`` (no co-location rule).
+
+**Physics, the same under every policy.** A running job's speed (``sim.timeline_progress.Progress``) is its
+isolated speed on its GPU model times ``workers / gang`` times its co-location factor: with ``colocation`` given,
+typed jobs on part of one GPU slow each other as the measured model says (``sim.colocation``), and a change of
+partners re-times the jobs on that GPU. A preempted, checkpointed job resumes with the share of its work still to do,
+at the speed of the GPU model it restarts on; one without a checkpoint restarts from zero.
 
 **Queues** (``run_timeline(..., queues=...)``, the ``tenants`` workload): the scheduler admits against the queues'
 quotas. ``tessera`` lets queues of a cohort borrow idle quota and takes it back by preemption (reclaim; also lower
 priority within a queue); ``static`` and ``fifo-share`` keep every queue within its nominal quota (no cohort, no
 borrowing, no preemption, StrictFIFO per queue); ``gavel`` does the same with BestEffortFIFO, and ``tiresias`` too
-but with LAS priorities and preemption within each queue. A preempted job returns to pending with its remaining time
-when checkpointed (for an elastic job: its remaining whole-gang time), else from the start. An elastic job's grow
+but with LAS priorities and preemption within each queue. A preempted job returns to pending with its remaining work
+when checkpointed, else from the start. An elastic job's grow
 is charged to its queue's quota like a new job (borrowing only in a cohort), and a shrink returns its charge,
 borrowed part first. Per queue the replay integrates, over the times the queue has pending or
 running demand, the GPU it received and its entitlement (``core.queueing.fairshare.entitlement`` of the original
