@@ -74,7 +74,8 @@ TIMELINE_POLICIES: dict[str, TimelinePolicy] = {
 # Accepted by --policies but not run by default (docs/scheduling-over-time.md): the paper's assumption that every job
 # checkpoints, kept to show how much of tiresias' result on a workload rests on it; tessera without elastic jobs
 # (before/after comparisons); tessera treating fixed durations with an elastic range as whole-gang runtimes; tessera
-# sharing GPUs between training jobs whatever the co-location model says.
+# sharing GPUs between training jobs whatever the co-location model says; tessera whose backfill never delays the
+# first blocked job of a queue (EASY-style head reservation).
 REFERENCE_POLICIES: dict[str, TimelinePolicy] = {
     "tiresias-all-checkpointed": dataclasses.replace(
         TIMELINE_POLICIES["tiresias"], name="tiresias-all-checkpointed", assume_checkpoints=True
@@ -85,6 +86,9 @@ REFERENCE_POLICIES: dict[str, TimelinePolicy] = {
     ),
     "tessera-any-colocation": dataclasses.replace(
         TIMELINE_POLICIES["tessera"], name="tessera-any-colocation", colocation_rule=False
+    ),
+    "tessera-head-reservation": dataclasses.replace(
+        TIMELINE_POLICIES["tessera"], name="tessera-head-reservation", head_reservation=True
     ),
 }
 PREEMPTION_MIN_RUNTIME_S = 600.0  # PreemptionGuard: a preempted job runs this long before priority may preempt it

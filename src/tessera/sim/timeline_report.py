@@ -1,7 +1,9 @@
 """Reports of the timeline simulator: ``summary.json``, ``summary.md``, ``jct_cdf.png``, ``allocation.png``.
 
 ``summary.json`` is ``{"workload": str, "policies": {NAME: {"avg_jct_s", "p99_jct_s", "avg_wait_s", "p99_wait_s",
-"gpu_alloc_pct", "preemptions", "jain_index"}}}``, each value the mean over seeds. ``jain_index`` is Jain's
+"gpu_alloc_pct", "preemptions", "jain_index", "p50_jct_s", "p50_wait_s", "makespan_s", "jobs_per_hour"}}}``, each
+value the mean over seeds. ``makespan_s`` runs from the first arrival to the last finish of the jobs that ran, and
+``jobs_per_hour`` (effective throughput) is the number of those jobs per hour of makespan. ``jain_index`` is Jain's
 fairness index over queues of the GPU-seconds each queue received divided by its entitlement over its busy periods
 (1.0 without queues). With queues, ``summary.md`` adds a table per policy and queue of received / entitled, the
 number of reclaims, the longest reclaim latency and the longest time blocked by borrowers (the most over seeds).
@@ -42,6 +44,10 @@ class TimelineSummary:
     reclaims: int = 0
     reclaim_latency_max_s: float = 0.0
     blocked_by_borrowers_max_s: float = 0.0
+    p50_jct_s: float = 0.0
+    p50_wait_s: float = 0.0
+    makespan_s: float = 0.0
+    jobs_per_hour: float = 0.0
 
     def as_json(self) -> dict[str, float | int]:
         return {
@@ -52,6 +58,10 @@ class TimelineSummary:
             "gpu_alloc_pct": round(self.gpu_alloc_pct, 3),
             "preemptions": self.preemptions,
             "jain_index": round(self.jain_index, 4),
+            "p50_jct_s": round(self.p50_jct_s, 3),
+            "p50_wait_s": round(self.p50_wait_s, 3),
+            "makespan_s": round(self.makespan_s, 3),
+            "jobs_per_hour": round(self.jobs_per_hour, 4),
         }
 
 
@@ -77,6 +87,10 @@ def summarize(results: Sequence[TimelineResult]) -> list[TimelineSummary]:
                 round(_mean(float(r.reclaims) for r in runs)),
                 max(r.reclaim_latency_max_s for r in runs),
                 max(r.blocked_by_borrowers_max_s for r in runs),
+                _mean(float(np.median(r.jct_s)) if r.jct_s.size else 0.0 for r in runs),
+                _mean(float(np.median(r.wait_s)) if r.wait_s.size else 0.0 for r in runs),
+                _mean(_makespan_s(r) for r in runs),
+                _mean(r.jct_s.size / (_makespan_s(r) / 3600.0) if _makespan_s(r) > 0 else 0.0 for r in runs),
             )
         )
     return summaries
@@ -94,6 +108,13 @@ def write_timeline_report(out: Path, workload: str, results: Sequence[TimelineRe
     return paths
 
 
+def _makespan_s(result: TimelineResult) -> float:
+    """First arrival to last finish of the jobs that ran (0 when none did)."""
+    if not result.finish_s.size:
+        return 0.0
+    return float(result.finish_s.max() - result.arrival_s.min())
+
+
 def _mean(values: Iterable[float]) -> float:
     data = list(values)
     return float(np.mean(data)) if data else 0.0
@@ -103,15 +124,16 @@ def _markdown(workload: str, summaries: Sequence[TimelineSummary]) -> str:
     lines = [
         f"# Timeline simulation: {workload}",
         "",
-        "| policy | avg JCT (h) | p99 JCT (h) | avg wait (h) | p99 wait (h) | GPU alloc % | preemptions | Jain "
-        "| never ran |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| policy | avg JCT (h) | p50 JCT (h) | p99 JCT (h) | avg wait (h) | p50 wait (h) | p99 wait (h) "
+        "| GPU alloc % | jobs / h | makespan (h) | preemptions | Jain | never ran |",
+        "|---|" + "---:|" * 12,
     ]
     for s in summaries:
         lines.append(
-            f"| {s.policy} | {s.avg_jct_s / 3600:.2f} | {s.p99_jct_s / 3600:.2f} | {s.avg_wait_s / 3600:.2f} "
-            f"| {s.p99_wait_s / 3600:.2f} | {s.gpu_alloc_pct:.1f} | {s.preemptions} | {s.jain_index:.3f} "
-            f"| {s.unfinished} |"
+            f"| {s.policy} | {s.avg_jct_s / 3600:.2f} | {s.p50_jct_s / 3600:.2f} | {s.p99_jct_s / 3600:.2f} "
+            f"| {s.avg_wait_s / 3600:.2f} | {s.p50_wait_s / 3600:.2f} | {s.p99_wait_s / 3600:.2f} "
+            f"| {s.gpu_alloc_pct:.1f} | {s.jobs_per_hour:.2f} | {s.makespan_s / 3600:.1f} | {s.preemptions} "
+            f"| {s.jain_index:.3f} | {s.unfinished} |"
         )
     return "\n".join(lines + _queue_table(summaries)) + "\n"
 
