@@ -20,24 +20,12 @@ import numpy as np
 from tessera.core.cluster import ClusterState
 from tessera.core.decisions import (
     Bind,
-    Grow,
     PendingWorkload,
     Preempt,
     RunningWorkload,
     SchedulerConfig,
-    Shrink,
     StepPlan,
 )
-from tessera.core.elastic import (
-    grow_into_idle,
-    grown_admission,
-    grown_workers,
-    shrinkable_workers,
-    shrunk_admission,
-    worker_charge,
-    workers_charge,
-)
-from tessera.core.errors import InvalidRequestError
 from tessera.core.placement.base import Placer
 from tessera.core.placement.gang import place_gang
 from tessera.core.preemption import Candidate, PreemptionGuard, select_victims, select_victims_to_fit
@@ -46,6 +34,7 @@ from tessera.core.queueing.priority import order_pending
 from tessera.core.queueing.quotas import Admission, QueueSpec, QuotaLedger
 from tessera.core.queueing.resources import ANY_FLAVOR, Flavor, ResourceVector
 from tessera.core.reservation import Reservation, find_reservation
+from tessera.core.step_resize import StepResizes
 from tessera.core.victim_fit import VictimFit
 from tessera.core.workload import Placement, Request
 
@@ -125,16 +114,13 @@ class QuotaStep:
         # Elastic (``core.elastic``): resizes of running workloads, charged to their queues' quotas.
         self.elastic = config.elastic
         self.resizable = config.elastic
-        self.shrinks: list[Shrink] = []
-        self.given_back: list[Placement] = []  # workers of shrinks, released on the state
-        self.queue_of: dict[str, str] = {}  # pending workload id -> queue
-        self.quota_waits: set[str] = set()  # pending workloads that wait only for quota (not for capacity)
+        self.resizes = StepResizes(self)
 
     def run(self, pending: Sequence[PendingWorkload]) -> StepPlan:
         queues: dict[str, deque[PendingWorkload]] = {}
         if self.implicit:
             pending = [dataclasses.replace(w, queue=IMPLICIT_QUEUE) for w in pending]
-        self.queue_of = {w.workload_id: w.queue for w in pending}
+        self.resizes.queue_of = {w.workload_id: w.queue for w in pending}
         for workload in order_pending(pending):
             queues.setdefault(workload.queue, deque()).append(workload)
         borrowing: dict[str, deque[PendingWorkload]] = {}
@@ -144,16 +130,17 @@ class QuotaStep:
             # workload bound in this step is not yet a running candidate for preemption).
             self._drain(queues, borrowing)
             self._drain(borrowing, None)
-            grows = self._grow() if self.resizable and not self.preempts else []
+            grows = self.resizes.grow() if self.resizable and not self.preempts else []
         finally:
             for placement in reversed(self.tried):
                 self.state.release(placement)
             for victim in reversed(self.stopped):
                 for placement in victim.placements:
                     self.state.bind(placement)
-            for placement in reversed(self.given_back):
+            for placement in reversed(self.resizes.given_back):
                 self.state.bind(placement)
-        return StepPlan(tuple(self.binds), self.waiting, tuple(self.preempts), tuple(self.shrinks), tuple(grows))
+        shrinks = tuple(self.resizes.shrinks)
+        return StepPlan(tuple(self.binds), self.waiting, tuple(self.preempts), shrinks, tuple(grows))
 
     def _drain(
         self, queues: dict[str, deque[PendingWorkload]], borrowing: dict[str, deque[PendingWorkload]] | None
@@ -264,9 +251,9 @@ class QuotaStep:
         flavor = flavor_of(self.ledger.spec(workload.queue), workload.request)
         demand = demand_of(workload)
         admission = self._admission(workload, flavor, demand)
-        if (admission is not None or elastic_min is not None) and self._place_over_growth(workload, flavor):
+        if (admission is not None or elastic_min is not None) and self.resizes.place_over_growth(workload, flavor):
             return True
-        if not within_reservation and self.resizable and self._shrink_for(workload, flavor):
+        if not within_reservation and self.resizable and self.resizes.shrink_for(workload, flavor):
             return True
         if not within_reservation and self._preempt_for(workload, flavor, demand, quota_blocked=admission is None):
             return True
@@ -274,7 +261,7 @@ class QuotaStep:
             self.blocked_shapes.add(shape)
         self.last_failure = "fit" if admission is not None else "quota"
         if self._quota_only(workload, flavor):
-            self.quota_waits.add(workload.workload_id)
+            self.resizes.quota_waits.add(workload.workload_id)
         no_quota = f"queue {workload.queue} has no quota left for {_amount(demand)}"
         self.waiting[workload.workload_id] = _no_fit(workload) if admission is not None else no_quota
         return False
@@ -316,135 +303,6 @@ class QuotaStep:
                 self._bind(sized, flavor, demand, placements)
                 return True
         return False
-
-    def _place_over_growth(self, workload: PendingWorkload, flavor: Flavor) -> bool:
-        """``_place_elastic`` with the workers that elastic workloads of its queue grew above their gang counted as
-        free (growth only took capacity nobody waited for, so it must not change where a later workload goes): the
-        grown workers the placement or the quota then needs are given back (``Shrink``), the others stay."""
-        grown = grown_workers(self.running.values()) if self.resizable else []
-        if not self.implicit:
-            grown = [(w, p) for w, p in grown if self.running[w].queue == workload.queue]
-        if not grown:
-            return self._place_elastic(workload, flavor)
-        snapshot = self.ledger.copy()
-        for workload_id, placement in grown:
-            owner = self.running[workload_id]
-            self.state.release(placement)
-            self.ledger.release(owner.queue, owner.admission.flavor_key, worker_charge(placement))
-        if not self._place_elastic(workload, flavor):
-            self.ledger = snapshot
-            for _, placement in reversed(grown):
-                self.state.bind(placement)
-            return False
-        taken = []
-        for workload_id, placement in reversed(grown):  # in the order they were grown
-            owner = self.running[workload_id]
-            charge = worker_charge(placement)
-            kept = self.ledger.can_admit(owner.queue, owner.admission.flavor_key, charge) is not None
-            if kept:
-                try:
-                    self.state.bind(placement)
-                except InvalidRequestError:
-                    kept = False
-            if kept:
-                self.ledger.admit(owner.queue, owner.admission.flavor_key, charge)
-            else:
-                taken.append((workload_id, placement))
-        if taken:
-            self._record_shrinks(workload, taken)
-        return True
-
-    def _shrink_for(self, workload: PendingWorkload, flavor: Flavor) -> bool:
-        """Release workers above the minimum of elastic workloads (``core.elastic.shrinkable_workers``: other
-        queues' while they borrow the quota this workload takes back, then lower priority of its own queue), one at
-        a time with their quota charge, until ``workload`` is admitted and fits (its whole gang first, then, if
-        elastic, fewer workers); keep those shrinks if it does, else undo them. True when it was bound."""
-        queue = None if self.implicit else workload.queue
-        key = self.ledger.spec(workload.queue).flavor_key(flavor)
-        workers = shrinkable_workers(self.running.values(), workload.priority, queue, self._reclaim_queues(workload))
-        passes = (False, True) if self.elastic and workload.elastic_min is not None else (False,)
-        for fewer in passes if workers else ():
-            snapshot = self.ledger.copy()
-            released: list[tuple[str, Placement]] = []
-            reclaiming = False
-            for workload_id, placement in workers:
-                owner = self.running[workload_id]
-                pool = (owner.queue, owner.admission.flavor_key)
-                if owner.queue != workload.queue:  # reclaim: only borrowed quota of the same pool
-                    if owner.admission.flavor_key != key or self.ledger.borrowed(*pool).is_zero():
-                        continue
-                    reclaiming = True
-                self.state.release(placement)
-                self.ledger.release(*pool, worker_charge(placement))
-                released.append((workload_id, placement))
-                if self._place_elastic(workload, flavor, fewer, within_nominal=reclaiming):
-                    self._record_shrinks(workload, released)
-                    return True
-            self.ledger = snapshot
-            for _, placement in reversed(released):
-                self.state.bind(placement)
-        return False
-
-    def _reclaim_queues(self, workload: PendingWorkload) -> set[str]:
-        """Other queues of the workload's cohort whose elastic workloads may shrink to give its nominal quota back
-        (only with a preemption policy that reclaims)."""
-        policy = self.config.preemption
-        cohort = self.ledger.spec(workload.queue).cohort
-        if self.implicit or policy is None or not policy.reclaim or cohort is None:
-            return set()
-        return {q.name for q in self.ledger.queues if q.cohort == cohort and q.name != workload.queue}
-
-    def _record_shrinks(self, workload: PendingWorkload, released: list[tuple[str, Placement]]) -> None:
-        """Record the shrinks that made room for ``workload`` (their charges were released on the ledger)."""
-        by_workload: dict[str, list[Placement]] = {}
-        for workload_id, placement in released:
-            by_workload.setdefault(workload_id, []).append(placement)
-            self.given_back.append(placement)
-        for workload_id, placements in by_workload.items():
-            running = self.running[workload_id]
-            kept = list(running.placements)
-            for placement in placements:
-                kept.remove(placement)
-            admission, given = shrunk_admission(running.admission, workers_charge(placements))
-            self.running[workload_id] = dataclasses.replace(running, placements=tuple(kept), admission=admission)
-            charge = None if self.implicit else given
-            self.shrinks.append(Shrink(workload_id, tuple(placements), workload.workload_id, charge))
-        self.changes += 1
-
-    def _grow(self) -> list[Grow]:
-        """Grow running elastic workloads (not shrunk in this step) into the capacity left idle, each worker admitted
-        by its queue's quota like a new workload (borrowing only when the workload is preemptible). Nothing grows
-        while a workload waits for capacity; a workload waiting only for quota stops growth in its cohort (or its
-        queue, without a cohort)."""
-        if any(w not in self.quota_waits for w in self.waiting):
-            return []
-        held = {self.queue_of.get(w, "") for w in self.waiting}
-        held_cohorts = {c for c in (self.ledger.spec(q).cohort for q in held if q) if c is not None}
-        shrunk = {s.workload_id for s in self.shrinks}
-        growable = [
-            r
-            for r in self.running.values()
-            if r.workload_id not in shrunk
-            and r.queue not in held
-            and self.ledger.spec(r.queue).cohort not in held_cohorts
-        ]
-        added: dict[str, Admission] = {}
-
-        def admits(r: RunningWorkload) -> bool:
-            admission = self.ledger.can_admit(r.queue, r.admission.flavor_key, worker_charge(r.placements[0]))
-            return admission is not None and (r.preemptible or not admission.is_borrowing)
-
-        def bind(r: RunningWorkload, placement: Placement) -> None:
-            self.state.bind(placement)
-            self.tried.append(placement)
-            admission = self.ledger.admit(r.queue, r.admission.flavor_key, worker_charge(placement))
-            before = added.get(r.workload_id)
-            added[r.workload_id] = admission if before is None else grown_admission(before, admission)
-
-        grows = grow_into_idle(self.placer, self.rng, growable, bind, admits)
-        if self.implicit:
-            return grows
-        return [dataclasses.replace(g, admission=added[g.workload_id]) for g in grows]
 
     def _place_gang(self, workload: PendingWorkload) -> tuple[Placement, ...] | None:
         """Place every worker (all or nothing, on one node when one can hold them all: ``placement.gang``), bound
