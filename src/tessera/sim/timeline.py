@@ -20,7 +20,7 @@ Baselines are configurations of that one scheduler (``TIMELINE_POLICIES``):
   ``PreemptionGuard`` when it starts, so no job is preempted before it has run ``PREEMPTION_MIN_RUNTIME_S``
   (against thrashing). Running jobs' priorities are recomputed at each step, and a ``recheck`` event at each
   threshold crossing and each guard expiry triggers a step. As in the paper, preemption suspends a job to its
-  checkpoint and resumes it later (remaining time kept, no restart overhead), whatever its priority class; a job
+  checkpoint and resumes it later (remaining work kept, no restart overhead), whatever its priority class; a job
   the workload marks as unable to checkpoint is therefore never preempted (preempting it would restart it from
   zero, which measured worse: openb 7.67 h against 7.22 h average JCT). The reference policy
   ``tiresias-all-checkpointed`` instead assumes every job can checkpoint, as the paper does; it is not physically
@@ -105,7 +105,6 @@ from tessera.core.scheduler import (
 )
 from tessera.core.throughput import ColocationModel, ThroughputModel
 from tessera.core.workload import MILLI_PER_GPU, Placement, Request
-from tessera.sim.colocation import SharedGpus
 from tessera.sim.events import EventLoop
 from tessera.sim.timeline_accounts import QueueAccounts, jain_index
 from tessera.sim.timeline_elastic import ElasticRuns, check_charges, elastic_bounds
@@ -119,9 +118,9 @@ from tessera.sim.timeline_policies import (
     resolve_policy,
     whole_gpu_request,
 )
-from tessera.sim.timeline_progress import Progress
 from tessera.sim.timeline_reclaim import ReclaimTracker
 from tessera.sim.timeline_result import StartRecord, TimelineJobLike, TimelineResult
+from tessera.sim.timeline_runs import RunClock
 
 __all__ = ["StartRecord", "TimelineJobLike", "TimelineResult", "run_timeline"]
 
@@ -217,10 +216,7 @@ class _Replay:
         self.starts: list[StartRecord] = []
         self.running: dict[int, RunningWorkload] = {}  # with queues: what preemption may consider
         self.tokens = [0] * len(self.jobs)
-        self.progress: dict[int, Progress] = {}  # running jobs: how far they got, how fast they run
-        self.remaining: dict[int, float] = {}  # checkpointed, preempted jobs: share of the work still to do
-        # Co-location physics: typed jobs sharing a GPU slow each other (every policy alike).
-        self.shared = SharedGpus(colocation) if colocation is not None else None
+        self.clock = RunClock(self, colocation)  # progress, departures, co-location (every policy alike)
         self.loop: EventLoop[Event] = EventLoop()
         self.pending_since: dict[int, float] = {}
         self.service = LasService(self.las, policy.las_within_class, len(self.jobs))  # LAS attained service
@@ -386,7 +382,7 @@ class _Replay:
                     queue=self._queue(i),
                     gang=self.jobs[i].gang,
                     preemptible=self._preemptible(self.jobs[i]),
-                    expected_duration_s=self._known_duration(i),
+                    expected_duration_s=self.clock.known_duration(i),
                     elastic_min=elastic_bounds(self.jobs[i], self.policy)[0],
                 )
                 for i in candidates
@@ -437,13 +433,8 @@ class _Replay:
         self.starts.append(StartRecord(now, self.jobs[i].id, where))
         admission = self.scheduler.charge(bind)
         job = self.jobs[i]
-        full_s = self._duration(i, placements) * self.remaining.pop(i, 1.0)
         low, high = elastic_bounds(job, self.policy)
-        partners = self._join_shared(i, placements)
-        factor = self.shared.factor(i) if self.shared is not None else 1.0
-        progress = Progress(full_s, now, len(placements), job.gang, factor)
-        self.progress[i] = progress
-        end = progress.end_s
+        end, partners = self.clock.begin(now, i, placements)
         if admission is not None:
             self.running[i] = RunningWorkload(
                 str(i),
@@ -470,12 +461,10 @@ class _Replay:
         if self.las:
             self.service.start(i, now)
             self.guard = self.guard.record([str(i)])  # every run is protected for its first minimum run time
-            self._schedule_rechecks(loop, now, i, end - now, PREEMPTION_MIN_RUNTIME_S)
-        self._retime_partners(now, partners)
+            self.schedule_rechecks(now, i, end - now, PREEMPTION_MIN_RUNTIME_S)
+        self.clock.retime_partners(now, partners)
 
-    def _schedule_rechecks(
-        self, loop: EventLoop[Event], now: float, i: int, left_s: float, guard_left_s: float | None
-    ) -> None:
+    def schedule_rechecks(self, now: float, i: int, left_s: float, guard_left_s: float | None) -> None:
         """LAS: a running job may become a victim when its LAS queue drops and when its guard expires (in
         ``guard_left_s``): step again then, if before it ends (in ``left_s``)."""
         if not self.las:
@@ -485,7 +474,7 @@ class _Replay:
             delays.append(guard_left_s)
         for delay in delays:
             if delay < left_s:
-                loop.schedule(now + delay, ("recheck", i, self.tokens[i]), priority=0)
+                self.loop.schedule(now + delay, ("recheck", i, self.tokens[i]), priority=0)
 
     def _received_milli(self, i: int) -> int:
         """GPU milli a running job receives, all its workers (as requested, before static rounding)."""
@@ -513,9 +502,7 @@ class _Replay:
         running = self.running.pop(i, None)
         if running is not None:
             self.scheduler.release(running.admission)
-        self.progress.pop(i, None)
-        if self.shared is not None:
-            self._retime_partners(self.last_s, self.shared.leave(i))
+        self.clock.end(self.last_s, i)
         self.releases += 1
 
     def _preempt(self, now: float, preempt: Preempt) -> None:
@@ -527,8 +514,7 @@ class _Replay:
             self.reclaims += 1
         checkpointed = self.running[i].checkpointed
         if checkpointed:
-            full_s = self._duration(i, self.placements[i])
-            self.remaining[i] = self.progress[i].left_at(now) / full_s if full_s > 0 else 0.0
+            self.clock.suspend(now, i)
         self._stop(i)
         self.tokens[i] += 1
         self.finish_s[i] = np.nan
@@ -542,50 +528,3 @@ class _Replay:
             PendingWorkload(str(members[0]), request, 0.0, priority, queue, gang, preemptible, elastic_min=elastic_min)
             for (request, gang, priority, queue, preemptible, elastic_min), members in self.groups.items()
         ]
-
-    def _known_duration(self, i: int) -> float | None:
-        """How long a pending job will run once started, when that does not depend on where it runs."""
-        duration = self.jobs[i].duration_s
-        return None if duration is None else float(duration) * self.remaining.get(i, 1.0)
-
-    def _duration(self, i: int, placements: tuple[Placement, ...]) -> float:
-        """The whole job's runtime with its whole gang at isolated speed on the GPU model of ``placements``."""
-        job = self.jobs[i]
-        if job.duration_s is not None:
-            return float(job.duration_s)
-        model = self.state.nodes[placements[0].node].gpu_model or ""
-        return float(job.work_steps or 0.0) / self.throughput.throughput(job.job_type or "", model)
-
-    def retime(self, loop: EventLoop[Event], now: float, i: int, progress: Progress) -> None:
-        """Running job ``i`` goes on at ``progress`` from ``now``: reschedule its departure (the old one, and its
-        rechecks, become stale with a new run token) and its LAS rechecks."""
-        self.progress[i] = progress
-        end = progress.end_s
-        self.tokens[i] += 1
-        self.finish_s[i] = end
-        if end < math.inf:
-            loop.schedule(end, ("depart", i, self.tokens[i]), priority=0)
-        running = self.running.get(i)  # only policies that run the quota-aware step keep running entries
-        if running is not None:
-            self.running[i] = dataclasses.replace(running, expected_end_s=end)
-            guard_left = running.started_s + self.guard.min_runtime_s - now
-            self._schedule_rechecks(loop, now, i, end - now, guard_left if guard_left > 0 else None)
-
-    def _join_shared(self, i: int, placements: tuple[Placement, ...]) -> list[int]:
-        """Co-location: a typed single-worker job on part of a GPU joins that GPU's sharers; returns the partners
-        whose speed this changed."""
-        job = self.jobs[i]
-        if self.shared is None or not job.job_type or len(placements) != 1:
-            return []
-        placement = placements[0]
-        if placement.gpu_milli_each >= MILLI_PER_GPU or len(placement.gpu_indices) != 1:
-            return []
-        model = self.state.nodes[placement.node].gpu_model or ""
-        joined = self.shared.join(i, job.job_type, (placement.node, placement.gpu_indices[0]), model)
-        return [j for j in joined if j != i]
-
-    def _retime_partners(self, now: float, partners: list[int]) -> None:
-        """The jobs whose GPU partners changed run at their new co-location factor from ``now``."""
-        for j in partners:
-            if j in self.progress and self.shared is not None:
-                self.retime(self.loop, now, j, self.progress[j].changed(now, factor=self.shared.factor(j)))

@@ -14,7 +14,7 @@ capacity nobody waits for; with nothing pending, a step is planned for growth al
 whole gang; with ``w`` of ``g`` workers a job progresses at ``w / g`` of that speed (linear scaling, no resize
 overhead: the workers keep their state). The replay's ``Progress`` of the job (``sim/timeline_progress.py``) keeps
 the seconds it would still need with its whole gang; at each resize the work done since the last one is subtracted
-and the departure is rescheduled (``_Replay.retime``: the old depart event is made stale with a new run token, as a
+and the departure is rescheduled (``RunClock.retime``: the old depart event is made stale with a new run token, as a
 preemption does). A preempted, checkpointed job keeps the share of its work still to do.
 
 Every resize also keeps the replay's books: the cluster state and the allocation integral (the added or removed
@@ -114,7 +114,7 @@ class ElasticRuns:
             per_worker = replay.jobs[i].request.total_gpu_milli
             replay.accounts.received_milli[replay._queue(i)] += per_worker * (len(placements) - before)
         replay.running[i] = dataclasses.replace(replay.running[i], placements=placements, admission=admission)
-        replay.retime(loop, now_s, i, replay.progress[i].changed(now_s, workers=len(placements)))
+        replay.clock.retime(now_s, i, replay.clock.progress[i].changed(now_s, workers=len(placements)))
 
 
 def check_charges(ledger: QuotaLedger, running: Sequence[RunningWorkload]) -> None:
