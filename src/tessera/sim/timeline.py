@@ -370,7 +370,7 @@ class _Replay:
             if not candidates:
                 if not self.groups and self.elastic.growable():  # nothing waits: elastic jobs may grow
                     plan = self.scheduler.plan([], self.rng, self._running_now(), now, self.guard)
-                    self.elastic.apply_grows(loop, now, plan.grows)
+                    self.elastic.apply_grows(now, plan.grows)
                     self._check()
                 return
             pending = [
@@ -388,7 +388,7 @@ class _Replay:
                 for i in candidates
             ]
             plan = self.scheduler.plan(pending, self.rng, self._running_now(), now, self.guard)
-            self.elastic.apply_shrinks(loop, now, plan.shrinks)
+            self.elastic.apply_shrinks(now, plan.shrinks)
             for preempt in plan.preempts:
                 self._preempt(now, preempt)
             for bind in plan.binds:
@@ -397,7 +397,7 @@ class _Replay:
                 i = int(job_id)
                 self.failed_at_release[self._shape(i)] = self.releases
             if plan.grows and self._all_waiting_seen(plan.waiting):
-                self.elastic.apply_grows(loop, now, plan.grows)
+                self.elastic.apply_grows(now, plan.grows)
             self._check()
             if not plan.binds:
                 return

@@ -35,12 +35,11 @@ from tessera.core.queueing import QuotaLedger, ResourceVector
 from tessera.core.queueing.quotas import Admission
 from tessera.core.scheduler import Grow, RunningWorkload, Shrink
 from tessera.core.workload import Placement
-from tessera.sim.events import EventLoop
 from tessera.sim.timeline_policies import TimelinePolicy
 from tessera.sim.timeline_result import TimelineJobLike
 
 if TYPE_CHECKING:
-    from tessera.sim.timeline import Event, _Replay
+    from tessera.sim.timeline import _Replay
 
 
 def elastic_bounds(job: TimelineJobLike, policy: TimelinePolicy) -> tuple[int | None, int | None]:
@@ -73,7 +72,7 @@ class ElasticRuns:
             for r in self.replay.running.values()
         )
 
-    def apply_shrinks(self, loop: EventLoop[Event], now_s: float, shrinks: Sequence[Shrink]) -> None:
+    def apply_shrinks(self, now_s: float, shrinks: Sequence[Shrink]) -> None:
         replay = self.replay
         for shrink in shrinks:
             i = int(shrink.workload_id)
@@ -84,11 +83,11 @@ class ElasticRuns:
             kept, _ = shrunk_admission(running.admission, workers_charge(shrink.placements))
             replay.scheduler.release(shrink.admission)
             left = tuple(p for p in replay.placements[i] if p not in shrink.placements)
-            self._resize(loop, now_s, i, left, kept)
+            self._resize(now_s, i, left, kept)
             self.shrinks += len(shrink.placements)
             replay.releases += 1  # capacity was freed: shapes that failed may fit now
 
-    def apply_grows(self, loop: EventLoop[Event], now_s: float, grows: Sequence[Grow]) -> None:
+    def apply_grows(self, now_s: float, grows: Sequence[Grow]) -> None:
         replay = self.replay
         for grow in grows:
             i = int(grow.workload_id)
@@ -98,12 +97,10 @@ class ElasticRuns:
                 replay.allocated_milli += placement.total_gpu_milli
             added = replay.scheduler.charge(grow)
             admission = running.admission if added is None else grown_admission(running.admission, added)
-            self._resize(loop, now_s, i, replay.placements[i] + grow.placements, admission)
+            self._resize(now_s, i, replay.placements[i] + grow.placements, admission)
             self.grows += len(grow.placements)
 
-    def _resize(
-        self, loop: EventLoop[Event], now_s: float, i: int, placements: tuple[Placement, ...], admission: Admission
-    ) -> None:
+    def _resize(self, now_s: float, i: int, placements: tuple[Placement, ...], admission: Admission) -> None:
         """Job ``i`` runs on ``placements`` from ``now_s`` (its state and charge already changed): fold its LAS
         service and progress at the old size, account the received GPU, and reschedule its departure and rechecks."""
         replay = self.replay
