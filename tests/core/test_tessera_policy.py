@@ -6,7 +6,7 @@ import pytest
 from tessera.core.cluster import ClusterState, NodeSpec
 from tessera.core.fragmentation import FragmentationModel, TypicalPod, random_fill_waste, typical_pods
 from tessera.core.placement import Placer, make_policy
-from tessera.core.placement.tessera import TesseraPolicy
+from tessera.core.placement.tessera import TesseraFragmentation, TesseraParams, TesseraPolicy
 from tessera.core.workload import Request
 
 WHOLE = TypicalPod(8_000, 1, 1000, frozenset(), 1.0)
@@ -57,3 +57,26 @@ def test_online_mode_refits_on_a_doubling_schedule_and_the_engine_drops_stale_sc
         versions.append(policy.model_version)
     assert versions[62] == 0 and versions[63] == 1 and versions[127] == 2
     assert [p.gpu_milli for p in policy.frag.pods] == [250]
+    assert [p.mem_mib for p in policy.frag.pods] == [0]
+
+
+def test_typical_pods_carry_the_mean_memory_of_their_shape() -> None:
+    requests = [Request(num_gpus=1, gpu_milli=1000, cpu_milli=8_000, mem_mib=m) for m in (10_000, 20_000)]
+    (pod,) = typical_pods(requests)
+    assert pod.mem_mib == 15_000 and pod.popularity == 1.0
+
+
+def test_host_memory_limits_the_pods_a_node_can_still_feed() -> None:
+    model = FragmentationModel([TypicalPod(8_000, 1, 1000, frozenset(), 1.0, mem_mib=32_768)], ["G2"])
+    free = np.full((1, 8), 1000)
+    assert model.cpu_stranded(np.array([64_000]), free, np.array([0])).tolist() == [0.0]
+    # 64 cores feed eight pods, but 64 GiB of memory only two: six free GPUs are stranded.
+    assert model.cpu_stranded(np.array([64_000]), free, np.array([0]), np.array([65_536])).tolist() == [6000.0]
+
+
+def test_joint_waste_counts_pods_per_gpu_and_per_cpu() -> None:
+    frag = TesseraFragmentation([TypicalPod(1_000, 1, 300, frozenset(), 1.0)], ["G2"], TesseraParams())
+    one_gpu = frag.joint_waste(np.array([64_000]), np.array([[1000, 0]]), np.array([0]))
+    assert one_gpu.tolist() == [100.0]  # three 300s fit one free GPU
+    short_of_cpu = frag.joint_waste(np.array([2_000]), np.array([[1000, 1000]]), np.array([0]))
+    assert short_of_cpu.tolist() == [1400.0]  # two cores feed two 300s of the 2000 idle milli

@@ -32,6 +32,7 @@ class TypicalPod:
     gpu_milli: int
     gpu_types: frozenset[str]  # empty = any model
     popularity: float  # share of the target workload, the kept pods sum to 1
+    mem_mib: int = 0  # mean host memory of the requests of this shape (0 = not known); FGD's measure ignores it
 
 
 Shape = tuple[int, int, int, frozenset[str]]  # (scoring CPU milli, num_gpus, gpu_milli, gpu_types)
@@ -48,11 +49,20 @@ def typical_pods(requests: Iterable[Request], coverage: float = 0.95) -> tuple[T
     Shapes are grouped by (scoring CPU, num_gpus, gpu_milli, gpu_types); popularity ties are broken by larger CPU,
     then larger share, then more GPUs, then type names, so the cut is deterministic.
     """
-    return typical_pods_from_counts(Counter(shape_of(r) for r in requests), coverage)
+    counts: Counter[Shape] = Counter()
+    mem: Counter[Shape] = Counter()
+    for r in requests:
+        shape = shape_of(r)
+        counts[shape] += 1
+        mem[shape] += r.mem_mib
+    return typical_pods_from_counts(counts, coverage, mem)
 
 
-def typical_pods_from_counts(counts: Counter[Shape], coverage: float = 0.95) -> tuple[TypicalPod, ...]:
-    """``typical_pods`` from a tally of shapes (what an online learner keeps)."""
+def typical_pods_from_counts(
+    counts: Counter[Shape], coverage: float = 0.95, mem_totals: Counter[Shape] | None = None
+) -> tuple[TypicalPod, ...]:
+    """``typical_pods`` from a tally of shapes (what an online learner keeps); ``mem_totals``: summed host memory
+    per shape, for the pods' mean memory."""
     total = sum(counts.values())
     if total == 0:
         return ()
@@ -66,7 +76,10 @@ def typical_pods_from_counts(counts: Counter[Shape], coverage: float = 0.95) -> 
         covered += count
         if covered >= coverage * total:
             break
-    return tuple(TypicalPod(c, n, g, t, count / covered) for (c, n, g, t), count in kept)
+    mem = mem_totals if mem_totals is not None else Counter()
+    return tuple(
+        TypicalPod(c, n, g, t, count / covered, round(mem[(c, n, g, t)] / count)) for (c, n, g, t), count in kept
+    )
 
 
 class FragmentationModel:
@@ -81,6 +94,7 @@ class FragmentationModel:
         threshold_index = {int(t): i for i, t in enumerate(self._thresholds)}
         self._pod_threshold: IntArray = np.array([threshold_index[p.gpu_milli] for p in gpu_pods], dtype=np.int64)
         self._pod_cpu: IntArray = np.array([p.cpu_milli for p in gpu_pods], dtype=np.int64)
+        self._pod_mem: IntArray = np.array([p.mem_mib for p in gpu_pods], dtype=np.int64)
         self._pod_gpus: IntArray = np.array([p.num_gpus for p in gpu_pods], dtype=np.int64)
         self._pod_weight: FloatArray = np.array([p.popularity for p in gpu_pods], dtype=np.float64)
         # allowed[model, pod]; the trailing model row is "no GPU" and allows nothing.
@@ -109,16 +123,22 @@ class FragmentationModel:
         frag = frag + np.asarray(per_pod @ self._pod_weight, dtype=np.float64)
         return frag
 
-    def cpu_stranded(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
-        """Idle GPU milli the node's free CPU could not feed, averaged over the typical GPU pods.
+    def cpu_stranded(
+        self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, mem_free: IntArray | None = None
+    ) -> FloatArray:
+        """Idle GPU milli the node's free CPU (and host memory) could not feed, averaged over the typical GPU pods.
 
-        For typical pod ``m`` the node's CPU admits ``cpu_free // cpu_m`` more such pods, which can use at most that
-        many times ``m``'s GPU request; whatever idle GPU milli is left beyond that is stranded for ``m``.
+        For typical pod ``m`` the node's CPU admits ``cpu_free // cpu_m`` more such pods (and its memory, when
+        ``mem_free`` is given and ``m`` states memory, ``mem_free // mem_m``), which can use at most that many times
+        ``m``'s GPU request; whatever idle GPU milli is left beyond that is stranded for ``m``.
         """
         idle = gpu_free.sum(axis=1).astype(np.float64)
         if self._pod_weight.size == 0:
             return np.zeros_like(idle)
         pods_fed = cpu_free[:, None] // np.maximum(self._pod_cpu[None, :], 1)
+        if mem_free is not None:
+            by_mem = mem_free[:, None] // np.maximum(self._pod_mem[None, :], 1)
+            pods_fed = np.where(self._pod_mem[None, :] > 0, np.minimum(pods_fed, by_mem), pods_fed)
         gpu_each = (self._thresholds[self._pod_threshold] * self._pod_gpus).astype(np.float64)
         stranded = np.maximum(idle[:, None] - pods_fed * gpu_each[None, :], 0.0)
         stranded = np.where(self._allowed[model_idx], stranded, 0.0)

@@ -1,11 +1,14 @@
-"""Tessera's default placement: FGD's fragmentation descent, made CPU-aware and sliver-aware.
+"""Tessera's default placement: FGD's fragmentation descent, made CPU-, memory- and sliver-aware.
 
-The node measure ``F`` adds two terms to FGD's fragmentation against the typical pods:
+The node measure ``F`` adds three terms to FGD's fragmentation against the typical pods:
 
-- **CPU stranding**: idle GPU milli that the node's free CPU could not feed, averaged over the typical GPU pods.
-  FGD counts a GPU as usable for a typical pod as long as the node has that pod's CPU *once*; a node with eight free
-  GPUs and twelve free cores will in fact host one or two more pods, not eight. Charging the stranded milli steers
-  CPU-heavy pods (CPU-only ones above all) to CPU-rich nodes and keeps CPU where GPUs need it.
+- **CPU stranding**: idle GPU milli that the node's free CPU and host memory could not feed, averaged over the
+  typical GPU pods. FGD counts a GPU as usable for a typical pod as long as the node has that pod's CPU *once*; a
+  node with eight free GPUs and twelve free cores will in fact host one or two more pods, not eight. Charging the
+  stranded milli steers CPU-heavy pods (CPU-only ones above all) to CPU-rich nodes and keeps CPU where GPUs need it.
+  A typical pod's memory is the mean memory of the requests of its shape.
+- **Joint fill waste** (``joint_waste``): for each typical pod, the idle milli left if only that pod kept arriving
+  until the node's GPUs (counted per GPU) or its CPU ran out; averaged over the typical pods.
 - **Sliver waste**: for each GPU, the expected milli that typical pods would never fill if they kept arriving at
   random (``random_fill_waste``). FGD only asks whether the next pod fits a GPU; this looks down the whole sequence
   of shares that could still land there, so a remainder that only rare small pods can use counts as waste.
@@ -25,8 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
-from tessera.core.cluster import IntArray
+from tessera.core.cluster import ClusterState, IntArray
 from tessera.core.fragmentation import (
     FloatArray,
     FragmentationModel,
@@ -36,7 +40,8 @@ from tessera.core.fragmentation import (
     shape_of,
     typical_pods_from_counts,
 )
-from tessera.core.placement.fgd import FgdPolicy
+from tessera.core.placement.base import NodeScores, no_gpu_choice
+from tessera.core.placement.fgd import FgdPolicy, take_whole_gpus
 from tessera.core.workload import MILLI_PER_GPU, Request
 
 
@@ -44,24 +49,108 @@ from tessera.core.workload import MILLI_PER_GPU, Request
 class TesseraParams:
     cpu_stranding_weight: float = 2.0  # weight of GPU milli the node's CPU cannot feed
     sliver_weight: float = 1.0  # weight of the expected never-filled milli per GPU
+    joint_weight: float = 0.5  # weight of the idle milli a run of one typical pod would leave (GPU and CPU)
+    memory: bool = True  # host memory, like CPU, limits how many typical pods a node can still feed
     coverage: float = 0.95  # share of requests the typical pods cover (as FGD)
     first_refit: int = 64  # online mode: requests seen before the first model
     refit_every: int = 1024  # online mode: refit period once past the doubling phase
 
 
 class TesseraFragmentation(FragmentationModel):
-    """FGD's node fragmentation plus CPU stranding plus expected sliver waste, in milli-GPU."""
+    """FGD's node fragmentation plus CPU stranding, joint fill waste and expected sliver waste, in milli-GPU."""
 
     def __init__(self, pods: Sequence[TypicalPod], model_names: Sequence[str], params: TesseraParams) -> None:
         super().__init__(pods, model_names)
         self.params = params
         self._waste = random_fill_waste(pods)
+        # _fit_counts[free, t]: how many pods of the t-th distinct per-GPU share fit a GPU with ``free`` milli.
+        free = np.arange(MILLI_PER_GPU + 1)[:, None]
+        self._fit_counts = (free // np.maximum(self._thresholds[None, :], 1)).astype(np.int64)
+        # _fit_packed: that count, whether the share fits at all and the free milli if it does, in one integer so
+        # that one sum over a node's GPUs gives all three (fields of 16, 16 and 32 bits).
+        fits = free >= self._thresholds[None, :]
+        self._fit_packed = self._fit_counts | (fits.astype(np.int64) << 16) | (np.where(fits, free, 0) << 32)
+        self._cpu_each = np.maximum(self._pod_cpu, 1)
+        self._mem_each = np.maximum(self._pod_mem, 1)
+        self._mem_known = self._pod_mem > 0
+        self._gpu_each = (self._thresholds[self._pod_threshold] * self._pod_gpus).astype(np.float64)
+        self._positive_shares = bool((self._thresholds > 0).all())  # a zero share fits a GPU with 0 free
 
-    def node_frag(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
-        base = super().node_frag(cpu_free, gpu_free, model_idx)
-        stranded = self.cpu_stranded(cpu_free, gpu_free, model_idx)
-        slivers = np.asarray(self._waste[np.clip(gpu_free, 0, MILLI_PER_GPU)].sum(axis=1), dtype=np.float64)
-        return base + self.params.cpu_stranding_weight * stranded + self.params.sliver_weight * slivers
+    def node_frag(
+        self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, mem_free: IntArray | None = None
+    ) -> FloatArray:
+        """``F`` of K node states; ``mem_free`` (free host memory) feeds the stranding term when given."""
+        p = self.params
+        if self._pod_weight.size == 0 or not self._positive_shares:
+            return self._node_frag_unfused(cpu_free, gpu_free, model_idx, mem_free)
+        # FGD's measure (FragmentationModel.node_frag, the same arithmetic), CPU stranding (cpu_stranded, with
+        # memory) and the joint fill waste, sharing one table lookup of how many of each share fit each GPU.
+        idle = gpu_free.sum(axis=1).astype(np.float64)
+        allowed = self._allowed[model_idx]
+        packed = self._fit_packed[gpu_free].sum(axis=1)  # K x T
+        pods_per_share = packed & 0xFFFF
+        gpus_fitting = (packed >> 16) & 0xFFFF
+        milli_too_small = idle[:, None] - (packed >> 32)
+        cpu_fit = cpu_free[:, None] // self._cpu_each[None, :]
+        fits = (
+            (gpus_fitting[:, self._pod_threshold] >= self._pod_gpus[None, :])
+            & (cpu_free[:, None] >= self._pod_cpu[None, :])
+            & allowed
+        )
+        per_pod = np.where(fits, milli_too_small[:, self._pod_threshold], idle[:, None])
+        frag = idle * self._cpu_only_weight + np.asarray(per_pod @ self._pod_weight, dtype=np.float64)
+        frag = frag + p.sliver_weight * self._waste[gpu_free].sum(axis=1)
+        fed = cpu_fit
+        if mem_free is not None and p.memory:
+            fed = np.where(self._mem_known[None, :], np.minimum(cpu_fit, mem_free[:, None] // self._mem_each), cpu_fit)
+        stranded = np.where(allowed, np.maximum(idle[:, None] - fed * self._gpu_each[None, :], 0.0), 0.0)
+        frag = frag + p.cpu_stranding_weight * (stranded @ self._pod_weight)
+        if p.joint_weight:
+            gpu_fit = pods_per_share[:, self._pod_threshold] // self._pod_gpus[None, :]
+            used = np.where(allowed, np.minimum(gpu_fit, cpu_fit) * self._gpu_each[None, :], 0.0)
+            joint = idle * self._pod_weight.sum() - used @ self._pod_weight
+            frag = frag + p.joint_weight * joint
+        return np.asarray(frag, dtype=np.float64)
+
+    def _node_frag_unfused(
+        self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, mem_free: IntArray | None
+    ) -> FloatArray:
+        p = self.params
+        frag = super().node_frag(cpu_free, gpu_free, model_idx)
+        frag = frag + p.sliver_weight * self._waste[np.clip(gpu_free, 0, MILLI_PER_GPU)].sum(axis=1)
+        if self._pod_weight.size == 0:
+            return np.asarray(frag, dtype=np.float64)
+        idle = gpu_free.sum(axis=1).astype(np.float64)
+        allowed = self._allowed[model_idx]
+        cpu_fit = cpu_free[:, None] // self._cpu_each[None, :]
+        fed = cpu_fit
+        if mem_free is not None and p.memory:
+            fed = np.where(self._mem_known[None, :], np.minimum(cpu_fit, mem_free[:, None] // self._mem_each), cpu_fit)
+        stranded = np.where(allowed, np.maximum(idle[:, None] - fed * self._gpu_each[None, :], 0.0), 0.0)
+        frag = frag + p.cpu_stranding_weight * (stranded @ self._pod_weight)
+        if p.joint_weight:
+            frag = frag + p.joint_weight * self._joint(idle, allowed, cpu_fit, gpu_free)
+        return np.asarray(frag, dtype=np.float64)
+
+    def joint_waste(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
+        """Idle milli left if only typical pod ``m`` kept arriving until no GPU or no CPU fits it, averaged over ``m``.
+
+        Unlike the stranding term it counts the GPUs pod ``m`` fits one by one (three 300-milli pods on a free GPU
+        leave 100), and unlike FGD's measure it counts how many more of ``m`` the CPU admits.
+        """
+        idle = gpu_free.sum(axis=1).astype(np.float64)
+        if self._pod_weight.size == 0:
+            return np.zeros_like(idle)
+        cpu_fit = cpu_free[:, None] // self._cpu_each[None, :]
+        return self._joint(idle, self._allowed[model_idx], cpu_fit, gpu_free)
+
+    def _joint(
+        self, idle: FloatArray, allowed: npt.NDArray[np.bool_], cpu_fit: IntArray, gpu_free: IntArray
+    ) -> FloatArray:
+        per_gpu = self._fit_counts[gpu_free].sum(axis=1)  # K x T
+        gpu_fit = per_gpu[:, self._pod_threshold] // self._pod_gpus[None, :]
+        used = np.where(allowed, np.minimum(gpu_fit, cpu_fit) * self._gpu_each[None, :], 0.0)
+        return np.asarray(idle * self._pod_weight.sum() - used @ self._pod_weight, dtype=np.float64)
 
 
 class TesseraPolicy(FgdPolicy):
@@ -78,6 +167,7 @@ class TesseraPolicy(FgdPolicy):
         self.online = online
         self._model_names = tuple(model_names)
         self._seen: Counter[Shape] = Counter()
+        self._seen_mem: Counter[Shape] = Counter()  # summed host memory per shape
         self._requests_seen = 0
         self.model_version = 0
         super().__init__(TesseraFragmentation(() if online else typical, model_names, params))
@@ -87,13 +177,52 @@ class TesseraPolicy(FgdPolicy):
     def delta_score(self, before: FloatArray, after: FloatArray) -> FloatArray:
         return before - after
 
+    def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
+        if not self.params.memory or not isinstance(self.frag, TesseraFragmentation):
+            return super().score_nodes(state, request, nodes, need_milli)
+        return self._score_with_memory(self.frag, state, request, nodes, need_milli)
+
+    def _score_with_memory(
+        self, frag: TesseraFragmentation, state: ClusterState, request: Request, nodes: IntArray, need: IntArray
+    ) -> NodeScores:
+        """``FgdPolicy.score_nodes``'s flow, with the nodes' free host memory passed to the measure."""
+        cpu, mem = state.cpu_free_milli[nodes], state.mem_free_mib[nodes]
+        free, models = state.gpu_free_milli[nodes], state.model_idx[nodes]
+        before = frag.node_frag(cpu, free, models, mem)
+        cpu_after, mem_after = cpu - request.scoring_cpu_milli, mem - request.mem_mib
+        sharing = (need < MILLI_PER_GPU) if request.num_gpus == 1 else np.zeros(nodes.size, dtype=np.bool_)
+        score = np.empty(nodes.size)
+        gpu = no_gpu_choice(nodes.size)
+        if sharing.any():
+            # As FgdPolicy._score_sharing: every GPU that fits, once per distinct free share; first index on ties.
+            idx = np.flatnonzero(sharing)
+            sfree, g = free[idx], free.shape[1]
+            fits = sfree >= need[idx][:, None]
+            same = ((sfree[:, :, None] == sfree[:, None, :]) & np.tri(g, g, -1, dtype=np.bool_)[None]).any(axis=2)
+            rows, cols = np.nonzero(fits & ~same)
+            free_after = sfree[rows].copy()
+            free_after[np.arange(rows.size), cols] -= need[idx][rows]
+            after = frag.node_frag(cpu_after[idx][rows], free_after, models[idx][rows], mem_after[idx][rows])
+            scores = np.full((idx.size, g), -np.inf)
+            scores[rows, cols] = before[idx][rows] - after
+            best = np.argmax(scores, axis=1)
+            score[idx], gpu[idx] = scores[np.arange(idx.size), best], best
+        whole = ~sharing
+        if whole.any():
+            free_after = take_whole_gpus(free[whole], request.num_gpus) if request.num_gpus else free[whole]
+            after = frag.node_frag(cpu_after[whole], free_after, models[whole], mem_after[whole])
+            score[whole] = before[whole] - after
+        return NodeScores(score, gpu)
+
     def observe(self, request: Request) -> None:
         if not self.online:
             return
-        self._seen[shape_of(request)] += 1
+        shape = shape_of(request)
+        self._seen[shape] += 1
+        self._seen_mem[shape] += request.mem_mib
         self._requests_seen += 1
         if self._due_for_refit(self._requests_seen):
-            pods = typical_pods_from_counts(self._seen, self.params.coverage)
+            pods = typical_pods_from_counts(self._seen, self.params.coverage, self._seen_mem)
             self.frag = TesseraFragmentation(pods, self._model_names, self.params)
             self.model_version += 1
 
