@@ -2,8 +2,7 @@
 
 Usage: python bench/placement_bound.py [--traces default,cpu250] [--seeds 42-43] [--buckets 100,130]
 
-Needs scipy (not a Tessera dependency): ``pip install scipy`` in another environment and put its site-packages
-on ``PYTHONPATH`` *after* the venv's, or set ``--scipy-path``.
+Needs scipy, the optional ``bench`` extra: ``.venv/bin/pip install -e '.[bench]'``.
 
 For each trace and seed it rebuilds the experiment's arrival sequence (``inflate_requests``, same seed), takes the
 arrivals up to the first one at which the arrived GPU request reaches the bucket's share of capacity, and solves a
@@ -47,11 +46,12 @@ def main() -> None:
     parser.add_argument("--traces", default="")
     parser.add_argument("--seeds", default="42-43")
     parser.add_argument("--buckets", default="100,130")
-    parser.add_argument("--scipy-path", default="")
     parser.add_argument("--cpu-first", action="store_true", help="place as many CPU-only pods as possible first")
     args = parser.parse_args()
-    if args.scipy_path:
-        sys.path.append(args.scipy_path)
+    try:
+        import scipy  # noqa: F401
+    except ImportError:
+        sys.exit("error: bench/placement_bound.py needs scipy: .venv/bin/pip install -e '.[bench]'")
     published = load_published(SHARED / "fgd-results" / "analysis_allo_discrete.csv")
     traces = sorted({trace for trace, _ in published})
     if args.traces:
