@@ -14,7 +14,7 @@ help:
 	@echo "make run      - start the control plane (tessera up) on 127.0.0.1:$(PORT) with a demo mix; Ctrl-C stops it"
 	@echo "make simulate - simulate the FGD study on the embedded synthetic cluster (report in $(OUT))"
 	@echo "make test   - ruff, mypy, import-linter contracts and the test suite"
-	@echo "make lint   - ruff, mypy and import-linter only"
+	@echo "make lint   - ruff (lint and format check), mypy and import-linter only"
 	@echo "make bench  - placement speed of fgd and bestfit (openb trace when ../shared is there)"
 	@echo "make clean  - remove reports and caches (make distclean also removes $(VENV))"
 
@@ -32,6 +32,7 @@ simulate: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -38,8 +38,18 @@ class LiveServer:
 
     def start(self, timeout_s: float = 30.0) -> None:
         command = [
-            sys.executable, "-m", "tessera.cli", "up", "--port", str(self.port), "--gpus", self.gpus,
-            "--admin-token", ADMIN, "--data-dir", str(self.data_dir),
+            sys.executable,
+            "-m",
+            "tessera.cli",
+            "up",
+            "--port",
+            str(self.port),
+            "--gpus",
+            self.gpus,
+            "--admin-token",
+            ADMIN,
+            "--data-dir",
+            str(self.data_dir),
         ]
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = (self.data_dir / "server.log").open("ab")

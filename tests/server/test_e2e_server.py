@@ -46,8 +46,9 @@ def test_fractional_jobs_share_a_gpu_a_fourth_waits_then_starts(server: LiveServ
             log = wait_for(lambda wid=wid: client.logs(wid)["data"])
             uuid = running[0]["placement"][0]["uuids"][0]
             assert log.strip() == f"env {wid} {uuid} 300"
-        done = wait_for(lambda: client.workload(fourth)["state"] == "succeeded" and client.workload(fourth),
-                        timeout_s=30)
+        done = wait_for(
+            lambda: client.workload(fourth)["state"] == "succeeded" and client.workload(fourth), timeout_s=30
+        )
         wait_for(lambda: all(client.workload(i)["state"] == "succeeded" for i in ids), timeout_s=30)
         assert done["started_at"] >= min(client.workload(i)["finished_at"] for i in ids)  # only once room freed
         assert client.logs(fourth)["data"] == "fourth ran\n"
@@ -58,7 +59,9 @@ def test_cancel_stops_the_process_and_logs_follow(server: LiveServer) -> None:
         ticker = _submit(client, "for i in 1 2 3; do echo tick $i; sleep 0.5; done")
         follower = subprocess.run(
             [sys.executable, "-m", "tessera.cli", "logs", str(ticker), "-f", "--url", server.url, "--token", ADMIN],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert follower.returncode == 0, follower.stderr
         assert follower.stdout == "tick 1\ntick 2\ntick 3\n"
@@ -66,8 +69,9 @@ def test_cancel_stops_the_process_and_logs_follow(server: LiveServer) -> None:
         sleeper = _submit(client, "trap '' TERM; sleep 300")  # ignores SIGTERM: needs the SIGKILL after the grace
         pid = wait_for(lambda: client.workload(sleeper)["state"] == "running" and _pid(server, sleeper))
         client.cancel(sleeper)
-        ended = wait_for(lambda: client.workload(sleeper)["state"] == "cancelled" and client.workload(sleeper),
-                         timeout_s=30)
+        ended = wait_for(
+            lambda: client.workload(sleeper)["state"] == "cancelled" and client.workload(sleeper), timeout_s=30
+        )
         assert ended["reason"] == "cancelled"
         assert not alive(pid)
 

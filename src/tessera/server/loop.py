@@ -271,7 +271,8 @@ class SchedulerLoop:
         entry = self.running[int(workload_id)]
         entry.stop_sent = f"{WATCHDOG}: {reason}"
         self.store.update_workloads(
-            [{"id": entry.row.id, "stop_reason": entry.stop_sent[:200]}], [Event(entry.row.id, WATCHDOG, reason)],
+            [{"id": entry.row.id, "stop_reason": entry.stop_sent[:200]}],
+            [Event(entry.row.id, WATCHDOG, reason)],
             self.clock(),
         )
         self.backend.stop(workload_id, self.config.stop_grace_s)
