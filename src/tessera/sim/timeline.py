@@ -83,7 +83,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections import OrderedDict, deque
 from collections.abc import Sequence
 
 import numpy as np
@@ -109,6 +108,7 @@ from tessera.sim.events import EventLoop
 from tessera.sim.timeline_accounts import QueueAccounts, jain_index
 from tessera.sim.timeline_elastic import ElasticRuns, check_charges, elastic_bounds
 from tessera.sim.timeline_las import LasService
+from tessera.sim.timeline_pending import PendingJobs, Shape
 from tessera.sim.timeline_policies import (
     LAS_QUEUE,
     PREEMPTION_MIN_RUNTIME_S,
@@ -156,7 +156,6 @@ def run_timeline(
 
 
 Event = tuple[str, int, int]  # (kind, job index, run token: a depart or recheck of an earlier, preempted run is stale)
-Shape = tuple[Request, int, int, str, bool, int | None]  # request, gang, priority, queue, preemptible, elastic_min
 
 
 class _Replay:
@@ -218,11 +217,9 @@ class _Replay:
         self.tokens = [0] * len(self.jobs)
         self.clock = RunClock(self, colocation)  # progress, departures, co-location (every policy alike)
         self.loop: EventLoop[Event] = EventLoop()
-        self.pending_since: dict[int, float] = {}
         self.service = LasService(self.las, policy.las_within_class, len(self.jobs))  # LAS attained service
-        self.fifo: dict[str, deque[int]] = {}  # strict FIFO: job indices in arrival order, per queue
-        self.groups: OrderedDict[Shape, deque[int]] = OrderedDict()  # backfill: by shape
-        self.failed_at_release: dict[Shape, int] = {}
+        strict = policy.discipline is QueueDiscipline.STRICT_FIFO
+        self.pending = PendingJobs(strict, self._shape, lambda i: self._queue(i) if self.accounts else "")
         self.releases = 0
         self.preemptions = 0
         self.reclaim = ReclaimTracker(self.scheduler, seed)
@@ -281,19 +278,18 @@ class _Replay:
             if token == self.tokens[i]:  # a running job's LAS queue dropped or its guard expired: retry the waiting
                 self.releases += 1
         else:
-            self._enqueue(i, now)
+            self.pending.add(i)
             if self.accounts:
                 self.accounts.demand_milli[self._queue(i)] += self._milli(i)
         upcoming = loop.next_time_s()
         if upcoming is None or upcoming > now:  # schedule once all events of this instant are in
             self._schedule(loop, now)
             if self.policy.borrowing and self.accounts:
-                blocked = self.reclaim.blocked_queues(self._heads())
+                blocked = self.reclaim.blocked_queues(self.pending.heads())
                 if blocked:  # borrowers took quota after the owner's shapes failed: retry them (reclaim) now
-                    for shape in [k for k in self.failed_at_release if k[3] in blocked]:
-                        del self.failed_at_release[shape]
+                    self.pending.retry_queues(blocked)
                     self._schedule(loop, now)
-                self.reclaim.track(now, self._heads(), self._running_now, self.guard)
+                self.reclaim.track(now, self.pending.heads(), self._running_now, self.guard)
             self.alloc_times.append(now)
             self.alloc_values.append(self.allocated_milli)
 
@@ -342,22 +338,6 @@ class _Replay:
             return job.priority
         return self.service.priority(i, now, self._gpus(i), job.priority, bool(getattr(job, "preemptible", False)))
 
-    def _enqueue(self, i: int, now: float) -> None:
-        self.pending_since[i] = now
-        if self.policy.discipline is QueueDiscipline.STRICT_FIFO:
-            self.fifo.setdefault(self._queue(i) if self.accounts else "", deque()).append(i)
-        else:
-            self.groups.setdefault(self._shape(i), deque()).append(i)
-
-    def _candidates(self) -> list[int]:
-        if self.policy.discipline is QueueDiscipline.STRICT_FIFO:
-            return [i for members in self.fifo.values() for i in list(members)[:64]]
-        heads = []
-        for shape, members in self.groups.items():
-            if self.failed_at_release.get(shape) != self.releases:
-                heads.append(members[0])
-        return heads
-
     def _shape(self, i: int) -> Shape:
         job = self.jobs[i]
         priority = self._priority(i, self.last_s)
@@ -366,9 +346,9 @@ class _Replay:
 
     def _schedule(self, loop: EventLoop[Event], now: float) -> None:
         while True:
-            candidates = self._candidates()
+            candidates = self.pending.candidates(self.releases)
             if not candidates:
-                if not self.groups and self.elastic.growable():  # nothing waits: elastic jobs may grow
+                if self.pending.no_shapes and self.elastic.growable():  # nothing waits: elastic jobs may grow
                     plan = self.scheduler.plan([], self.rng, self._running_now(), now, self.guard)
                     self.elastic.apply_grows(now, plan.grows)
                     self._check()
@@ -394,9 +374,8 @@ class _Replay:
             for bind in plan.binds:
                 self._start(loop, now, bind)
             for job_id in plan.waiting:
-                i = int(job_id)
-                self.failed_at_release[self._shape(i)] = self.releases
-            if plan.grows and self._all_waiting_seen(plan.waiting):
+                self.pending.failed(int(job_id), self.releases)
+            if plan.grows and self.pending.all_waiting_seen(plan.waiting):
                 self.elastic.apply_grows(now, plan.grows)
             self._check()
             if not plan.binds:
@@ -409,11 +388,6 @@ class _Replay:
             if self.scheduler.ledger is not None:
                 check_quotas(self.scheduler.ledger)
                 check_charges(self.scheduler.ledger, list(self.running.values()))
-
-    def _all_waiting_seen(self, waiting: dict[str, str]) -> bool:
-        """True when the step saw what every pending job waits for: each shape's first job was in it and waits (a
-        grow takes only capacity nobody waits for, and the step knows only the jobs it was given)."""
-        return all(str(members[0]) in waiting for members in self.groups.values()) and not any(self.fifo.values())
 
     def _running_now(self) -> list[RunningWorkload]:
         running = list(self.running.values())
@@ -452,7 +426,7 @@ class _Replay:
             )
         if self.accounts:
             self.accounts.received_milli[self._queue(i)] += self._received_milli(i)
-        self._dequeue(i)
+        self.pending.remove(i)
         if np.isnan(self.start_s[i]):  # waiting time counts until the first start
             self.start_s[i] = now
         self.finish_s[i] = end
@@ -479,17 +453,6 @@ class _Replay:
     def _received_milli(self, i: int) -> int:
         """GPU milli a running job receives, all its workers (as requested, before static rounding)."""
         return self.jobs[i].request.total_gpu_milli * len(self.placements[i])
-
-    def _dequeue(self, i: int) -> None:
-        self.pending_since.pop(i, None)
-        if self.policy.discipline is QueueDiscipline.STRICT_FIFO:
-            self.fifo[self._queue(i) if self.accounts else ""].remove(i)
-            return
-        shape = self._shape(i)
-        members = self.groups[shape]
-        members.remove(i)
-        if not members:
-            del self.groups[shape]
 
     def _stop(self, i: int) -> None:
         """Release a running job's placements and quota."""
@@ -520,11 +483,4 @@ class _Replay:
         self.finish_s[i] = np.nan
         self.preemptions += 1
         self.guard = self.guard.record([str(i)])
-        self._enqueue(i, now)
-
-    def _heads(self) -> list[PendingWorkload]:
-        """The first pending workload of each request shape (what the reclaim measure looks at)."""
-        return [
-            PendingWorkload(str(members[0]), request, 0.0, priority, queue, gang, preemptible, elastic_min=elastic_min)
-            for (request, gang, priority, queue, preemptible, elastic_min), members in self.groups.items()
-        ]
+        self.pending.add(i)
