@@ -8,14 +8,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tessera.core.cluster import ClusterState, NodeSpec
-from tessera.core.elastic import grown_admission, shrunk_admission, workers_charge
+from tessera.core.elastic import grown_admission, placements_charge, shrunk_admission
 from tessera.core.invariants import check_cluster, check_quotas
 from tessera.core.placement import Placer, make_policy
 from tessera.core.preemption import PreemptionPolicy
 from tessera.core.queueing import ResourceVector
 from tessera.core.queueing.quotas import Admission, QueueSpec
 from tessera.core.scheduler import PendingWorkload, RunningWorkload, Scheduler, SchedulerConfig, StepPlan
-from tessera.core.step import IMPLICIT_QUEUE, placements_charge
+from tessera.core.step import IMPLICIT_QUEUE
 from tessera.core.workload import Placement, Request
 
 WORKER = Request(num_gpus=1, gpu_milli=1000, cpu_milli=1000)
@@ -193,7 +193,7 @@ class Runtime:
             r = self.running[shrink.workload_id]
             for placement in shrink.placements:
                 state.release(placement)
-            kept, given = shrunk_admission(r.admission, workers_charge(shrink.placements))
+            kept, given = shrunk_admission(r.admission, placements_charge(shrink.placements))
             assert given == shrink.admission
             self.sched.release(shrink.admission)
             left = tuple(p for p in r.placements if p not in shrink.placements)
@@ -220,7 +220,7 @@ class Runtime:
             for placement in grow.placements:
                 state.bind(placement)
             added = self.sched.charge(grow)
-            assert added is not None and added.charged == workers_charge(grow.placements)
+            assert added is not None and added.charged == placements_charge(grow.placements)
             admission = grown_admission(r.admission, added)
             self.running[r.workload_id] = dataclasses.replace(
                 r, placements=r.placements + grow.placements, admission=admission
@@ -241,11 +241,11 @@ class Runtime:
         check_quotas(self.sched.ledger)
         for spec in self.sched.ledger.queues:  # the ledger holds exactly the running workloads' admissions
             held = [r.admission for r in self.running.values() if r.queue == spec.name]
-            assert self.sched.ledger.usage(spec.name, "*") == workers_charge(
+            assert self.sched.ledger.usage(spec.name, "*") == placements_charge(
                 [p for r in self.running.values() if r.queue == spec.name for p in r.placements]
             )
             for admission in held:
-                assert admission.charged == workers_charge(self.running_of(admission).placements)
+                assert admission.charged == placements_charge(self.running_of(admission).placements)
 
     def running_of(self, admission: Admission) -> RunningWorkload:
         return next(r for r in self.running.values() if r.admission is admission)

@@ -38,11 +38,13 @@ def worker_charge(placement: Placement) -> ResourceVector:
     return ResourceVector(r.total_gpu_milli, r.cpu_milli, r.mem_mib)
 
 
-def workers_charge(placements: Sequence[Placement]) -> ResourceVector:
-    total = ResourceVector.zero()
-    for placement in placements:
-        total = total + worker_charge(placement)
-    return total
+def placements_charge(placements: Sequence[Placement]) -> ResourceVector:
+    """GPU milli, CPU and memory that ``placements`` hold (a workload's charge is that of its workers)."""
+    return ResourceVector(
+        sum(p.total_gpu_milli for p in placements),
+        sum(p.request.cpu_milli for p in placements),
+        sum(p.request.mem_mib for p in placements),
+    )
 
 
 def shrunk_admission(admission: Admission, charge: ResourceVector) -> tuple[Admission, Admission]:

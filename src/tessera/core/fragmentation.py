@@ -104,8 +104,11 @@ class FragmentationModel:
                 allowed[i, j] = not pod.gpu_types or model in pod.gpu_types
         self._allowed = allowed
 
-    def node_frag(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
-        """Fragmentation (milli-GPU) of K node states: ``cpu_free[K]``, ``gpu_free[K, G]``, ``model_idx[K]``."""
+    def node_frag(
+        self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, mem_free: IntArray | None = None
+    ) -> FloatArray:
+        """Fragmentation (milli-GPU) of K node states: ``cpu_free[K]``, ``gpu_free[K, G]``, ``model_idx[K]``.
+        FGD's measure ignores ``mem_free`` (free host memory); models that add terms may use it."""
         idle = gpu_free.sum(axis=1).astype(np.float64)
         frag: FloatArray = idle * self._cpu_only_weight
         if self._pod_weight.size == 0:

@@ -26,6 +26,7 @@ from tessera.core.decisions import (
     SchedulerConfig,
     StepPlan,
 )
+from tessera.core.elastic import placements_charge
 from tessera.core.placement.base import Placer
 from tessera.core.placement.gang import place_gang
 from tessera.core.preemption import Candidate, PreemptionGuard, select_victims, select_victims_to_fit
@@ -55,15 +56,6 @@ def implicit_ledger(
         admission = Admission(IMPLICIT_QUEUE, ANY_FLAVOR, charge, ResourceVector.zero())
         relabelled.append(dataclasses.replace(r, queue=IMPLICIT_QUEUE, admission=admission))
     return ledger, relabelled
-
-
-def placements_charge(placements: Sequence[Placement]) -> ResourceVector:
-    """GPU milli, CPU and memory that ``placements`` hold."""
-    return ResourceVector(
-        sum(p.total_gpu_milli for p in placements),
-        sum(p.request.cpu_milli for p in placements),
-        sum(p.request.mem_mib for p in placements),
-    )
 
 
 class QuotaStep:
@@ -113,14 +105,14 @@ class QuotaStep:
         self.last_failure = ""  # why the last ``_try`` failed: "fit", "quota" or "limit"
         # Elastic (``core.elastic``): resizes of running workloads, charged to their queues' quotas.
         self.elastic = config.elastic
-        self.resizable = config.elastic
         self.resizes = StepResizes(self)
 
     def run(self, pending: Sequence[PendingWorkload]) -> StepPlan:
         queues: dict[str, deque[PendingWorkload]] = {}
         if self.implicit:
             pending = [dataclasses.replace(w, queue=IMPLICIT_QUEUE) for w in pending]
-        self.resizes.queue_of = {w.workload_id: w.queue for w in pending}
+        if self.elastic:  # which queues a grow must leave alone (StepResizes.grow)
+            self.resizes.queue_of = {w.workload_id: w.queue for w in pending}
         for workload in order_pending(pending):
             queues.setdefault(workload.queue, deque()).append(workload)
         borrowing: dict[str, deque[PendingWorkload]] = {}
@@ -130,7 +122,7 @@ class QuotaStep:
             # workload bound in this step is not yet a running candidate for preemption).
             self._drain(queues, borrowing)
             self._drain(borrowing, None)
-            grows = self.resizes.grow() if self.resizable and not self.preempts else []
+            grows = self.resizes.grow() if self.elastic and not self.preempts else []
         finally:
             for placement in reversed(self.tried):
                 self.state.release(placement)
@@ -253,14 +245,14 @@ class QuotaStep:
         admission = self._admission(workload, flavor, demand)
         if (admission is not None or elastic_min is not None) and self.resizes.place_over_growth(workload, flavor):
             return True
-        if not within_reservation and self.resizable and self.resizes.shrink_for(workload, flavor):
+        if not within_reservation and self.elastic and self.resizes.shrink_for(workload, flavor):
             return True
         if not within_reservation and self._preempt_for(workload, flavor, demand, quota_blocked=admission is None):
             return True
         if not within_reservation:
             self.blocked_shapes.add(shape)
         self.last_failure = "fit" if admission is not None else "quota"
-        if self._quota_only(workload, flavor):
+        if self.elastic and self._quota_only(workload, flavor):  # only growth asks (StepResizes.grow)
             self.resizes.quota_waits.add(workload.workload_id)
         no_quota = f"queue {workload.queue} has no quota left for {_amount(demand)}"
         self.waiting[workload.workload_id] = _no_fit(workload) if admission is not None else no_quota

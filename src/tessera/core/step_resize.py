@@ -17,10 +17,10 @@ from tessera.core.elastic import (
     grow_into_idle,
     grown_admission,
     grown_workers,
+    placements_charge,
     shrinkable_workers,
     shrunk_admission,
     worker_charge,
-    workers_charge,
 )
 from tessera.core.errors import InvalidRequestError
 from tessera.core.queueing.quotas import Admission
@@ -46,7 +46,7 @@ class StepResizes:
         free (growth only took capacity nobody waited for, so it must not change where a later workload goes): the
         grown workers the placement or the quota then needs are given back (``Shrink``), the others stay."""
         step = self.step
-        grown = grown_workers(step.running.values()) if step.resizable else []
+        grown = grown_workers(step.running.values()) if step.elastic else []
         if not step.implicit:
             grown = [(w, p) for w, p in grown if step.running[w].queue == workload.queue]
         if not grown:
@@ -133,7 +133,7 @@ class StepResizes:
             kept = list(running.placements)
             for placement in placements:
                 kept.remove(placement)
-            admission, given = shrunk_admission(running.admission, workers_charge(placements))
+            admission, given = shrunk_admission(running.admission, placements_charge(placements))
             step.running[workload_id] = dataclasses.replace(running, placements=tuple(kept), admission=admission)
             charge = None if step.implicit else given
             self.shrinks.append(Shrink(workload_id, tuple(placements), workload.workload_id, charge))

@@ -29,7 +29,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tessera.core.elastic import grown_admission, shrunk_admission, workers_charge
+from tessera.core.elastic import grown_admission, placements_charge, shrunk_admission
 from tessera.core.invariants import InvariantViolation
 from tessera.core.queueing import QuotaLedger, ResourceVector
 from tessera.core.queueing.quotas import Admission
@@ -80,7 +80,7 @@ class ElasticRuns:
             for placement in shrink.placements:
                 replay.state.release(placement)
                 replay.allocated_milli -= placement.total_gpu_milli
-            kept, _ = shrunk_admission(running.admission, workers_charge(shrink.placements))
+            kept, _ = shrunk_admission(running.admission, placements_charge(shrink.placements))
             replay.scheduler.release(shrink.admission)
             left = tuple(p for p in replay.placements[i] if p not in shrink.placements)
             self._resize(now_s, i, left, kept)
@@ -119,7 +119,7 @@ def check_charges(ledger: QuotaLedger, running: Sequence[RunningWorkload]) -> No
     ledger holds exactly the running workloads' charges (a resize that forgot its quota change breaks both)."""
     held: dict[tuple[str, str], ResourceVector] = {}
     for r in running:
-        if r.admission.charged != workers_charge(r.placements):
+        if r.admission.charged != placements_charge(r.placements):
             raise InvariantViolation(f"workload {r.workload_id} is charged {r.admission.charged} for other workers")
         pool = (r.queue, r.admission.flavor_key)
         held[pool] = held.get(pool, ResourceVector.zero()) + r.admission.charged

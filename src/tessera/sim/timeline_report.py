@@ -90,7 +90,7 @@ def summarize(results: Sequence[TimelineResult]) -> list[TimelineSummary]:
                 _mean(float(np.median(r.jct_s)) if r.jct_s.size else 0.0 for r in runs),
                 _mean(float(np.median(r.wait_s)) if r.wait_s.size else 0.0 for r in runs),
                 _mean(_makespan_s(r) for r in runs),
-                _mean(r.jct_s.size / (_makespan_s(r) / 3600.0) if _makespan_s(r) > 0 else 0.0 for r in runs),
+                _mean(_jobs_per_hour(r) for r in runs),
             )
         )
     return summaries
@@ -113,6 +113,12 @@ def _makespan_s(result: TimelineResult) -> float:
     if not result.finish_s.size:
         return 0.0
     return float(result.finish_s.max() - result.arrival_s.min())
+
+
+def _jobs_per_hour(result: TimelineResult) -> float:
+    """Jobs that ran per hour of makespan (0 when none did)."""
+    makespan_s = _makespan_s(result)
+    return result.jct_s.size / (makespan_s / 3600.0) if makespan_s > 0 else 0.0
 
 
 def _mean(values: Iterable[float]) -> float:

@@ -40,29 +40,40 @@ class FgdPolicy(BasePolicy):
         return frag_delta_score(before, after)
 
     def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
-        cpu = state.cpu_free_milli[nodes]
+        cpu, mem = state.cpu_free_milli[nodes], state.mem_free_mib[nodes]
         free = state.gpu_free_milli[nodes]
         models = state.model_idx[nodes]
-        before = self.frag.node_frag(cpu, free, models)
-        cpu_after = cpu - request.scoring_cpu_milli
+        before = self.frag.node_frag(cpu, free, models, mem)
+        cpu_after, mem_after = cpu - request.scoring_cpu_milli, mem - request.mem_mib
         # A memory-sized request can be a share on a large GPU model and a whole GPU on a small one.
         sharing = (need_milli < MILLI_PER_GPU) if request.num_gpus == 1 else np.zeros(nodes.size, dtype=np.bool_)
         score = np.empty(nodes.size)
         gpu = no_gpu_choice(nodes.size)
         if sharing.any():
             part = self._score_sharing(
-                before[sharing], cpu_after[sharing], free[sharing], models[sharing], need_milli[sharing]
+                before[sharing],
+                cpu_after[sharing],
+                mem_after[sharing],
+                free[sharing],
+                models[sharing],
+                need_milli[sharing],
             )
             score[sharing], gpu[sharing] = part.score, part.gpu
         whole = ~sharing
         if whole.any():
             free_after = take_whole_gpus(free[whole], request.num_gpus) if request.num_gpus else free[whole]
-            after = self.frag.node_frag(cpu_after[whole], free_after, models[whole])
+            after = self.frag.node_frag(cpu_after[whole], free_after, models[whole], mem_after[whole])
             score[whole] = self.delta_score(before[whole], after)
         return NodeScores(score, gpu)
 
     def _score_sharing(
-        self, before: FloatArray, cpu_after: IntArray, free: IntArray, models: IntArray, need: IntArray
+        self,
+        before: FloatArray,
+        cpu_after: IntArray,
+        mem_after: IntArray,
+        free: IntArray,
+        models: IntArray,
+        need: IntArray,
     ) -> NodeScores:
         k, g = free.shape
         # Candidates (node i, GPU j): GPUs that fit, skipping a GPU whose free share equals an earlier GPU's on the
@@ -72,7 +83,7 @@ class FgdPolicy(BasePolicy):
         rows, cols = np.nonzero(fits & ~same_as_earlier)
         free_after = free[rows].copy()
         free_after[np.arange(rows.size), cols] -= need[rows]
-        after = self.frag.node_frag(cpu_after[rows], free_after, models[rows])
+        after = self.frag.node_frag(cpu_after[rows], free_after, models[rows], mem_after[rows])
         scores = np.full((k, g), -np.inf)
         scores[rows, cols] = self.delta_score(before[rows], after)
         best_gpu = np.argmax(scores, axis=1)  # first index on ties

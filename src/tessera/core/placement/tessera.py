@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from tessera.core.cluster import ClusterState, IntArray
+from tessera.core.cluster import IntArray
 from tessera.core.fragmentation import (
     FloatArray,
     FragmentationModel,
@@ -40,8 +40,7 @@ from tessera.core.fragmentation import (
     shape_of,
     typical_pods_from_counts,
 )
-from tessera.core.placement.base import NodeScores, no_gpu_choice
-from tessera.core.placement.fgd import FgdPolicy, take_whole_gpus
+from tessera.core.placement.fgd import FgdPolicy
 from tessera.core.workload import MILLI_PER_GPU, Request
 
 
@@ -106,10 +105,7 @@ class TesseraFragmentation(FragmentationModel):
         stranded = np.where(allowed, np.maximum(idle[:, None] - fed * self._gpu_each[None, :], 0.0), 0.0)
         frag = frag + p.cpu_stranding_weight * (stranded @ self._pod_weight)
         if p.joint_weight:
-            gpu_fit = pods_per_share[:, self._pod_threshold] // self._pod_gpus[None, :]
-            used = np.where(allowed, np.minimum(gpu_fit, cpu_fit) * self._gpu_each[None, :], 0.0)
-            joint = idle * self._pod_weight.sum() - used @ self._pod_weight
-            frag = frag + p.joint_weight * joint
+            frag = frag + p.joint_weight * self._joint(idle, allowed, cpu_fit, pods_per_share)
         return np.asarray(frag, dtype=np.float64)
 
     def _node_frag_unfused(
@@ -120,16 +116,10 @@ class TesseraFragmentation(FragmentationModel):
         frag = frag + p.sliver_weight * self._waste[np.clip(gpu_free, 0, MILLI_PER_GPU)].sum(axis=1)
         if self._pod_weight.size == 0:
             return np.asarray(frag, dtype=np.float64)
-        idle = gpu_free.sum(axis=1).astype(np.float64)
-        allowed = self._allowed[model_idx]
-        cpu_fit = cpu_free[:, None] // self._cpu_each[None, :]
-        fed = cpu_fit
-        if mem_free is not None and p.memory:
-            fed = np.where(self._mem_known[None, :], np.minimum(cpu_fit, mem_free[:, None] // self._mem_each), cpu_fit)
-        stranded = np.where(allowed, np.maximum(idle[:, None] - fed * self._gpu_each[None, :], 0.0), 0.0)
-        frag = frag + p.cpu_stranding_weight * (stranded @ self._pod_weight)
+        stranded = self.cpu_stranded(cpu_free, gpu_free, model_idx, mem_free if p.memory else None)
+        frag = frag + p.cpu_stranding_weight * stranded
         if p.joint_weight:
-            frag = frag + p.joint_weight * self._joint(idle, allowed, cpu_fit, gpu_free)
+            frag = frag + p.joint_weight * self.joint_waste(cpu_free, gpu_free, model_idx)
         return np.asarray(frag, dtype=np.float64)
 
     def joint_waste(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
@@ -142,13 +132,14 @@ class TesseraFragmentation(FragmentationModel):
         if self._pod_weight.size == 0:
             return np.zeros_like(idle)
         cpu_fit = cpu_free[:, None] // self._cpu_each[None, :]
-        return self._joint(idle, self._allowed[model_idx], cpu_fit, gpu_free)
+        pods_per_share = self._fit_counts[gpu_free].sum(axis=1)
+        return self._joint(idle, self._allowed[model_idx], cpu_fit, pods_per_share)
 
     def _joint(
-        self, idle: FloatArray, allowed: npt.NDArray[np.bool_], cpu_fit: IntArray, gpu_free: IntArray
+        self, idle: FloatArray, allowed: npt.NDArray[np.bool_], cpu_fit: IntArray, pods_per_share: IntArray
     ) -> FloatArray:
-        per_gpu = self._fit_counts[gpu_free].sum(axis=1)  # K x T
-        gpu_fit = per_gpu[:, self._pod_threshold] // self._pod_gpus[None, :]
+        """``joint_waste`` from ``pods_per_share[K, T]``: how many pods of each distinct share the node's GPUs fit."""
+        gpu_fit = pods_per_share[:, self._pod_threshold] // self._pod_gpus[None, :]
         used = np.where(allowed, np.minimum(gpu_fit, cpu_fit) * self._gpu_each[None, :], 0.0)
         return np.asarray(idle * self._pod_weight.sum() - used @ self._pod_weight, dtype=np.float64)
 
@@ -176,43 +167,6 @@ class TesseraPolicy(FgdPolicy):
 
     def delta_score(self, before: FloatArray, after: FloatArray) -> FloatArray:
         return before - after
-
-    def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
-        if not self.params.memory or not isinstance(self.frag, TesseraFragmentation):
-            return super().score_nodes(state, request, nodes, need_milli)
-        return self._score_with_memory(self.frag, state, request, nodes, need_milli)
-
-    def _score_with_memory(
-        self, frag: TesseraFragmentation, state: ClusterState, request: Request, nodes: IntArray, need: IntArray
-    ) -> NodeScores:
-        """``FgdPolicy.score_nodes``'s flow, with the nodes' free host memory passed to the measure."""
-        cpu, mem = state.cpu_free_milli[nodes], state.mem_free_mib[nodes]
-        free, models = state.gpu_free_milli[nodes], state.model_idx[nodes]
-        before = frag.node_frag(cpu, free, models, mem)
-        cpu_after, mem_after = cpu - request.scoring_cpu_milli, mem - request.mem_mib
-        sharing = (need < MILLI_PER_GPU) if request.num_gpus == 1 else np.zeros(nodes.size, dtype=np.bool_)
-        score = np.empty(nodes.size)
-        gpu = no_gpu_choice(nodes.size)
-        if sharing.any():
-            # As FgdPolicy._score_sharing: every GPU that fits, once per distinct free share; first index on ties.
-            idx = np.flatnonzero(sharing)
-            sfree, g = free[idx], free.shape[1]
-            fits = sfree >= need[idx][:, None]
-            same = ((sfree[:, :, None] == sfree[:, None, :]) & np.tri(g, g, -1, dtype=np.bool_)[None]).any(axis=2)
-            rows, cols = np.nonzero(fits & ~same)
-            free_after = sfree[rows].copy()
-            free_after[np.arange(rows.size), cols] -= need[idx][rows]
-            after = frag.node_frag(cpu_after[idx][rows], free_after, models[idx][rows], mem_after[idx][rows])
-            scores = np.full((idx.size, g), -np.inf)
-            scores[rows, cols] = before[idx][rows] - after
-            best = np.argmax(scores, axis=1)
-            score[idx], gpu[idx] = scores[np.arange(idx.size), best], best
-        whole = ~sharing
-        if whole.any():
-            free_after = take_whole_gpus(free[whole], request.num_gpus) if request.num_gpus else free[whole]
-            after = frag.node_frag(cpu_after[whole], free_after, models[whole], mem_after[whole])
-            score[whole] = before[whole] - after
-        return NodeScores(score, gpu)
 
     def observe(self, request: Request) -> None:
         if not self.online:
