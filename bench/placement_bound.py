@@ -2,8 +2,6 @@
 
 Usage: python bench/placement_bound.py [--traces default,cpu250] [--seeds 42-43] [--buckets 100,130]
 
-Needs scipy, the optional ``bench`` extra: ``.venv/bin/pip install -e '.[bench]'``.
-
 For each trace and seed it rebuilds the experiment's arrival sequence (``inflate_requests``, same seed), takes the
 arrivals up to the first one at which the arrived GPU request reaches the bucket's share of capacity, and solves a
 linear relaxation of "place as much GPU volume of these pods as possible", with hindsight and in any order:
@@ -26,11 +24,12 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import coo_matrix
 
 from tessera.core.workload import MILLI_PER_GPU, Request
 from tessera.sim.inflation import inflate_requests
@@ -48,10 +47,6 @@ def main() -> None:
     parser.add_argument("--buckets", default="100,130")
     parser.add_argument("--cpu-first", action="store_true", help="place as many CPU-only pods as possible first")
     args = parser.parse_args()
-    try:
-        import scipy  # noqa: F401
-    except ImportError:
-        sys.exit("error: bench/placement_bound.py needs scipy: .venv/bin/pip install -e '.[bench]'")
     published = load_published(SHARED / "fgd-results" / "analysis_allo_discrete.csv")
     traces = sorted({trace for trace, _ in published})
     if args.traces:
@@ -95,9 +90,6 @@ def max_allocated(nodes: list, requests: list[Request], cpu_first: bool = False)
     ``cpu_first``: among the solutions that place the most CPU-only pod CPU (as a scheduler that never holds CPU
     work back for GPU work would), the one that places the most GPU milli.
     """
-    from scipy.optimize import linprog
-    from scipy.sparse import coo_matrix
-
     node_types = Counter((n.gpu_model, n.gpu_count, n.cpu_milli, n.mem_mib) for n in nodes if n.gpu_count > 0)
     classes = Counter((r.num_gpus, r.gpu_milli, r.gpu_types, r.cpu_milli, r.mem_mib) for r in requests)
     shares = sorted({g for n, g, *_ in classes if n == 1 and 0 < g < MILLI_PER_GPU})

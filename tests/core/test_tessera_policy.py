@@ -7,7 +7,7 @@ from tessera.core.cluster import ClusterState, NodeSpec
 from tessera.core.fragmentation import FragmentationModel, TypicalPod, random_fill_waste, typical_pods
 from tessera.core.placement import Placer, make_policy
 from tessera.core.placement.tessera import TesseraFragmentation, TesseraParams, TesseraPolicy
-from tessera.core.workload import Request
+from tessera.core.workload import Placement, Request
 
 WHOLE = TypicalPod(8_000, 1, 1000, frozenset(), 1.0)
 
@@ -80,3 +80,27 @@ def test_joint_waste_counts_pods_per_gpu_and_per_cpu() -> None:
     assert one_gpu.tolist() == [100.0]  # three 300s fit one free GPU
     short_of_cpu = frag.joint_waste(np.array([2_000]), np.array([[1000, 1000]]), np.array([0]))
     assert short_of_cpu.tolist() == [1400.0]  # two cores feed two 300s of the 2000 idle milli
+
+
+def test_gap_prices_keep_the_free_share_the_mix_can_still_fill_exactly() -> None:
+    # Mostly 250s, some 300s. One GPU has 500 free, another 600. A 250 on the 500 leaves 250 (another 250 fills it)
+    # and keeps the 600, which two 300s fill exactly; on the 600 it leaves 350, where a 300 still wastes 50.
+    pods = [TypicalPod(1000, 1, 250, frozenset(), 0.8), TypicalPod(1000, 1, 300, frozenset(), 0.2)]
+    before = np.array([[500], [600]])
+    after = np.array([[250], [350]])
+    cpu, models = np.array([60_000, 60_000]), np.array([0, 0])
+    scores = {}
+    for weight in (0.0, TesseraParams().gap_price_weight):
+        frag = TesseraFragmentation(pods, ["G2"], TesseraParams(gap_price_weight=weight))
+        scores[weight] = frag.node_frag(cpu, before, models) - frag.node_frag(cpu - 1000, after, models)
+    assert scores[0.0][0] == pytest.approx(scores[0.0][1])  # the per-GPU fill model sees no difference
+    with_prices = scores[TesseraParams().gap_price_weight]
+    assert with_prices[0] > with_prices[1] + 100
+
+    state = ClusterState([NodeSpec(f"n{i}", 64_000, 262_144, 1, "G2") for i in range(2)])
+    for node, used in enumerate((500, 400)):
+        state.bind(Placement(node, (0,), Request(num_gpus=1, gpu_milli=used, cpu_milli=1000), used))
+    decision = Placer(state, TesseraPolicy(pods, state.model_names)).decide(
+        Request(num_gpus=1, gpu_milli=250, cpu_milli=1000), np.random.default_rng(0)
+    )
+    assert decision is not None and decision.node == 0

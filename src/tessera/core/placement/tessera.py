@@ -1,7 +1,11 @@
-"""Tessera's default placement: FGD's fragmentation descent, made CPU-, memory- and sliver-aware.
+"""Tessera's default placement: FGD's fragmentation descent, made CPU-, memory- and sliver-aware and priced.
 
-The node measure ``F`` adds three terms to FGD's fragmentation against the typical pods:
+The node measure ``F`` adds four terms to FGD's fragmentation against the typical pods:
 
+- **Gap prices** (``gap_prices``): each GPU's free share is charged the milli the sharing mix could not use in its
+  best packing, at the dual prices of the fluid bin-packing LP of the typical pods' shares (weight 12). Unlike the
+  terms below it sees how scarce each share is: the 190 milli an 810 leaves is waste when 160s are rare, and a
+  share that would break a combination the mix fills exactly (two 300s in a 600) costs what that combination loses.
 - **CPU stranding**: idle GPU milli that the node's free CPU and host memory could not feed, averaged over the
   typical GPU pods. FGD counts a GPU as usable for a typical pod as long as the node has that pod's CPU *once*; a
   node with eight free GPUs and twelve free cores will in fact host one or two more pods, not eight. Charging the
@@ -17,8 +21,9 @@ A placement's score is the raw decrease ``F_before - F_after`` (higher is better
 close candidates are not lumped into ties. One parameter set serves every workload.
 
 ``online=True`` learns the typical pods from the requests it is asked to place instead of being given them: it
-refits after 64, 128, ... 1,024 requests and then every 1,024, and bumps ``model_version`` so the engine drops its
-cached scores. Until the first refit it has no workload model and places on the first feasible node.
+refits after 64, 128, ... 1,024 requests and then every 1,024 (each refit re-solves the LP, about 10-30 ms), and
+bumps ``model_version`` so the engine drops its cached scores. Until the first refit it has no workload model and
+places on the first feasible node.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from tessera.core.fragmentation import (
     shape_of,
     typical_pods_from_counts,
 )
+from tessera.core.gap_prices import typical_gap_waste
 from tessera.core.placement.fgd import FgdPolicy
 from tessera.core.workload import MILLI_PER_GPU, Request
 
@@ -48,6 +54,7 @@ from tessera.core.workload import MILLI_PER_GPU, Request
 class TesseraParams:
     cpu_stranding_weight: float = 2.0  # weight of GPU milli the node's CPU cannot feed
     sliver_weight: float = 1.0  # weight of the expected never-filled milli per GPU
+    gap_price_weight: float = 12.0  # weight of each GPU's gap waste at the sharing mix's LP prices (gap_prices)
     joint_weight: float = 0.5  # weight of the idle milli a run of one typical pod would leave (GPU and CPU)
     memory: bool = True  # host memory, like CPU, limits how many typical pods a node can still feed
     coverage: float = 0.95  # share of requests the typical pods cover (as FGD)
@@ -61,7 +68,10 @@ class TesseraFragmentation(FragmentationModel):
     def __init__(self, pods: Sequence[TypicalPod], model_names: Sequence[str], params: TesseraParams) -> None:
         super().__init__(pods, model_names)
         self.params = params
-        self._waste = random_fill_waste(pods)
+        # Both per-GPU waste tables in one, so that a node costs one lookup per GPU.
+        self._gpu_waste = params.sliver_weight * random_fill_waste(pods)
+        if params.gap_price_weight:
+            self._gpu_waste = self._gpu_waste + params.gap_price_weight * typical_gap_waste(pods)
         # _fit_counts[free, t]: how many pods of the t-th distinct per-GPU share fit a GPU with ``free`` milli.
         free = np.arange(MILLI_PER_GPU + 1)[:, None]
         self._fit_counts = (free // np.maximum(self._thresholds[None, :], 1)).astype(np.int64)
@@ -98,7 +108,7 @@ class TesseraFragmentation(FragmentationModel):
         )
         per_pod = np.where(fits, milli_too_small[:, self._pod_threshold], idle[:, None])
         frag = idle * self._cpu_only_weight + np.asarray(per_pod @ self._pod_weight, dtype=np.float64)
-        frag = frag + p.sliver_weight * self._waste[gpu_free].sum(axis=1)
+        frag = frag + self._gpu_waste[gpu_free].sum(axis=1)
         fed = cpu_fit
         if mem_free is not None and p.memory:
             fed = np.where(self._mem_known[None, :], np.minimum(cpu_fit, mem_free[:, None] // self._mem_each), cpu_fit)
@@ -113,7 +123,7 @@ class TesseraFragmentation(FragmentationModel):
     ) -> FloatArray:
         p = self.params
         frag = super().node_frag(cpu_free, gpu_free, model_idx)
-        frag = frag + p.sliver_weight * self._waste[np.clip(gpu_free, 0, MILLI_PER_GPU)].sum(axis=1)
+        frag = frag + self._gpu_waste[np.clip(gpu_free, 0, MILLI_PER_GPU)].sum(axis=1)
         if self._pod_weight.size == 0:
             return np.asarray(frag, dtype=np.float64)
         stranded = self.cpu_stranded(cpu_free, gpu_free, model_idx, mem_free if p.memory else None)
