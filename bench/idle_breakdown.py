@@ -1,10 +1,13 @@
 """Where the idle GPU capacity sits when the arrived GPU request reaches a share of the cluster's capacity.
 
 Usage: python bench/idle_breakdown.py [--pods openb_pod_list_default] [--policy tessera] [--seed 42] [--at 1.0]
+       [--packing]
 
 Replays the inflation experiment's arrival sequence up to ``--at`` x capacity and prints the idle GPUs by kind:
 on nodes whose CPU is exhausted, whole free GPUs, and partly used GPUs by free-share bucket, plus the most common
-leftover shares. Reads ../shared/traces by path.
+leftover shares. ``--packing`` adds the GPUs holding sharing pods by what they hold (the most idle first) and how
+many GPUs the bin-packing LP needs for the same shares (``gap_prices.packing_lp``, integrality relaxed: a lower
+bound for any packing of them, in any order). Reads ../shared/traces by path.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numpy as np
 
 from tessera.core.cluster import ClusterState
 from tessera.core.fragmentation import typical_pods
+from tessera.core.gap_prices import packing_lp
 from tessera.core.placement import Placer, make_policy
 from tessera.sim.inflation import inflate_requests
 from tessera.sim.inputs import load_inputs
@@ -30,6 +34,7 @@ def main() -> None:
     parser.add_argument("--policy", default="tessera")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--at", type=float, default=1.0)
+    parser.add_argument("--packing", action="store_true", help="also the shared GPUs' contents against the LP")
     args = parser.parse_args()
     inputs = load_inputs(SHARED / "openb" / "openb_node_list_gpu_node.csv", SHARED / "openb" / f"{args.pods}.csv")
     rng = np.random.default_rng(args.seed)
@@ -40,6 +45,7 @@ def main() -> None:
     typical = typical_pods(inputs.requests)
     placer = Placer(state, make_policy(args.policy, typical, state.model_names))
     failed: Counter[str] = Counter()
+    shares_on: dict[tuple[int, int], list[int]] = {}  # (node, GPU) -> the shares of the sharing pods on it
     arrived = 0
     for request in arrivals:
         placement = placer.decide(request, rng)
@@ -48,9 +54,13 @@ def main() -> None:
             failed[request.kind] += 1
         else:
             state.bind(placement)
+            if len(placement.gpu_indices) == 1 and placement.gpu_milli_each < 1000:
+                shares_on.setdefault((placement.node, placement.gpu_indices[0]), []).append(placement.gpu_milli_each)
         if arrived >= args.at * capacity:
             break
     report(state, typical, failed)
+    if args.packing:
+        report_packing(state, shares_on)
 
 
 def report(state: ClusterState, typical: tuple, failed: Counter[str]) -> None:
@@ -72,6 +82,25 @@ def report(state: ClusterState, typical: tuple, failed: Counter[str]) -> None:
     for name, milli in buckets.most_common():
         print(f"  {name:55s} {milli / 1000:8.1f} GPUs")
     print("  most common leftover shares (milli: GPUs):", ", ".join(f"{m}: {n}" for m, n in leftovers.most_common(5)))
+
+
+def report_packing(state: ClusterState, shares_on: dict[tuple[int, int], list[int]]) -> None:
+    idle: Counter[tuple[int, ...]] = Counter()
+    gpus: Counter[tuple[int, ...]] = Counter()
+    for (node, gpu), shares in shares_on.items():
+        contents = tuple(sorted(shares, reverse=True))
+        gpus[contents] += 1
+        idle[contents] += int(state.gpu_free_milli[node, gpu])
+    print("  GPUs holding sharing pods, by contents (GPUs, idle GPUs):")
+    for contents, milli in idle.most_common(8):
+        print(f"    {'+'.join(map(str, contents)):20s} {gpus[contents]:6d} {milli / 1000:8.1f}")
+    placed = Counter(share for shares in shares_on.values() for share in shares)
+    volume = sum(share * count for share, count in placed.items()) / 1000
+    _, fewest = packing_lp({share: float(count) for share, count in placed.items()})
+    print(
+        f"  sharing pods: {volume:.1f} GPUs of requests on {len(shares_on)} GPUs ({len(shares_on) - volume:.1f} idle); "
+        f"the LP packs them into {fewest:.1f} GPUs ({fewest - volume:.1f} idle)"
+    )
 
 
 if __name__ == "__main__":

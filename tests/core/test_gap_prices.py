@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessera.core.fragmentation import TypicalPod
-from tessera.core.gap_prices import gap_waste, share_mix, share_prices, typical_gap_waste
+from tessera.core.gap_prices import gap_waste, packing_lp, share_mix, share_prices, typical_gap_waste
 
 
 def test_a_share_that_tiles_a_gpu_costs_its_size_and_leaves_no_waste() -> None:
@@ -34,6 +34,13 @@ def test_prices_add_up_to_the_fewest_gpus_the_mix_needs() -> None:
     mix = {810: 0.1, 160: 0.9}
     prices = share_prices(mix)
     assert sum(mix[s] * prices[s] for s in mix) == pytest.approx(0.1 + 0.8 / 6)
+
+
+def test_with_pod_counts_the_lp_bounds_the_gpus_any_packing_needs() -> None:
+    assert packing_lp({500: 3.0})[1] == pytest.approx(1.5)  # relaxed: half a GPU for the third 500
+    assert packing_lp({810: 2.0, 160: 1.0})[1] == pytest.approx(2.0)  # the 160 rides with an 810
+    assert packing_lp({810: 2.0, 300: 3.0})[1] == pytest.approx(3.0)  # no 300 fits next to an 810
+    assert packing_lp({}) == ({}, 0.0)
 
 
 def test_shares_off_the_ten_milli_grid_are_priced_exactly() -> None:

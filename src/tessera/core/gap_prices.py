@@ -41,9 +41,15 @@ def share_mix(pods: Sequence[TypicalPod]) -> dict[int, float]:
 
 def share_prices(mix: Mapping[int, float]) -> dict[int, float]:
     """Dual price (fraction of a GPU) of each share in the fluid LP that packs ``mix`` into the fewest GPUs."""
+    return packing_lp(mix)[0]
+
+
+def packing_lp(mix: Mapping[int, float]) -> tuple[dict[int, float], float]:
+    """The fewest GPUs that hold ``mix`` (share -> how many pods, or their popularity) with integrality relaxed, and
+    the dual price of each share. With counts it is a lower bound on the GPUs any packing of those pods needs."""
     shares = sorted(s for s, weight in mix.items() if weight > 0 and 0 < s < MILLI_PER_GPU)
     if not shares:
-        return {}
+        return {}, 0.0
     step = math.gcd(MILLI_PER_GPU, *shares)
     last = MILLI_PER_GPU // step
     flow_rows: list[int] = []
@@ -88,7 +94,7 @@ def share_prices(mix: Mapping[int, float]) -> dict[int, float]:
     if result.status != 0:  # pragma: no cover - the LP is always feasible and bounded
         raise RuntimeError(f"share pricing LP failed: {result.message}")
     prices = np.maximum(-np.asarray(result.ineqlin.marginals, dtype=np.float64), 0.0)
-    return {share: float(price) for share, price in zip(shares, prices, strict=True)}
+    return {share: float(price) for share, price in zip(shares, prices, strict=True)}, float(result.fun)
 
 
 def _sparse(values: list[float], rows: list[int], cols: list[int], shape: tuple[int, int]) -> csr_matrix:

@@ -21,7 +21,7 @@ A placement's score is the raw decrease ``F_before - F_after`` (higher is better
 close candidates are not lumped into ties. One parameter set serves every workload.
 
 ``online=True`` learns the typical pods from the requests it is asked to place instead of being given them: it
-refits after 64, 128, ... 1,024 requests and then every 1,024 (each refit re-solves the LP, about 10-30 ms), and
+refits after 64, 128, ... 1,024 requests and then every 1,024 (each refit re-solves the LP, under 10 ms idle), and
 bumps ``model_version`` so the engine drops its cached scores. Until the first refit it has no workload model and
 places on the first feasible node.
 """
