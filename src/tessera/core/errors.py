@@ -19,6 +19,10 @@ class InvalidRequestError(TesseraError):
         self.field = field
         self.message = message
 
+    def __reduce__(self) -> tuple[type[InvalidRequestError], tuple[str, str]]:
+        # Rebuild from the fields, so that the error crosses process boundaries (sweep workers) intact.
+        return type(self), (self.field, self.message)
+
 
 class UnknownGpuModelError(InvalidRequestError):
     """A GPU model name that the catalog does not know."""
@@ -35,3 +39,6 @@ class InputFileError(TesseraError):
         self.line = line
         self.field = field
         self.message = message
+
+    def __reduce__(self) -> tuple[type[InputFileError], tuple[str, int | None, str | None, str]]:
+        return type(self), (self.path, self.line, self.field, self.message)

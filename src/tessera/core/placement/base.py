@@ -57,6 +57,19 @@ class PlacementPolicy(Protocol):
         """Final scores from the raw scores of every feasible node (identity for most policies)."""
         ...
 
+    def adjust(
+        self,
+        state: ClusterState,
+        request: Request,
+        nodes: IntArray,
+        need_milli: IntArray,
+        gpu: IntArray,
+        scores: FloatArray,
+    ) -> FloatArray:
+        """The final scores of the feasible ``nodes`` with what depends on the whole cluster added (``gpu``: the
+        GPU ``score_nodes`` chose on each node); the engine caches only the node-local part. Identity by default."""
+        ...
+
     def choose_gpu(self, free: IntArray, need_milli: int, rng: np.random.Generator) -> int:
         """The GPU a sharing request takes on the chosen node when ``score_nodes`` left it open."""
         ...
@@ -77,6 +90,17 @@ class BasePolicy:
         return None
 
     def normalize(self, scores: FloatArray) -> FloatArray:
+        return scores
+
+    def adjust(
+        self,
+        state: ClusterState,
+        request: Request,
+        nodes: IntArray,
+        need_milli: IntArray,
+        gpu: IntArray,
+        scores: FloatArray,
+    ) -> FloatArray:
         return scores
 
     def choose_gpu(self, free: IntArray, need_milli: int, rng: np.random.Generator) -> int:
@@ -128,6 +152,9 @@ class Placer:
         if feasible.size == 0:
             return None
         final = self.policy.normalize(entry.score[feasible])
+        final = self.policy.adjust(
+            self.state, request, feasible, entry.need_milli[feasible], entry.gpu[feasible], final
+        )
         ties = feasible[final == final.max()]
         picked = self.policy.pick_node(ties, rng)
         if picked is not None:

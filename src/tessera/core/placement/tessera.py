@@ -18,7 +18,9 @@ The node measure ``F`` adds four terms to FGD's fragmentation against the typica
   of shares that could still land there, so a remainder that only rare small pods can use counts as waste.
 
 A placement's score is the raw decrease ``F_before - F_after`` (higher is better): unlike FGD's integer sigmoid,
-close candidates are not lumped into ties. One parameter set serves every workload.
+close candidates are not lumped into ties. On top, at decision time, a placement that takes away one of the last
+nodes able to host a multi-GPU shape seen so far pays for it (``placement.reserve``, weight 100). One parameter set
+serves every workload.
 
 ``online=True`` learns the typical pods from the requests it is asked to place instead of being given them: it
 refits after 64, 128, ... 1,024 requests and then every 1,024 (each refit re-solves the LP, under 10 ms idle), and
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from tessera.core.cluster import IntArray
+from tessera.core.cluster import ClusterState, IntArray
 from tessera.core.fragmentation import (
     FloatArray,
     FragmentationModel,
@@ -47,6 +49,7 @@ from tessera.core.fragmentation import (
 )
 from tessera.core.gap_prices import typical_gap_waste
 from tessera.core.placement.fgd import FgdPolicy
+from tessera.core.placement.reserve import ShapeReserve
 from tessera.core.workload import MILLI_PER_GPU, Request
 
 
@@ -55,6 +58,7 @@ class TesseraParams:
     cpu_stranding_weight: float = 2.0  # weight of GPU milli the node's CPU cannot feed
     sliver_weight: float = 1.0  # weight of the expected never-filled milli per GPU
     gap_price_weight: float = 12.0  # weight of each GPU's gap waste at the sharing mix's LP prices (gap_prices)
+    reserve_weight: float = 100.0  # weight of the charge for taking one of the last hosts of a multi-GPU shape
     joint_weight: float = 0.5  # weight of the idle milli a run of one typical pod would leave (GPU and CPU)
     memory: bool = True  # host memory, like CPU, limits how many typical pods a node can still feed
     coverage: float = 0.95  # share of requests the typical pods cover (as FGD)
@@ -161,6 +165,7 @@ class TesseraPolicy(FgdPolicy):
         self,
         typical: Sequence[TypicalPod],
         model_names: Sequence[str],
+        *,
         online: bool = False,
         params: TesseraParams = TesseraParams(),
     ) -> None:
@@ -171,6 +176,7 @@ class TesseraPolicy(FgdPolicy):
         self._seen_mem: Counter[Shape] = Counter()  # summed host memory per shape
         self._requests_seen = 0
         self.model_version = 0
+        self.reserve = ShapeReserve(params.reserve_weight)
         super().__init__(TesseraFragmentation(() if online else typical, model_names, params))
         if online:
             self.name = "tessera-online"
@@ -178,7 +184,19 @@ class TesseraPolicy(FgdPolicy):
     def delta_score(self, before: FloatArray, after: FloatArray) -> FloatArray:
         return before - after
 
+    def adjust(
+        self,
+        state: ClusterState,
+        request: Request,
+        nodes: IntArray,
+        need_milli: IntArray,
+        gpu: IntArray,
+        scores: FloatArray,
+    ) -> FloatArray:
+        return scores - self.reserve.charge(state, request, nodes, need_milli, gpu)
+
     def observe(self, request: Request) -> None:
+        self.reserve.observe(request)
         if not self.online:
             return
         shape = shape_of(request)

@@ -1,0 +1,133 @@
+"""Keep hosts for multi-GPU pods: do not spend the last nodes that can take a big shape on small pods.
+
+Fragmentation terms look at the typical pods, and multi-GPU pods are rarely among them. On the openb trace, five of
+8,152 pods ask for eight GPUs and 120 cores: only the 39 G3 nodes (8 GPUs, 128 cores) can take them, and those are
+also the nodes that CPU-heavy single-GPU pods fit best. Left alone, tessera spent every G3 node on such pods before
+10% of the trace had arrived, and each later 8-GPU, 120-core pod was rejected.
+
+``ShapeReserve`` learns the multi-GPU shapes (GPUs, CPU, memory, GPU types) from the requests it sees. For each
+candidate node it charges, per shape ``m`` that the node can host now but not after the placement,
+``p_m * 1000 * g_m / N_m``: ``p_m`` is the share of the requests seen that had shape ``m``, ``g_m`` its GPUs and
+``N_m`` how many nodes can host it now. Losing one of few hosts of a shape costs much, one of many little. The
+charge depends on the whole cluster (``N_m``), so it is added at decision time on top of the engine's cached
+node-local scores (``PlacementPolicy.adjust``); which nodes can host each shape is kept per node and refreshed only
+for nodes whose version changed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from tessera.core.cluster import ClusterState, IntArray
+from tessera.core.fragmentation import FloatArray
+from tessera.core.placement.base import NO_GPU_CHOICE
+from tessera.core.workload import MILLI_PER_GPU, Request
+
+BigShape = tuple[int, int, int, frozenset[str]]  # (GPUs, CPU milli, memory MiB, GPU types)
+
+
+class ShapeReserve:
+    """Learns multi-GPU shapes from arrivals and charges placements that take away one of their last hosts."""
+
+    def __init__(self, weight: float, min_gpus: int = 2) -> None:
+        self.weight = weight
+        self.min_gpus = min_gpus
+        self._index: dict[BigShape, int] = {}  # shape -> its row
+        self._requests_seen = 0
+        self._shapes: list[BigShape] = []
+        # Derived from _shapes and the cluster, rebuilt when a new shape appears or the cluster changes:
+        self._hosts: npt.NDArray[np.bool_] | None = None  # [shape, node]: can host the shape now
+        self._allowed: npt.NDArray[np.bool_] | None = None  # [shape, model]: may run on that GPU model
+        self._seen_version: IntArray | None = None
+        self._state: ClusterState | None = None
+        self._gpus = self._cpu = self._mem = np.zeros(0, dtype=np.int64)  # per shape
+        self._count_of_shape = np.zeros(0)  # requests seen per shape
+        self._host_count: IntArray | None = None  # nodes that can host each shape now
+
+    def observe(self, request: Request) -> None:
+        self._requests_seen += 1
+        if request.num_gpus >= self.min_gpus:
+            shape = (request.num_gpus, request.cpu_milli, request.mem_mib, request.gpu_types)
+            if shape not in self._index:
+                self._index[shape] = len(self._shapes)
+                self._shapes.append(shape)
+                self._count_of_shape = np.append(self._count_of_shape, 0.0)
+                self._gpus = np.array([s[0] for s in self._shapes], dtype=np.int64)
+                self._cpu = np.array([s[1] for s in self._shapes], dtype=np.int64)
+                self._mem = np.array([s[2] for s in self._shapes], dtype=np.int64)
+                self._hosts = self._allowed = None  # a new row: rebuild
+            self._count_of_shape[self._index[shape]] += 1
+
+    def charge(
+        self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray, gpu: IntArray
+    ) -> FloatArray:
+        """The charge (in milli-GPU, to subtract from the score) of placing ``request`` on each of ``nodes``."""
+        charge = np.zeros(nodes.size)
+        if not self.weight or not self._shapes or nodes.size == 0:
+            return charge
+        hosts = self._refresh(state)
+        # Only a node that hosts some shape now can lose one; a host is of an allowed model by construction.
+        hosting = hosts[:, nodes]
+        some = np.flatnonzero(hosting.any(axis=0))
+        if some.size == 0:
+            return charge
+        hosting, nodes, need_milli, gpu = hosting[:, some], nodes[some], need_milli[some], gpu[some]
+        free = state.gpu_free_milli[nodes]
+        whole_after = (free == MILLI_PER_GPU).sum(axis=1) - self._whole_gpus_taken(request, free, need_milli, gpu)
+        cpu_after = state.cpu_free_milli[nodes] - request.cpu_milli
+        mem_after = state.mem_free_mib[nodes] - request.mem_mib
+        lost = hosting & (
+            (whole_after[None, :] < self._gpus[:, None])
+            | (cpu_after[None, :] < self._cpu[:, None])
+            | (mem_after[None, :] < self._mem[:, None])
+        )
+        assert self._host_count is not None
+        share = self._count_of_shape / self._requests_seen
+        per_host = share * MILLI_PER_GPU * self._gpus / np.maximum(self._host_count, 1)
+        charge[some] = self.weight * (per_host @ lost)
+        return charge
+
+    def _whole_gpus_taken(self, request: Request, free: IntArray, need_milli: IntArray, gpu: IntArray) -> IntArray:
+        if request.num_gpus != 1 or not (need_milli < MILLI_PER_GPU).any():
+            return np.full(free.shape[0], request.num_gpus, dtype=np.int64)
+        sharing = need_milli < MILLI_PER_GPU
+        rows = np.arange(free.shape[0])
+        chosen = free[rows, np.maximum(gpu, 0)]
+        # Without a GPU choice the engine best-fits: it takes a whole GPU only when no partly used one fits.
+        partly = ((free < MILLI_PER_GPU) & (free >= need_milli[:, None])).sum(axis=1)
+        takes_whole = np.where(gpu != NO_GPU_CHOICE, chosen == MILLI_PER_GPU, partly == 0)
+        return np.where(sharing, takes_whole.astype(np.int64), 1)
+
+    def _refresh(self, state: ClusterState) -> npt.NDArray[np.bool_]:
+        """``[shape, node]``: can host the shape now, brought up to date (with ``_host_count`` per shape)."""
+        everything = self._hosts is None or self._allowed is None or self._state is not state
+        if everything or self._seen_version is None or self._seen_version.size != state.num_nodes:
+            stale = np.arange(state.num_nodes)
+            self._allowed = np.array(
+                [
+                    state.allowed_models(
+                        Request(num_gpus=g, gpu_milli=MILLI_PER_GPU, cpu_milli=c, mem_mib=m, gpu_types=t)
+                    )
+                    for g, c, m, t in self._shapes
+                ]
+            )
+            self._hosts = np.zeros((len(self._shapes), state.num_nodes), dtype=np.bool_)
+            self._host_count = np.zeros(len(self._shapes), dtype=np.int64)
+            self._state = state
+        else:
+            stale = np.flatnonzero(self._seen_version != state.version)
+        hosts, allowed, count = self._hosts, self._allowed, self._host_count
+        assert hosts is not None and allowed is not None and count is not None
+        if stale.size:
+            count -= hosts[:, stale].sum(axis=1)
+            whole = (state.gpu_free_milli[stale] == MILLI_PER_GPU).sum(axis=1)
+            hosts[:, stale] = (
+                allowed[:, state.model_idx[stale]]
+                & (whole[None, :] >= self._gpus[:, None])
+                & (state.cpu_free_milli[stale][None, :] >= self._cpu[:, None])
+                & (state.mem_free_mib[stale][None, :] >= self._mem[:, None])
+            )
+            count += hosts[:, stale].sum(axis=1)
+        self._seen_version = state.version.copy()
+        return hosts
