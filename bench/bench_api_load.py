@@ -34,6 +34,8 @@ from typing import Any
 
 import httpx
 
+from tessera.client.http import wait_healthy
+
 POOL = "1xA100-80GB"
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -77,17 +79,10 @@ def tessera_up(data_dir: Path) -> Iterator[Server]:
 
 
 def wait_ready(server: Server) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"tessera up exited with {server.process.returncode}:\n{server.log_tail()}")
-        try:
-            if httpx.get(server.url + "/healthz", timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"tessera up not ready after {READY_TIMEOUT_S:.0f} s:\n{server.log_tail()}")
+    try:
+        wait_healthy(server.url, READY_TIMEOUT_S, server.process.poll)
+    except (RuntimeError, TimeoutError) as error:
+        raise RuntimeError(f"tessera up: {error}:\n{server.log_tail()}") from None
 
 
 def stop(server: Server) -> None:

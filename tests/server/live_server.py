@@ -12,9 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
-from tessera.client.http import TesseraClient
+from tessera.client.http import TesseraClient, wait_healthy
 
 ADMIN = "e2e-admin-token"
 
@@ -54,17 +52,10 @@ class LiveServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = (self.data_dir / "server.log").open("ab")
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"tessera up exited: {(self.data_dir / 'server.log').read_text()[-2000:]}")
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("tessera up did not become ready")
+        try:
+            wait_healthy(self.url, timeout_s, self.process.poll)
+        except (RuntimeError, TimeoutError) as error:
+            raise RuntimeError(f"tessera up: {error}: {(self.data_dir / 'server.log').read_text()[-2000:]}") from None
 
     def client(self, token: str = ADMIN) -> TesseraClient:
         return TesseraClient(self.url, token)

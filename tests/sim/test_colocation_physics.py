@@ -20,7 +20,6 @@ def test_a_job_alone_runs_at_its_isolated_speed_and_a_pair_at_the_measured_facto
     assert gpus.factor(1) == 1.0
     assert sorted(gpus.join(2, "A3C", (0, 0), "V100M16")) == [1, 2]
     assert gpus.factor(1) == 0.85 and gpus.factor(2) == 0.80  # each side of the pair its own factor
-    assert gpus.partners(1) == [2]
 
 
 def test_leaving_restores_the_partner_and_reports_it() -> None:

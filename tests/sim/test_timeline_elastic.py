@@ -110,7 +110,7 @@ def test_progress_follows_the_worker_count() -> None:
     progress = Progress(100.0, 10.0, 2, 4)  # 100 s left with all 4 workers, running on 2 since t = 10
     assert progress.end_s == pytest.approx(210.0)
     assert progress.left_at(50.0) == pytest.approx(80.0)
-    grown = progress.resized(50.0, 8)
+    grown = progress.changed(50.0, workers=8)
     assert grown.end_s == pytest.approx(90.0)  # 80 s of work at twice the speed
 
 

@@ -3,7 +3,8 @@ detail (and the field it names), or a clear line when the server cannot be reach
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -124,3 +125,21 @@ class TesseraClient:
     def create_token(self, tenant: str, label: str = "") -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", "/v1/tokens", json={"tenant": tenant, "label": label})
         return result
+
+
+def wait_healthy(url: str, timeout_s: float = 30.0, exit_code: Callable[[], int | None] = lambda: None) -> None:
+    """Wait until ``GET {url}/healthz`` answers 200 (a server just started). ``exit_code`` reports the server
+    process's exit code, or None while it runs; raises ``RuntimeError`` if it exits first and ``TimeoutError`` when
+    ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        code = exit_code()
+        if code is not None:
+            raise RuntimeError(f"the server exited with {code}")
+        try:
+            if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} not ready after {timeout_s:.0f} s")

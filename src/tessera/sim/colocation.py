@@ -81,9 +81,3 @@ class SharedGpus:
             else:  # they cannot run together: whoever came first runs, the other waits
                 factors.append(1.0 if position < k else 0.0)
         return math.prod(factors)
-
-    def partners(self, job: int) -> list[int]:
-        found = self._gpu_of.get(job)
-        if found is None:
-            return []
-        return [m.job for m in self._members[found[0]] if m.job != job]

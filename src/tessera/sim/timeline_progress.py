@@ -50,6 +50,3 @@ class Progress:
             workers=self.workers if workers is None else workers,
             factor=self.factor if factor is None else factor,
         )
-
-    def resized(self, now_s: float, workers: int) -> Progress:
-        return self.changed(now_s, workers=workers)
