@@ -58,16 +58,11 @@ class PlacementPolicy(Protocol):
         ...
 
     def adjust(
-        self,
-        state: ClusterState,
-        request: Request,
-        nodes: IntArray,
-        need_milli: IntArray,
-        gpu: IntArray,
-        scores: FloatArray,
+        self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray, scored: NodeScores
     ) -> FloatArray:
-        """The final scores of the feasible ``nodes`` with what depends on the whole cluster added (``gpu``: the
-        GPU ``score_nodes`` chose on each node); the engine caches only the node-local part. Identity by default."""
+        """The final scores of the feasible ``nodes`` (``scored``: their scores so far and the GPU ``score_nodes``
+        chose on each) with what depends on the whole cluster added; the engine caches only the node-local part.
+        Identity by default."""
         ...
 
     def choose_gpu(self, free: IntArray, need_milli: int, rng: np.random.Generator) -> int:
@@ -93,15 +88,9 @@ class BasePolicy:
         return scores
 
     def adjust(
-        self,
-        state: ClusterState,
-        request: Request,
-        nodes: IntArray,
-        need_milli: IntArray,
-        gpu: IntArray,
-        scores: FloatArray,
+        self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray, scored: NodeScores
     ) -> FloatArray:
-        return scores
+        return scored.score
 
     def choose_gpu(self, free: IntArray, need_milli: int, rng: np.random.Generator) -> int:
         return best_fit_gpu(free, need_milli)
@@ -153,7 +142,7 @@ class Placer:
             return None
         final = self.policy.normalize(entry.score[feasible])
         final = self.policy.adjust(
-            self.state, request, feasible, entry.need_milli[feasible], entry.gpu[feasible], final
+            self.state, request, feasible, entry.need_milli[feasible], NodeScores(final, entry.gpu[feasible])
         )
         ties = feasible[final == final.max()]
         picked = self.policy.pick_node(ties, rng)

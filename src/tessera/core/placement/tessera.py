@@ -48,6 +48,7 @@ from tessera.core.fragmentation import (
     typical_pods_from_counts,
 )
 from tessera.core.gap_prices import typical_gap_waste
+from tessera.core.placement.base import NodeScores
 from tessera.core.placement.fgd import FgdPolicy
 from tessera.core.placement.reserve import ShapeReserve
 from tessera.core.workload import MILLI_PER_GPU, Request
@@ -185,15 +186,9 @@ class TesseraPolicy(FgdPolicy):
         return before - after
 
     def adjust(
-        self,
-        state: ClusterState,
-        request: Request,
-        nodes: IntArray,
-        need_milli: IntArray,
-        gpu: IntArray,
-        scores: FloatArray,
+        self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray, scored: NodeScores
     ) -> FloatArray:
-        return scores - self.reserve.charge(state, request, nodes, need_milli, gpu)
+        return scored.score - self.reserve.charge(state, request, nodes, need_milli, scored.gpu)
 
     def observe(self, request: Request) -> None:
         self.reserve.observe(request)
