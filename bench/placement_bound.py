@@ -31,6 +31,7 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
+from tessera.core.gap_prices import gpu_arcs
 from tessera.core.workload import MILLI_PER_GPU, Request
 from tessera.sim.inflation import inflate_requests
 from tessera.sim.inputs import load_inputs
@@ -128,11 +129,8 @@ def max_allocated(nodes: list, requests: list[Request], cpu_first: bool = False)
             if share is not None:
                 eq.append((link[share], v, 1.0))
 
-        for p in range(positions - 1):
-            arc(p, p + 1, None)  # idle milli
-            for s in shares:
-                if p + s // step < positions:
-                    arc(p, p + s // step, s)
+        for start, end, share in gpu_arcs(shares, step):  # idle milli and one arc per share
+            arc(start, end, share)
         arc(0, positions - 1, MILLI_PER_GPU)
         cpu_row, mem_row = rows_ub, rows_ub + 1
         rows_ub += 2

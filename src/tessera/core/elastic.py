@@ -40,11 +40,7 @@ def worker_charge(placement: Placement) -> ResourceVector:
 
 def placements_charge(placements: Sequence[Placement]) -> ResourceVector:
     """GPU milli, CPU and memory that ``placements`` hold (a workload's charge is that of its workers)."""
-    return ResourceVector(
-        sum(p.total_gpu_milli for p in placements),
-        sum(p.request.cpu_milli for p in placements),
-        sum(p.request.mem_mib for p in placements),
-    )
+    return sum((worker_charge(p) for p in placements), ResourceVector.zero())
 
 
 def shrunk_admission(admission: Admission, charge: ResourceVector) -> tuple[Admission, Admission]:

@@ -57,22 +57,16 @@ def packing_lp(mix: Mapping[int, float]) -> tuple[dict[int, float], float]:
     flow_vals: list[float] = []
     demand_rows: list[int] = []
     demand_cols: list[int] = []
+    index_of = {share: index for index, share in enumerate(shares)}
     arc = 0
-    for position in range(last):
-        # the idle arc position -> position + 1, then one arc per share that still fits
-        flow_rows += [position, position + 1]
+    for start, end, share in gpu_arcs(shares, step):
+        flow_rows += [start, end]
         flow_cols += [arc, arc]
         flow_vals += [-1.0, 1.0]
+        if share is not None:
+            demand_rows.append(index_of[share])
+            demand_cols.append(arc)
         arc += 1
-        for index, share in enumerate(shares):
-            end = position + share // step
-            if end <= last:
-                flow_rows += [position, end]
-                flow_cols += [arc, arc]
-                flow_vals += [-1.0, 1.0]
-                demand_rows.append(index)
-                demand_cols.append(arc)
-                arc += 1
     gpus = arc  # the return arc last -> 0 carries the number of GPUs used
     flow_rows += [0, last]
     flow_cols += [gpus, gpus]
@@ -97,6 +91,17 @@ def packing_lp(mix: Mapping[int, float]) -> tuple[dict[int, float], float]:
         raise RuntimeError(f"share pricing LP failed: {result.message}")
     prices = np.maximum(-np.asarray(result.ineqlin.marginals, dtype=np.float64), 0.0)
     return {share: float(price) for share, price in zip(shares, prices, strict=True)}, float(result.fun)
+
+
+def gpu_arcs(shares: Sequence[int], step: int) -> list[tuple[int, int, int | None]]:
+    """The arcs of the arc-flow model of one GPU, on positions 0..1000 in units of ``step`` milli: from each
+    position an idle arc to the next (share None), then one arc per share that still fits."""
+    last = MILLI_PER_GPU // step
+    arcs: list[tuple[int, int, int | None]] = []
+    for position in range(last):
+        arcs.append((position, position + 1, None))
+        arcs.extend((position, position + share // step, share) for share in shares if position + share // step <= last)
+    return arcs
 
 
 def _sparse(values: list[float], rows: list[int], cols: list[int], shape: tuple[int, int]) -> csr_matrix:

@@ -88,7 +88,7 @@ class StepResizes:
         queue = None if step.implicit else workload.queue
         key = step.ledger.spec(workload.queue).flavor_key(flavor)
         workers = shrinkable_workers(step.running.values(), workload.priority, queue, self.reclaim_queues(workload))
-        passes = (False, True) if step.elastic and workload.elastic_min is not None else (False,)
+        passes = (False, True) if workload.elastic_min is not None else (False,)  # only called with elastic on
         for fewer in passes if workers else ():
             snapshot = step.ledger.copy()
             released: list[tuple[str, Placement]] = []

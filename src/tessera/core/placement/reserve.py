@@ -43,7 +43,6 @@ class ShapeReserve:
         self._state: ClusterState | None = None
         self._gpus = self._cpu = self._mem = np.zeros(0, dtype=np.int64)  # per shape
         self._count_of_shape = np.zeros(0)  # requests seen per shape
-        self._host_count: IntArray | None = None  # nodes that can host each shape now
 
     def observe(self, request: Request) -> None:
         self._requests_seen += 1
@@ -77,16 +76,21 @@ class ShapeReserve:
         whole_after = (free == MILLI_PER_GPU).sum(axis=1) - self._whole_gpus_taken(request, free, need_milli, gpu)
         cpu_after = state.cpu_free_milli[nodes] - request.cpu_milli
         mem_after = state.mem_free_mib[nodes] - request.mem_mib
-        lost = hosting & (
-            (whole_after[None, :] < self._gpus[:, None])
-            | (cpu_after[None, :] < self._cpu[:, None])
-            | (mem_after[None, :] < self._mem[:, None])
-        )
-        assert self._host_count is not None
+        lost = hosting & ~self._room_for(whole_after, cpu_after, mem_after)
         share = self._count_of_shape / self._requests_seen
-        per_host = share * MILLI_PER_GPU * self._gpus / np.maximum(self._host_count, 1)
+        per_host = share * MILLI_PER_GPU * self._gpus / np.maximum(hosts.sum(axis=1), 1)
         charge[some] = self.weight * (per_host @ lost)
         return charge
+
+    def _room_for(self, whole: IntArray, cpu: IntArray, mem: IntArray) -> npt.NDArray[np.bool_]:
+        """``[shape, node]``: whether nodes with ``whole`` free GPUs, ``cpu`` and ``mem`` free have room for each
+        shape (``ClusterState.feasible`` for whole-GPU requests, without the GPU-model check, for all shapes at
+        once)."""
+        return (
+            (whole[None, :] >= self._gpus[:, None])
+            & (cpu[None, :] >= self._cpu[:, None])
+            & (mem[None, :] >= self._mem[:, None])
+        )
 
     def _whole_gpus_taken(self, request: Request, free: IntArray, need_milli: IntArray, gpu: IntArray) -> IntArray:
         if request.num_gpus != 1 or not (need_milli < MILLI_PER_GPU).any():
@@ -100,9 +104,9 @@ class ShapeReserve:
         return np.where(sharing, takes_whole.astype(np.int64), 1)
 
     def _refresh(self, state: ClusterState) -> npt.NDArray[np.bool_]:
-        """``[shape, node]``: can host the shape now, brought up to date (with ``_host_count`` per shape)."""
-        everything = self._hosts is None or self._allowed is None or self._state is not state
-        if everything or self._seen_version is None or self._seen_version.size != state.num_nodes:
+        """``[shape, node]``: can host the shape now, brought up to date for the nodes that changed."""
+        seen = self._seen_version
+        if self._hosts is None or self._state is not state or seen is None or seen.size != state.num_nodes:
             stale = np.arange(state.num_nodes)
             self._allowed = np.array(
                 [
@@ -113,21 +117,14 @@ class ShapeReserve:
                 ]
             )
             self._hosts = np.zeros((len(self._shapes), state.num_nodes), dtype=np.bool_)
-            self._host_count = np.zeros(len(self._shapes), dtype=np.int64)
             self._state = state
         else:
-            stale = np.flatnonzero(self._seen_version != state.version)
-        hosts, allowed, count = self._hosts, self._allowed, self._host_count
-        assert hosts is not None and allowed is not None and count is not None
+            stale = np.flatnonzero(seen != state.version)
+        hosts, allowed = self._hosts, self._allowed
+        assert hosts is not None and allowed is not None
         if stale.size:
-            count -= hosts[:, stale].sum(axis=1)
             whole = (state.gpu_free_milli[stale] == MILLI_PER_GPU).sum(axis=1)
-            hosts[:, stale] = (
-                allowed[:, state.model_idx[stale]]
-                & (whole[None, :] >= self._gpus[:, None])
-                & (state.cpu_free_milli[stale][None, :] >= self._cpu[:, None])
-                & (state.mem_free_mib[stale][None, :] >= self._mem[:, None])
-            )
-            count += hosts[:, stale].sum(axis=1)
+            room = self._room_for(whole, state.cpu_free_milli[stale], state.mem_free_mib[stale])
+            hosts[:, stale] = allowed[:, state.model_idx[stale]] & room
         self._seen_version = state.version.copy()
         return hosts

@@ -68,7 +68,8 @@ class TesseraParams:
 
 
 class TesseraFragmentation(FragmentationModel):
-    """FGD's node fragmentation plus CPU stranding, joint fill waste and expected sliver waste, in milli-GPU."""
+    """FGD's node fragmentation plus gap-price waste, CPU stranding, joint fill waste and expected sliver waste, in
+    milli-GPU."""
 
     def __init__(self, pods: Sequence[TypicalPod], model_names: Sequence[str], params: TesseraParams) -> None:
         super().__init__(pods, model_names)
