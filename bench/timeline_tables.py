@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tessera.core.presets import PRESETS
 from tessera.sim.timeline import run_timeline
 from tessera.sim.timeline_inputs import timeline_inputs
-from tessera.sim.timeline_policies import TIMELINE_POLICIES
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 HOUR_S = 3600.0
@@ -29,7 +29,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default="openb,training,tenants")
     parser.add_argument("--seeds", default="0")
-    parser.add_argument("--policies", default=",".join(TIMELINE_POLICIES))
+    parser.add_argument("--policies", default=",".join(PRESETS))
     parser.add_argument("--traces", type=Path, default=TRACES, help="folder with openb/, gavel/, philly/, pai/")
     args = parser.parse_args()
     openb = args.traces / "openb"

@@ -29,7 +29,7 @@ from tessera.client.commands import register as register_client_commands
 from tessera.client.settings import DEFAULT_PORT
 from tessera.core.errors import InvalidRequestError
 from tessera.core.placement import FGD_STUDY_POLICIES
-from tessera.sim.timeline_policies import TIMELINE_POLICIES
+from tessera.core.presets import PRESETS
 from tessera.terminal import one_line_errors
 
 # The simulator (matplotlib) and the server (FastAPI, SQLAlchemy) load only in the commands that use them, so that
@@ -158,9 +158,7 @@ def simulate_timeline(
     gpu_scale: Annotated[
         float | None, typer.Option("--gpu-scale", help="Share of the node list's GPUs to keep (openb).")
     ] = None,
-    policies: Annotated[str, typer.Option("--policies", help="Comma-separated timeline policies.")] = ",".join(
-        TIMELINE_POLICIES
-    ),
+    policies: Annotated[str, typer.Option("--policies", help="Comma-separated timeline policies.")] = ",".join(PRESETS),
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds of the generated workloads.")] = "0",
     traces: Annotated[
         Path | None, typer.Option("--traces", help="Folder with gavel/, philly/, pai/ for the training workload.")
@@ -173,14 +171,14 @@ def simulate_timeline(
     ] = None,
 ) -> None:
     """Replay a workload over time: arrivals, queueing, departures; JCT, waiting and GPU allocation per policy."""
+    from tessera.core.presets import resolve_preset
     from tessera.sim.sweep import parse_seeds
     from tessera.sim.timeline import run_timeline
     from tessera.sim.timeline_inputs import timeline_inputs
-    from tessera.sim.timeline_policies import resolve_policy
     from tessera.sim.timeline_report import write_timeline_report
 
     with one_line_errors():
-        names = [resolve_policy(n.strip()).name for n in policies.split(",") if n.strip()]
+        names = [resolve_preset(n.strip(), "--policies").name for n in policies.split(",") if n.strip()]
         seed_list = parse_seeds(seeds)
         console = Console()
         results = []

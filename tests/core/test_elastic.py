@@ -54,7 +54,7 @@ def start(sched: Scheduler, plan: StepPlan, elastic: dict[str, tuple[int, int]])
 
 def occupy(sched: Scheduler, gpus: int) -> RunningWorkload:
     """A rigid, non-preemptible workload holding ``gpus`` whole GPUs."""
-    plan = sched.plan([PendingWorkload("rigid", WORKER, 0.0, gang=gpus)], np.random.default_rng(0))
+    plan = sched.plan([PendingWorkload("rigid", WORKER, 0.0, gang=gpus)], rng=np.random.default_rng(0))
     (held,) = start(sched, plan, {})
     return dataclasses.replace(held, preemptible=False)
 
@@ -65,7 +65,7 @@ def test_an_elastic_job_starts_with_what_fits_and_a_rigid_one_waits() -> None:
     before = sched.state.gpu_free_milli.copy()
     elastic = PendingWorkload("elastic", WORKER, 1.0, gang=4, elastic_min=2)
     rigid = PendingWorkload("rigid-4", WORKER, 2.0, gang=4)
-    plan = sched.plan([elastic, rigid], np.random.default_rng(0), [held])
+    plan = sched.plan([elastic, rigid], rng=np.random.default_rng(0), running=[held])
     assert [(b.workload_id, len(b.placements)) for b in plan.binds] == [("elastic", 2)]
     assert "rigid-4" in plan.waiting and not plan.preempts and not plan.shrinks and not plan.grows
     assert np.array_equal(before, sched.state.gpu_free_milli)  # the plan leaves the state untouched
@@ -75,7 +75,7 @@ def test_below_its_minimum_an_elastic_job_waits() -> None:
     sched = engine()
     held = occupy(sched, 3)
     plan = sched.plan(
-        [PendingWorkload("elastic", WORKER, 1.0, gang=4, elastic_min=2)], np.random.default_rng(0), [held]
+        [PendingWorkload("elastic", WORKER, 1.0, gang=4, elastic_min=2)], rng=np.random.default_rng(0), running=[held]
     )
     assert not plan.binds and "elastic" in plan.waiting
 
@@ -85,7 +85,9 @@ def test_off_by_default_the_elastic_fields_are_ignored() -> None:
     held = occupy(sched, 2)
     grown = running("small", (), low=1, high=4)
     plan = sched.plan(
-        [PendingWorkload("elastic", WORKER, 1.0, gang=4, elastic_min=2)], np.random.default_rng(0), [held, grown]
+        [PendingWorkload("elastic", WORKER, 1.0, gang=4, elastic_min=2)],
+        rng=np.random.default_rng(0),
+        running=[held, grown],
     )
     assert not plan.binds and not plan.grows and "elastic" in plan.waiting
 
@@ -94,14 +96,14 @@ def test_an_elastic_job_grows_into_freed_capacity_up_to_its_maximum() -> None:
     sched = engine()
     held = occupy(sched, 2)
     plan = sched.plan(
-        [PendingWorkload("elastic", WORKER, 1.0, gang=3, elastic_min=1)], np.random.default_rng(0), [held]
+        [PendingWorkload("elastic", WORKER, 1.0, gang=3, elastic_min=1)], rng=np.random.default_rng(0), running=[held]
     )
     (job,) = start(sched, plan, {"elastic": (1, 3)})
     assert len(job.placements) == 2
     for placement in held.placements:  # the rigid workload ends
         sched.state.release(placement)
     before = sched.state.gpu_free_milli.copy()
-    plan = sched.plan([], np.random.default_rng(0), [job])
+    plan = sched.plan([], rng=np.random.default_rng(0), running=[job])
     assert [(g.workload_id, len(g.placements)) for g in plan.grows] == [("elastic", 1)]  # up to max 3, not 4
     assert np.array_equal(before, sched.state.gpu_free_milli)
     for placement in plan.grows[0].placements:
@@ -112,22 +114,22 @@ def test_an_elastic_job_grows_into_freed_capacity_up_to_its_maximum() -> None:
 
 def test_no_growth_while_a_workload_waits() -> None:
     sched = engine()
-    plan = sched.plan([PendingWorkload("elastic", WORKER, 0.0, gang=1)], np.random.default_rng(0))
+    plan = sched.plan([PendingWorkload("elastic", WORKER, 0.0, gang=1)], rng=np.random.default_rng(0))
     (job,) = start(sched, plan, {"elastic": (1, 4)})
     waiting = PendingWorkload("huge", WORKER, 1.0, gang=5)
-    plan = sched.plan([waiting], np.random.default_rng(0), [job])
+    plan = sched.plan([waiting], rng=np.random.default_rng(0), running=[job])
     assert not plan.grows and "huge" in plan.waiting
-    plan = sched.plan([], np.random.default_rng(0), [job])
+    plan = sched.plan([], rng=np.random.default_rng(0), running=[job])
     assert [(g.workload_id, len(g.placements)) for g in plan.grows] == [("elastic", 3)]
 
 
 def test_an_elastic_job_shrinks_to_its_minimum_instead_of_being_preempted() -> None:
     sched = engine()
-    plan = sched.plan([PendingWorkload("elastic", WORKER, 0.0, gang=4, elastic_min=2)], np.random.default_rng(0))
+    plan = sched.plan([PendingWorkload("elastic", WORKER, 0.0, gang=4, elastic_min=2)], rng=np.random.default_rng(0))
     (job,) = start(sched, plan, {"elastic": (2, 4)})
     before = sched.state.gpu_free_milli.copy()
     urgent = PendingWorkload("urgent", WORKER, 1.0, priority=10, gang=2)
-    plan = sched.plan([urgent], np.random.default_rng(0), [job])
+    plan = sched.plan([urgent], rng=np.random.default_rng(0), running=[job])
     assert not plan.preempts
     assert [(s.workload_id, len(s.placements), s.preemptor) for s in plan.shrinks] == [("elastic", 2, "urgent")]
     assert [(b.workload_id, len(b.placements)) for b in plan.binds] == [("urgent", 2)]
@@ -142,13 +144,13 @@ def test_an_elastic_job_shrinks_to_its_minimum_instead_of_being_preempted() -> N
 
 def test_only_workers_above_the_minimum_are_given_back_and_only_to_higher_priority() -> None:
     sched = engine()
-    plan = sched.plan([PendingWorkload("elastic", WORKER, 0.0, gang=4, elastic_min=2)], np.random.default_rng(0))
+    plan = sched.plan([PendingWorkload("elastic", WORKER, 0.0, gang=4, elastic_min=2)], rng=np.random.default_rng(0))
     (job,) = start(sched, plan, {"elastic": (2, 4)})
     same = PendingWorkload("same-priority", WORKER, 1.0, gang=1)
-    plan = sched.plan([same], np.random.default_rng(0), [job])
+    plan = sched.plan([same], rng=np.random.default_rng(0), running=[job])
     assert not plan.shrinks and not plan.binds
     big = PendingWorkload("needs-three", WORKER, 1.0, priority=10, gang=3)
-    plan = sched.plan([big], np.random.default_rng(0), [job])
+    plan = sched.plan([big], rng=np.random.default_rng(0), running=[job])
     assert not plan.shrinks  # two workers above the minimum are not enough: the preemption policy decides
     assert [p.workload_id for p in plan.preempts] == ["elastic"]
 
@@ -158,7 +160,7 @@ def test_with_elastic_on_rigid_workloads_get_the_same_plan() -> None:
     plans = []
     for elastic in (False, True):
         sched = engine(elastic=elastic)
-        plans.append(sched.plan(work, np.random.default_rng(0)))
+        plans.append(sched.plan(work, rng=np.random.default_rng(0)))
     assert plans[0] == plans[1]
 
 
@@ -186,7 +188,7 @@ class Runtime:
         self.running: dict[str, RunningWorkload] = {}
 
     def step(self, pending: list[PendingWorkload], now: float = 0.0, seed: int = 0) -> StepPlan:
-        plan = self.sched.plan(pending, np.random.default_rng(seed), list(self.running.values()), now)
+        plan = self.sched.plan(pending, now, rng=np.random.default_rng(seed), running=list(self.running.values()))
         by_id = {w.workload_id: w for w in pending}
         state = self.sched.state
         for shrink in plan.shrinks:
@@ -412,29 +414,29 @@ def queues_cohort(queues: list[QueueSpec], name: str) -> str | None:
 
 def test_grown_workers_go_to_a_pending_workload_of_any_priority_and_placement_ignores_them() -> None:
     sched = engine()
-    plan = sched.plan([PendingWorkload("e", WORKER, 0.0, gang=1, elastic_min=1)], np.random.default_rng(0))
+    plan = sched.plan([PendingWorkload("e", WORKER, 0.0, gang=1, elastic_min=1)], rng=np.random.default_rng(0))
     (job,) = start(sched, plan, {"e": (1, 4)})
     job = dataclasses.replace(job, gang=1)
-    plan = sched.plan([], np.random.default_rng(0), [job])
+    plan = sched.plan([], rng=np.random.default_rng(0), running=[job])
     for placement in plan.grows[0].placements:
         sched.state.bind(placement)
     job = dataclasses.replace(job, placements=job.placements + plan.grows[0].placements)
     assert len(job.placements) == 4  # the whole cluster
     low = PendingWorkload("low", WORKER, 1.0, priority=-10, gang=2)  # lower priority than e: growth yields anyway
-    plan = sched.plan([low], np.random.default_rng(0), [job])
+    plan = sched.plan([low], rng=np.random.default_rng(0), running=[job])
     assert not plan.preempts and [(b.workload_id, len(b.placements)) for b in plan.binds] == [("low", 2)]
     assert [(s.workload_id, len(s.placements)) for s in plan.shrinks] == [("e", 2)]
     assert set(plan.shrinks[0].placements) <= set(job.placements[1:])  # never below its gang of 1
     # Workers between the minimum and the gang still go only to strictly higher priority.
     rigid_size = dataclasses.replace(job, gang=4, elastic_min=2)
-    plan = sched.plan([low], np.random.default_rng(0), [rigid_size])
+    plan = sched.plan([low], rng=np.random.default_rng(0), running=[rigid_size])
     assert not plan.binds and not plan.shrinks
 
 
 def test_a_non_preemptible_elastic_workload_never_grows() -> None:
     sched = engine()
-    plan = sched.plan([PendingWorkload("e", WORKER, 0.0, gang=1, elastic_min=1)], np.random.default_rng(0))
+    plan = sched.plan([PendingWorkload("e", WORKER, 0.0, gang=1, elastic_min=1)], rng=np.random.default_rng(0))
     (job,) = start(sched, plan, {"e": (1, 4)})
-    plan = sched.plan([], np.random.default_rng(0), [dataclasses.replace(job, preemptible=False)])
+    plan = sched.plan([], rng=np.random.default_rng(0), running=[dataclasses.replace(job, preemptible=False)])
     assert not plan.grows  # it could never give the workers back
-    assert [len(g.placements) for g in sched.plan([], np.random.default_rng(0), [job]).grows] == [3]
+    assert [len(g.placements) for g in sched.plan([], rng=np.random.default_rng(0), running=[job]).grows] == [3]

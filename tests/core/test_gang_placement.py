@@ -20,7 +20,7 @@ def engine_with_busy_first_node() -> Scheduler:
 
 def test_a_gang_goes_whole_onto_one_node_even_where_best_fit_would_start_it_elsewhere() -> None:
     engine = engine_with_busy_first_node()
-    plan = engine.plan([PendingWorkload("gang", WORKER, 0.0, gang=4)], np.random.default_rng(0))
+    plan = engine.plan([PendingWorkload("gang", WORKER, 0.0, gang=4)], rng=np.random.default_rng(0))
     (bind,) = plan.binds
     assert {p.node for p in bind.placements} == {1}  # best-fit alone would put 2 workers on "a" and 2 on "b"
     assert len({(p.node, p.gpu_indices) for p in bind.placements}) == 4
@@ -28,7 +28,7 @@ def test_a_gang_goes_whole_onto_one_node_even_where_best_fit_would_start_it_else
 
 def test_a_gang_no_node_can_hold_spreads_over_as_few_nodes_as_possible() -> None:
     engine = engine_with_busy_first_node()
-    plan = engine.plan([PendingWorkload("wide", WORKER, 0.0, gang=10)], np.random.default_rng(0))
+    plan = engine.plan([PendingWorkload("wide", WORKER, 0.0, gang=10)], rng=np.random.default_rng(0))
     (bind,) = plan.binds
     nodes = [p.node for p in bind.placements]
     assert sorted(set(nodes)) == [0, 1] and nodes.count(1) == 8 and nodes.count(0) == 2

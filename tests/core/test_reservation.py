@@ -78,7 +78,7 @@ def apply(e: Scheduler, binds: Sequence[Bind]) -> dict[str, tuple[Placement, ...
 
 def test_with_reservation_a_backfill_that_would_take_the_heads_gpu_is_refused_and_the_others_start() -> None:
     e, running = blocked_head_cluster(reservation=True)
-    plan = e.plan(later_workloads(), np.random.default_rng(0), running, now_s=0.0)
+    plan = e.plan(later_workloads(), 0.0, rng=np.random.default_rng(0), running=running)
     started = {b.workload_id: b for b in plan.binds}
     assert set(started) == {"small-elsewhere", "short"}
     assert {p.node for p in started["small-elsewhere"].placements} == {2}  # the V100, not a's reserved GPU
@@ -90,23 +90,23 @@ def test_with_reservation_a_backfill_that_would_take_the_heads_gpu_is_refused_an
 def test_with_reservation_the_head_starts_at_its_shadow_time_after_the_backfills() -> None:
     e, running = blocked_head_cluster(reservation=True)
     rng = np.random.default_rng(0)
-    placed = apply(e, e.plan(later_workloads(), rng, running, now_s=0.0).binds)
+    placed = apply(e, e.plan(later_workloads(), 0.0, rng=rng, running=running).binds)
     for placement in placed["short"] + running[0].placements:  # short ends at 50 s, r-a at 100 s
         e.state.release(placement)
-    plan = e.plan([PendingWorkload("head", HEAD, 0.0)], rng, [running[1]], now_s=100.0)
+    plan = e.plan([PendingWorkload("head", HEAD, 0.0)], 100.0, rng=rng, running=[running[1]])
     assert [b.workload_id for b in plan.binds] == ["head"]
 
 
 def test_without_reservation_the_same_backfill_delays_the_head() -> None:
     e, running = blocked_head_cluster(reservation=False)
     rng = np.random.default_rng(0)
-    plan = e.plan(later_workloads(), rng, running, now_s=0.0)
+    plan = e.plan(later_workloads(), 0.0, rng=rng, running=running)
     placed = apply(e, plan.binds)
     assert "head" not in placed
     t4_taker = next(w for w, ps in placed.items() if ps[0].node == 0)
     assert t4_taker != "short"  # best fit put a workload that runs past 100 s on a's GPU 1
     e.state.release(running[0].placements[0])  # r-a ends at 100 s
-    assert not e.plan([PendingWorkload("head", HEAD, 0.0)], rng, [running[1]], now_s=100.0).binds
+    assert not e.plan([PendingWorkload("head", HEAD, 0.0)], 100.0, rng=rng, running=[running[1]]).binds
 
 
 def test_a_backfill_does_not_preempt_a_workload_whose_capacity_the_head_counts_on() -> None:
@@ -122,11 +122,11 @@ def test_a_backfill_does_not_preempt_a_workload_whose_capacity_the_head_counts_o
         PendingWorkload("head", HEAD, 0.0, priority=5),  # preempting r-a1 alone would not make room
         PendingWorkload("long-small", ONE_T4, 1.0, priority=3, expected_duration_s=500.0),
     ]
-    plan = e.plan(pending, np.random.default_rng(0), running, now_s=0.0)
+    plan = e.plan(pending, 0.0, rng=np.random.default_rng(0), running=running)
     assert not plan.binds and not plan.preempts
     assert plan.waiting["long-small"] == "capacity reserved for head (expected to start at 100 s)"
     off = Scheduler(Placer(state, make_policy("bestfit")), dataclasses.replace(config, head_reservation=False))
-    plan_off = off.plan(pending, np.random.default_rng(0), running, now_s=0.0)
+    plan_off = off.plan(pending, 0.0, rng=np.random.default_rng(0), running=running)
     assert [p.workload_id for p in plan_off.preempts] == ["r-a1"]  # without it, the backfill takes a's GPU 1
     assert [b.workload_id for b in plan_off.binds] == ["long-small"]
 
@@ -135,8 +135,8 @@ def test_unknown_ends_keep_todays_backfill() -> None:
     on, running_on = blocked_head_cluster(reservation=True, a_end_s=None)
     off, running_off = blocked_head_cluster(reservation=False, a_end_s=None)
     # r-a's end is unknown and b (known end) alone cannot hold the head beside r-a: no shadow time, no reservation
-    plan_on = on.plan(later_workloads(), np.random.default_rng(0), running_on, now_s=0.0)
-    plan_off = off.plan(later_workloads(), np.random.default_rng(0), running_off, now_s=0.0)
+    plan_on = on.plan(later_workloads(), 0.0, rng=np.random.default_rng(0), running=running_on)
+    plan_off = off.plan(later_workloads(), 0.0, rng=np.random.default_rng(0), running=running_off)
     assert plan_on == plan_off
 
 
@@ -145,14 +145,14 @@ def test_strict_fifo_is_unchanged_by_head_reservation() -> None:
     for reservation in (False, True):
         e = engine(reservation, QueueDiscipline.STRICT_FIFO)
         running = [run(e, "r-a", 0, (0,), 100.0), run(e, "r-b", 1, (0, 1), 1000.0)]
-        plans.append(e.plan(later_workloads(), np.random.default_rng(0), running, now_s=0.0))
+        plans.append(e.plan(later_workloads(), 0.0, rng=np.random.default_rng(0), running=running))
     assert plans[0] == plans[1] and not plans[0].binds
 
 
 def test_the_plan_leaves_the_state_untouched() -> None:
     e, running = blocked_head_cluster(reservation=True)
     before = (e.state.gpu_free_milli.copy(), e.state.cpu_free_milli.copy(), e.state.mem_free_mib.copy())
-    e.plan(later_workloads(), np.random.default_rng(0), running, now_s=0.0)
+    e.plan(later_workloads(), 0.0, rng=np.random.default_rng(0), running=running)
     after = (e.state.gpu_free_milli, e.state.cpu_free_milli, e.state.mem_free_mib)
     assert all(np.array_equal(x, y) for x, y in zip(before, after, strict=True))
 
@@ -178,21 +178,21 @@ def test_a_backfilled_workload_never_delays_the_head(
     running: list[RunningWorkload] = []
     for k, (count, end) in enumerate(running_shapes):
         request = Request(num_gpus=count, gpu_milli=1000, cpu_milli=1000)
-        plan = e.plan([PendingWorkload(f"r{k}", request, 0.0)], rng)
+        plan = e.plan([PendingWorkload(f"r{k}", request, 0.0)], rng=rng)
         for bind in plan.binds:
             apply(e, (bind,))
             running.append(
                 RunningWorkload(f"r{k}", "default", 0, bind.placements, _NO_CHARGE, 0.0, expected_end_s=float(end))
             )
     head = PendingWorkload("head", Request(num_gpus=head_gpus, gpu_milli=1000, cpu_milli=1000), 0.0)
-    assume(not e.plan([head], rng).binds)  # the property is about a blocked head
+    assume(not e.plan([head], rng=rng).binds)  # the property is about a blocked head
     shadow = _shadow(e, head, running)
     assume(shadow is not None)  # some known end lets the head fit: a reservation is made
     pending = [head] + [
         PendingWorkload(f"w{k}", Request(num_gpus=g, gpu_milli=1000, cpu_milli=1000), 1.0 + k, expected_duration_s=d)
         for k, (g, d) in enumerate(later)
     ]
-    placed = apply(e, e.plan(pending, rng, running, now_s=0.0).binds)
+    placed = apply(e, e.plan(pending, 0.0, rng=rng, running=running).binds)
     assert "head" not in placed
     durations = {w.workload_id: w.expected_duration_s for w in pending}
     for r in running:
@@ -204,7 +204,7 @@ def test_a_backfilled_workload_never_delays_the_head(
         if duration is not None and duration <= shadow:
             for p in placements:
                 e.state.release(p)
-    assert e.plan([head], rng).binds, f"head delayed past {shadow} s by {sorted(placed)}"
+    assert e.plan([head], rng=rng).binds, f"head delayed past {shadow} s by {sorted(placed)}"
 
 
 def _shadow(e: Scheduler, head: PendingWorkload, running: list[RunningWorkload]) -> float | None:
@@ -216,7 +216,7 @@ def _shadow(e: Scheduler, head: PendingWorkload, running: list[RunningWorkload])
             for p in r.placements:
                 e.state.release(p)
                 released.append(p)
-            if e.plan([head], np.random.default_rng(0)).binds:
+            if e.plan([head], rng=np.random.default_rng(0)).binds:
                 found = r.expected_end_s
                 break
     finally:

@@ -25,14 +25,14 @@ def pending() -> list[PendingWorkload]:
 
 
 def test_strict_fifo_blocks_behind_a_head_that_does_not_fit() -> None:
-    plan = scheduler(QueueDiscipline.STRICT_FIFO).plan(pending(), np.random.default_rng(0))
+    plan = scheduler(QueueDiscipline.STRICT_FIFO).plan(pending(), rng=np.random.default_rng(0))
     assert [b.workload_id for b in plan.binds] == ["urgent"]  # priority first, then the big head blocks
     assert plan.waiting["late-small"] == "waiting behind an earlier workload"
     assert "4 free GPUs" in plan.waiting["early-big"]
 
 
 def test_backfill_lets_later_workloads_that_fit_start() -> None:
-    plan = scheduler(QueueDiscipline.BEST_EFFORT_FIFO).plan(pending(), np.random.default_rng(0))
+    plan = scheduler(QueueDiscipline.BEST_EFFORT_FIFO).plan(pending(), rng=np.random.default_rng(0))
     assert [b.workload_id for b in plan.binds] == ["urgent", "late-small"]
 
 
@@ -42,7 +42,7 @@ def test_a_gang_is_placed_whole_or_not_at_all_and_plan_leaves_the_state_untouche
     whole = Request(num_gpus=1, gpu_milli=1000, cpu_milli=1000)
     plan = engine.plan(
         [PendingWorkload("gang-of-5", whole, 0.0, gang=5), PendingWorkload("gang-of-3", whole, 1.0, gang=3)],
-        np.random.default_rng(0),
+        rng=np.random.default_rng(0),
     )
     assert [(b.workload_id, len(b.placements)) for b in plan.binds] == [("gang-of-3", 3)]
     assert "each of 5 workers" in plan.waiting["gang-of-5"]
@@ -91,7 +91,7 @@ def apply(engine: Scheduler, plan_binds: tuple[Bind, ...], now_s: float = 0.0) -
 def test_borrowing_stays_within_the_borrowing_limit_of_the_cohort() -> None:
     engine = quota_scheduler(QueueSpec("a", "org", gpus(2)), QueueSpec("b", "org", gpus(2), borrowing_limit=gpus(1)))
     pending = [PendingWorkload(f"b{i}", one_gpu("b"), float(i), queue="b") for i in range(4)]
-    plan = engine.plan(pending, np.random.default_rng(0))
+    plan = engine.plan(pending, rng=np.random.default_rng(0))
     assert [b.workload_id for b in plan.binds] == ["b0", "b1", "b2"]
     assert plan.binds[2].admission is not None and plan.binds[2].admission.is_borrowing
     assert "quota" in plan.waiting["b3"]
@@ -100,17 +100,17 @@ def test_borrowing_stays_within_the_borrowing_limit_of_the_cohort() -> None:
 def test_a_queue_without_a_cohort_never_exceeds_its_nominal_quota() -> None:
     engine = quota_scheduler(QueueSpec("a", None, gpus(2)), QueueSpec("b", None, gpus(2)))
     pending = [PendingWorkload(f"b{i}", one_gpu("b"), float(i), queue="b") for i in range(4)]
-    assert len(engine.plan(pending, np.random.default_rng(0)).binds) == 2
+    assert len(engine.plan(pending, rng=np.random.default_rng(0)).binds) == 2
 
 
 def test_the_owner_reclaims_borrowed_capacity_in_one_step() -> None:
     engine = quota_scheduler(QueueSpec("a", "org", gpus(2)), QueueSpec("b", "org", gpus(2)), preempt=True)
     rng = np.random.default_rng(0)
     borrowed = [PendingWorkload(f"b{i}", one_gpu("b"), float(i), queue="b") for i in range(4)]
-    running = apply(engine, engine.plan(borrowed, rng).binds)
+    running = apply(engine, engine.plan(borrowed, rng=rng).binds)
     assert len(running) == 4  # b uses a's idle quota
     owner = [PendingWorkload(f"a{i}", one_gpu("a"), 10.0, queue="a") for i in range(2)]
-    plan = engine.plan(owner, rng, running, now_s=10.0)
+    plan = engine.plan(owner, 10.0, rng=rng, running=running)
     assert sorted(p.workload_id for p in plan.preempts) == ["b2", "b3"]  # the borrowed (youngest) ones
     assert all(p.reason.startswith("reclaim") for p in plan.preempts)
     assert [b.workload_id for b in plan.binds] == ["a0", "a1"]
@@ -123,7 +123,7 @@ def test_the_owner_reclaims_borrowed_capacity_in_one_step() -> None:
         engine.release(victim.admission)
     rest = [r for r in running if r.workload_id not in {"b2", "b3"}]
     rest += apply(engine, plan.binds, 10.0)
-    third = engine.plan([PendingWorkload("a2", one_gpu("a"), 20.0, queue="a")], rng, rest, now_s=20.0)
+    third = engine.plan([PendingWorkload("a2", one_gpu("a"), 20.0, queue="a")], 20.0, rng=rng, running=rest)
     assert not third.binds and not third.preempts
 
 
@@ -138,7 +138,7 @@ def test_strict_fifo_and_best_effort_fifo_apply_per_queue() -> None:
         PendingWorkload("f-big", big, 0.0, queue="f"),
         PendingWorkload("f-small", SMALL, 1.0, queue="f"),
     ]
-    plan = engine.plan(pending, np.random.default_rng(0))
+    plan = engine.plan(pending, rng=np.random.default_rng(0))
     assert [b.workload_id for b in plan.binds] == ["f-small"]
     assert plan.waiting["s-small"] == "waiting behind an earlier workload"
 
@@ -148,7 +148,7 @@ def test_strict_fifo_and_best_effort_fifo_apply_per_queue() -> None:
 
 def test_without_queues_binds_carry_no_admission_and_charge_is_a_no_op() -> None:
     engine = scheduler(QueueDiscipline.BEST_EFFORT_FIFO)
-    plan = engine.plan(pending(), np.random.default_rng(0))
+    plan = engine.plan(pending(), rng=np.random.default_rng(0))
     assert plan.binds and all(b.admission is None for b in plan.binds)
     assert engine.ledger is None and engine.charge(plan.binds[0]) is None
 
@@ -158,7 +158,7 @@ def test_without_queues_a_preemption_policy_preempts_by_priority_within_the_one_
     engine = Scheduler(Placer(state, make_policy("bestfit")), SchedulerConfig(preemption=PreemptionPolicy()))
     rng = np.random.default_rng(0)
     low = [PendingWorkload(f"low{i}", one_gpu("x"), float(i), priority=1, queue=f"q{i}") for i in range(2)]
-    first = engine.plan(low, rng)
+    first = engine.plan(low, rng=rng)
     running = []
     for started_s, bind in enumerate(first.binds):
         for placement in bind.placements:
@@ -166,10 +166,10 @@ def test_without_queues_a_preemption_policy_preempts_by_priority_within_the_one_
         admission = Admission("unused", "*", ResourceVector(), ResourceVector())  # ignored without queues
         running.append(RunningWorkload(bind.workload_id, "ignored", 1, bind.placements, admission, float(started_s)))
     high = PendingWorkload("high", one_gpu("y"), 5.0, priority=9)
-    plan = engine.plan([high], rng, running, now_s=5.0)
+    plan = engine.plan([high], 5.0, rng=rng, running=running)
     assert [p.workload_id for p in plan.preempts] == ["low1"]  # the youngest of the lower-priority ones
     assert [b.workload_id for b in plan.binds] == ["high"] and plan.binds[0].admission is None
-    nothing = engine.plan([PendingWorkload("peer", one_gpu("y"), 6.0, priority=1)], rng, running, now_s=6.0)
+    nothing = engine.plan([PendingWorkload("peer", one_gpu("y"), 6.0, priority=1)], 6.0, rng=rng, running=running)
     assert not nothing.binds and not nothing.preempts  # equal priority never preempts
 
 
@@ -202,7 +202,9 @@ def test_reclaim_finds_victims_that_free_a_whole_gpu_when_the_cheapest_ones_do_n
         admission = engine.ledger.admit(queue, "*", ResourceVector(milli, 1000, 0))
         running.append(RunningWorkload(wid, queue, 0, (placement,), admission, started_s, checkpointed=True))
     assert [r.workload_id for r in running if r.admission.is_borrowing] == ["h3", "h2", "h1"]
-    plan = engine.plan([PendingWorkload("new", one_gpu("x"), 50.0, queue="x")], np.random.default_rng(0), running, 50.0)
+    plan = engine.plan(
+        [PendingWorkload("new", one_gpu("x"), 50.0, queue="x")], 50.0, rng=np.random.default_rng(0), running=running
+    )
     assert sorted(p.workload_id for p in plan.preempts) == ["h2", "h3"]  # they free GPU (a, 1) whole
     assert [b.workload_id for b in plan.binds] == ["new"] and plan.binds[0].placements[0].gpu_indices == (1,)
 
@@ -210,7 +212,7 @@ def test_reclaim_finds_victims_that_free_a_whole_gpu_when_the_cheapest_ones_do_n
 def test_a_workload_that_cannot_be_preempted_is_never_admitted_by_borrowing() -> None:
     engine = quota_scheduler(QueueSpec("a", "org", gpus(2)), QueueSpec("b", "org", gpus(2)), preempt=True)
     pending = [PendingWorkload(f"b{i}", one_gpu("b"), float(i), queue="b", preemptible=False) for i in range(3)]
-    plan = engine.plan(pending, np.random.default_rng(0))
+    plan = engine.plan(pending, rng=np.random.default_rng(0))
     assert [b.workload_id for b in plan.binds] == ["b0", "b1"]
     assert "quota" in plan.waiting["b2"]
 
@@ -221,5 +223,5 @@ def test_work_within_nominal_quota_goes_before_work_that_would_borrow_in_the_sam
     engine = quota_scheduler(QueueSpec("borrower", "org", gpus(2), weight=10.0), QueueSpec("owner", "org", gpus(2)))
     pending = [PendingWorkload(f"b{i}", one_gpu("borrower"), float(i), queue="borrower") for i in range(4)]
     pending += [PendingWorkload(f"o{i}", one_gpu("owner"), 9.0, queue="owner") for i in range(2)]
-    plan = engine.plan(pending, np.random.default_rng(0))
+    plan = engine.plan(pending, rng=np.random.default_rng(0))
     assert sorted(b.workload_id for b in plan.binds) == ["b0", "b1", "o0", "o1"]

@@ -7,12 +7,12 @@ import pytest
 
 from tessera.core.cluster import NodeSpec
 from tessera.core.errors import InvalidRequestError
+from tessera.core.presets import PRESETS, whole_gpu_request
 from tessera.core.queueing import QueueSpec, ResourceVector
 from tessera.core.throughput import ThroughputModel
 from tessera.core.workload import Request
 from tessera.sim.jobs import TimelineJob
 from tessera.sim.timeline import run_timeline
-from tessera.sim.timeline_policies import TIMELINE_POLICIES, whole_gpu_request
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def test_tiresias_never_preempts_a_job_that_cannot_checkpoint() -> None:
 
 def test_preemption_counts_are_reported_for_every_policy() -> None:
     jobs = [Job("long", 0.0, WHOLE, 20_000.0, checkpointed=True), Job("short", 4_000.0, WHOLE, 100.0)]
-    counts = {name: run_timeline(NODES, jobs, name).preemptions for name in TIMELINE_POLICIES}
+    counts = {name: run_timeline(NODES, jobs, name).preemptions for name in PRESETS}
     assert counts == {"static": 0, "fifo-share": 0, "tiresias": 1, "gavel": 0, "tessera": 0}
 
 

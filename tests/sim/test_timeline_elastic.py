@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from tessera.core.cluster import NodeSpec
-from tessera.core.invariants import InvariantViolation
+from tessera.core.invariants import InvariantViolation, check_charges
+from tessera.core.presets import PRESETS, REFERENCE_PRESETS, Preset
 from tessera.core.queueing import QueueSpec, QuotaLedger, ResourceVector
 from tessera.core.queueing.quotas import Admission
 from tessera.core.scheduler import RunningWorkload
@@ -15,8 +16,6 @@ from tessera.core.throughput import ThroughputModel
 from tessera.core.workload import Placement
 from tessera.sim.jobs import PRIORITY_INFERENCE, PRIORITY_TRAINING, TimelineJob, training_worker
 from tessera.sim.timeline import run_timeline
-from tessera.sim.timeline_elastic import check_charges, elastic_bounds
-from tessera.sim.timeline_policies import REFERENCE_POLICIES, TIMELINE_POLICIES
 from tessera.sim.timeline_progress import Progress
 
 NODE = [NodeSpec("n0", 64_000, 262_144, 4, "T4")]
@@ -48,14 +47,18 @@ def quota(workers: int) -> dict[str, ResourceVector]:
     }
 
 
+def elastic_bounds(job: TimelineJob, preset: Preset) -> tuple[int | None, int | None]:
+    return preset.elastic_bounds(job.elastic_min, job.elastic_max, job.work_steps is None)
+
+
 def test_only_tessera_runs_elastic_jobs_and_never_fixed_duration_ones() -> None:
-    assert [name for name, p in TIMELINE_POLICIES.items() if p.elastic] == ["tessera"]
+    assert [name for name, p in PRESETS.items() if p.elastic] == ["tessera"]
     job = elastic("e", 2, 1, 4, 100.0)
-    tessera, gavel = TIMELINE_POLICIES["tessera"], TIMELINE_POLICIES["gavel"]
+    tessera, gavel = PRESETS["tessera"], PRESETS["gavel"]
     assert elastic_bounds(job, tessera) == (1, 4) and elastic_bounds(job, gavel) == (None, None)
     pod = TimelineJob("p", 0.0, training_worker("default"), 50.0, gang=2, elastic_min=1, elastic_max=4)
     assert elastic_bounds(pod, tessera) == (None, None)
-    assert elastic_bounds(pod, REFERENCE_POLICIES["tessera-elastic-durations"]) == (1, 4)
+    assert elastic_bounds(pod, REFERENCE_PRESETS["tessera-elastic-durations"]) == (1, 4)
     result = run_timeline(NODE, [pod], "tessera", throughput=MODEL, check_invariants=True)
     assert result.grown_workers == 0 and float(result.finish_s[0]) == pytest.approx(50.0)
 

@@ -36,6 +36,11 @@ class PendingWorkload:
     # Elastic (``SchedulerConfig.elastic``): the fewest workers it can start with when all ``gang`` do not fit.
     # None: rigid (all ``gang`` workers or nothing).
     elastic_min: int | None = None
+    # Elastic: the most workers it may grow to (None: its gang). Kept in its running entry once bound.
+    elastic_max: int | None = None
+    # It resumes from a checkpoint when preempted (else it restarts from zero): victims with one are cheaper, and
+    # plain LAS preempts only those (``SchedulerConfig.las_thresholds_gpu_s``).
+    checkpointed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +70,10 @@ class RunningWorkload:
 class Bind:
     workload_id: str
     placements: tuple[Placement, ...]  # one per worker
-    admission: Admission | None = None  # the quota charge (None without queues); apply with Scheduler.charge
+    admission: Admission | None = None  # the quota charge (None without queues); applied by Scheduler.commit
+    # The pending workload it binds, as the runtime handed it to ``plan`` (``commit`` builds the running entry from
+    # it). None only for binds made outside a plan.
+    workload: PendingWorkload | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +101,9 @@ class Grow:
     # workload is preemptible); apply with ``Scheduler.charge`` and keep ``core.elastic.grown_admission`` of the
     # workload's admission. None: no queues.
     admission: Admission | None = None
+
+
+Decision = Shrink | Preempt | Bind | Grow  # what ``Scheduler.commit`` applies, in that order
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,3 +134,13 @@ class SchedulerConfig:
     # they borrow) before anything is preempted, and grow into capacity left idle that their quota admits when
     # nothing waits for it. Off: elastic fields are ignored (every workload is rigid).
     elastic: bool = False
+    # Discretised LAS (``core.queueing.las``; tiresias, tessera): non-empty thresholds make a workload's priority its
+    # LAS level from the GPU-seconds it attained (``Allocation.las``); every run is then protected by the preemption
+    # guard for its first ``preemption_min_runtime_s``. ``las_within_class``: the priority class stays first and LAS
+    # orders only preemptible workloads of one class.
+    las_thresholds_gpu_s: tuple[float, ...] = ()
+    las_within_class: bool = False
+    # Every preempted workload resumes from a checkpoint, whatever it says (Tiresias' own assumption; a reference).
+    assume_checkpoints: bool = False
+    # A workload preempted once (under LAS: every run) runs this long before priority may preempt it.
+    preemption_min_runtime_s: float = 600.0

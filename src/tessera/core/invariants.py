@@ -7,11 +7,13 @@ every step in debug mode (``run_timeline(..., check_invariants=True)``). Violati
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from tessera.core.cluster import ClusterState
+from tessera.core.decisions import RunningWorkload
+from tessera.core.elastic import placements_charge
 from tessera.core.queueing.quotas import QuotaLedger
 from tessera.core.queueing.resources import Flavor, ResourceVector
 from tessera.core.workload import MILLI_PER_GPU, Placement
@@ -86,3 +88,18 @@ def check_quotas(ledger: QuotaLedger) -> None:
     for (cohort, key), slack in pools.items():
         if not slack.is_non_negative():
             raise InvariantViolation(f"cohort {cohort} lends more {key} than its queues may lend ({slack})")
+
+
+def check_charges(ledger: QuotaLedger, running: Sequence[RunningWorkload]) -> None:
+    """Raise ``InvariantViolation`` unless every running workload's admission charges exactly its workers and the
+    ledger holds exactly the running workloads' charges (a resize that forgot its quota change breaks both)."""
+    held: dict[tuple[str, str], ResourceVector] = {}
+    for r in running:
+        if r.admission.charged != placements_charge(r.placements):
+            raise InvariantViolation(f"workload {r.workload_id} is charged {r.admission.charged} for other workers")
+        pool = (r.queue, r.admission.flavor_key)
+        held[pool] = held.get(pool, ResourceVector.zero()) + r.admission.charged
+    for spec in ledger.queues:
+        for key in spec.nominal:
+            if ledger.usage(spec.name, key) != held.get((spec.name, key), ResourceVector.zero()):
+                raise InvariantViolation(f"queue {spec.name} holds {ledger.usage(spec.name, key)} of {key}")

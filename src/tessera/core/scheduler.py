@@ -1,11 +1,14 @@
-"""The scheduling step: ``Scheduler.plan(pending, running, now_s) -> StepPlan``, decisions as data.
+"""The scheduler: ``plan(pending, now_s) -> StepPlan`` (decisions as data), ``commit(plan, now_s)`` and
+``observe(ended, now_s)``, on books it owns (``core.allocation.Allocation``).
 
 One step takes the workloads waiting to run, orders them (priority, then arrival; a queue discipline decides whether
 a workload that does not fit blocks those behind it), and places what fits with the configured placement policy.
-It never launches anything and never reads a clock: the simulator and the control plane apply the ``Bind`` and
-``Preempt`` decisions themselves (``ClusterState.bind`` / ``release``) and call ``plan`` again after the next event.
-Placements within one step are tried on the live ``ClusterState`` and rolled back before ``plan`` returns, so the
-returned plan is consistent (no two binds overlap) and the state is left untouched.
+It never launches anything and never reads a clock. A runtime (the timeline simulator, the control plane) hands the
+plan to ``commit``, which applies it to the books in one place (shrinks, preemptions, binds, grows: cluster state,
+quota ledger, running table, preemption guard, LAS service), and reports ended workloads with ``observe``; the
+simulator adds only physics, the server only durability and effects (plan, store, commit, backend). Placements within
+one step are tried on the live ``ClusterState`` and rolled back before ``plan`` returns, so the returned plan is
+consistent (no two binds overlap) and the state is left untouched until ``commit``.
 
 Gang workloads (``gang > 1`` workers of the same request) are placed all or nothing. A request that does not fit
 leaves a one-line reason in ``StepPlan.waiting`` (shown by ``tessera show`` in the control plane).
@@ -15,8 +18,8 @@ unlimited quota, ordered by ``SchedulerConfig.discipline``: admission never limi
 given, preempts by priority within it). The scheduler
 owns a ``QuotaLedger``. A workload is bound only if ``can_admit(queue, flavor, demand)`` (flavor ``"*"`` unless its
 queue has a quota entry for the one GPU model it asks for; demand = GPU milli, CPU and memory of all its workers);
-each ``Bind`` carries the ``Admission``. The runtime charges a bind with ``charge(bind)`` when it applies it and
-returns the quota with ``release(admission)`` when the workload stops. Queues take turns in weighted DRF order
+each ``Bind`` carries the ``Admission``. ``commit`` charges it; ``observe`` (or a
+preemption) returns it. Queues take turns in weighted DRF order
 (lowest dominant share first, recomputed after every bind); within a queue the order is priority then arrival, with
 the queue's StrictFIFO or BestEffortFIFO strategy. With ``SchedulerConfig.preemption`` set, a workload that cannot be
 admitted (its quota is lent out, or no node fits it) asks ``core.preemption.select_victims`` for running workloads
@@ -27,19 +30,25 @@ workload's ``Bind``. The runtime applies every ``Preempt`` before the binds.
 **Elastic workloads** (``SchedulerConfig.elastic``, ``core.elastic``): a running elastic workload gives workers
 back (``Shrink``) to higher priority in its queue, or to a queue reclaiming the nominal quota it borrows, before
 anything is preempted whole, and grows (``Grow``) into idle capacity its quota admits. With queues both carry the
-quota change: ``release(shrink.admission)``, ``charge(grow)``. The runtime applies shrinks, then preempts, then
-binds, then grows.
+quota change, which ``commit`` applies with the resize.
+
+**LAS** (``SchedulerConfig.las_thresholds_gpu_s``): the books keep each workload's attained GPU-seconds; ``plan``
+turns priorities into LAS levels (pending workloads and, aged to ``now_s``, running ones), and every run is recorded
+in the preemption guard when it is bound.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from tessera.core.allocation import Allocation, running_of
 from tessera.core.cluster import ClusterState
 from tessera.core.decisions import (
     Bind,
+    Decision,
     Grow,
     PendingWorkload,
     Preempt,
@@ -51,6 +60,7 @@ from tessera.core.decisions import (
 )
 from tessera.core.placement.base import Placer
 from tessera.core.preemption import PreemptionGuard
+from tessera.core.queueing.las import LasService
 from tessera.core.queueing.quotas import Admission, QuotaLedger
 from tessera.core.step import QuotaStep, demand_of, flavor_of
 
@@ -72,29 +82,143 @@ _DEFAULT_CONFIG = SchedulerConfig()
 
 
 class Scheduler:
-    """Plans binds (and, with a preemption policy, preemptions) on one cluster with one placement engine."""
+    """Plans a step on one cluster with one placement engine, and applies plans to the books it owns."""
 
-    def __init__(self, placer: Placer, config: SchedulerConfig = _DEFAULT_CONFIG) -> None:
+    def __init__(
+        self, placer: Placer, config: SchedulerConfig = _DEFAULT_CONFIG, rng: np.random.Generator | None = None
+    ) -> None:
         self.placer = placer
         self.config = config
-        self.ledger: QuotaLedger | None = QuotaLedger(config.queues) if config.queues else None
+        self.rng = rng if rng is not None else np.random.default_rng(0)  # the step's draws (ties, random placement)
+        las = LasService(config.las_thresholds_gpu_s, config.las_within_class) if config.las_thresholds_gpu_s else None
+        self.books = Allocation(placer.state, _ledger(config), PreemptionGuard(config.preemption_min_runtime_s), las)
 
     @property
     def state(self) -> ClusterState:
         return self.placer.state
 
+    @property
+    def ledger(self) -> QuotaLedger | None:
+        return self.books.ledger
+
+    # ------------------------------------------------------------------------------------------------ planning
+
+    def plan(
+        self,
+        pending: Sequence[PendingWorkload],
+        now_s: float = 0.0,
+        *,
+        rng: np.random.Generator | None = None,
+        running: Sequence[RunningWorkload] | None = None,
+        guard: PreemptionGuard | None = None,
+    ) -> StepPlan:
+        """One step (module docstring) over ``pending`` as the runtime knows them (priority classes, preemptible and
+        checkpointed as asked): the scheduler applies its LAS levels and the policy's preemptibility rule. Running
+        workloads, guard and generator are the books' own; ``running``, ``guard`` and ``rng`` replace them for a
+        what-if step (a probe, a test) that is not committed. Binds carry the pending workload they bind."""
+        by_id = {w.workload_id: w for w in pending}
+        effective = [self.effective(w, now_s) for w in pending]
+        if running is None:
+            running = self.books.candidates(now_s) if self._reads_running() else ()
+        step_guard = guard if guard is not None else self.books.guard
+        ledger = self.ledger.copy() if self.ledger is not None else None
+        step = QuotaStep(self.placer, self.config, ledger, rng or self.rng, running, now_s, step_guard)
+        plan = step.run(effective)
+        binds = tuple(dataclasses.replace(b, workload=by_id[b.workload_id]) for b in plan.binds)
+        return dataclasses.replace(plan, binds=binds)
+
+    def effective(self, workload: PendingWorkload, now_s: float) -> PendingWorkload:
+        """``workload`` as the step sees it: its LAS priority at ``now_s`` and the policy's preemptibility."""
+        preemptible = self.preemptible(workload)
+        priority = workload.priority
+        las = self.books.las
+        if las is not None:
+            priority = las.priority(workload.workload_id, now_s, 0.0, workload.priority, workload.preemptible)
+        if preemptible == workload.preemptible and priority == workload.priority:
+            return workload
+        return dataclasses.replace(workload, priority=priority, preemptible=preemptible)
+
+    def preemptible(self, workload: PendingWorkload) -> bool:
+        """Whether the policy may preempt ``workload``: as it asks, except under LAS, where a preempted run must
+        resume from a checkpoint (plain LAS suspends any such workload, whatever it asked; LAS within classes only
+        preemptible ones)."""
+        if not self.config.las_thresholds_gpu_s:
+            return workload.preemptible
+        if not self.config.las_within_class:
+            return self.checkpointed(workload)
+        return workload.preemptible and self.checkpointed(workload)
+
+    def checkpointed(self, workload: PendingWorkload) -> bool:
+        return self.config.assume_checkpoints or workload.checkpointed
+
+    def _reads_running(self) -> bool:
+        """Whether a step looks at running workloads at all (victims, resizes, expected ends)."""
+        config = self.config
+        return config.preemption is not None or config.elastic or config.head_reservation
+
+    # ------------------------------------------------------------------------------------------------ applying
+
+    def commit(self, plan: StepPlan, now_s: float, on_applied: AppliedHook | None = None) -> None:
+        """Apply ``plan`` to the books: shrinks, then preemptions, then binds, then grows, with their quota charges,
+        the preemption guard and LAS service. The plan must come from ``plan`` on these books, unchanged since (a
+        runtime may drop the grows it does not apply). ``on_applied(decision, entry)`` runs after each decision with
+        the workload's running entry as it is now (for a preemption: as it was), so that a runtime can follow each
+        one (the simulator's physics)."""
+        books = self.books
+        for shrink in plan.shrinks:
+            books.shrink(shrink, now_s)
+            _notify(on_applied, shrink, books.running[shrink.workload_id])
+        for preempt in plan.preempts:
+            _notify(on_applied, preempt, books.preempt(preempt, now_s))
+        las = bool(self.config.las_thresholds_gpu_s)
+        for bind in plan.binds:
+            workload = bind.workload
+            if workload is None:
+                raise ValueError(f"bind of {bind.workload_id} names no pending workload: plan it with Scheduler.plan")
+            running = running_of(
+                workload,
+                bind.placements,
+                now_s,
+                preemptible=self.preemptible(workload),
+                checkpointed=self.checkpointed(workload),
+                elastic=self.config.elastic,
+            )
+            books.set_las_class(bind.workload_id, workload.priority, workload.preemptible)
+            books.bind(bind, running, record_guard=las)
+            _notify(on_applied, bind, books.running[bind.workload_id])
+        for grow in plan.grows:
+            books.grow(grow, now_s)
+            _notify(on_applied, grow, books.running[grow.workload_id])
+
+    def observe(self, ended: Iterable[str], now_s: float, *, finished: bool = True) -> None:
+        """Running workloads that stopped outside a plan: release their capacity, quota and LAS service.
+        ``finished``: they are done, so the guard forgets them; False: they will run again (a restart)."""
+        ended = [w for w in ended if w in self.books.running]
+        for workload_id in ended:
+            self.books.remove(workload_id, now_s)
+        if finished:
+            self.books.guard = self.books.guard.forget(ended)
+
+    def reconfigure(self, config: SchedulerConfig) -> None:
+        """New queues or policy options (the server's queues changed): a new ledger, charged with every running
+        workload's admission again; one its quota no longer admits keeps running, uncharged."""
+        self.config = config
+        self.books.ledger = _ledger(config)
+        for workload_id in list(self.books.running):
+            self.books.recharge(workload_id)
+
+    # ------------------------------------------------------------------------------------- low level and probes
+
     def charge(self, bind: Bind | Grow) -> Admission | None:
-        """Charge an applied bind (or an elastic workload's grow) to its queue's quota; the admission to keep until
-        ``release`` (None: no queues). Shrinks and preemptions of the same plan must be applied first (releasing can
-        only make room). A grow's admission is added to the workload's own (``core.elastic.grown_admission``)."""
+        """Charge a bind or grow applied outside ``commit`` (a what-if test keeping its own books); the admission
+        to keep until ``release`` (None: no queues)."""
         if self.ledger is None or bind.admission is None:
             return None
         admission = bind.admission
         return self.ledger.admit(admission.queue, admission.flavor_key, admission.charged)
 
     def release(self, admission: Admission | None) -> None:
-        """Return the quota of a workload that stopped (finished or preempted), or a shrink's ``Shrink.admission``
-        (the workload keeps ``core.elastic.shrunk_admission``)."""
+        """Return a quota charged with ``charge`` (or a shrink's ``Shrink.admission``)."""
         if self.ledger is not None and admission is not None:
             self.ledger.release(admission.queue, admission.flavor_key, admission.charged)
 
@@ -113,25 +237,24 @@ class Scheduler:
         self,
         workload: PendingWorkload,
         rng: np.random.Generator,
-        running: Sequence[RunningWorkload] = (),
-        now_s: float = 0.0,
-        guard: PreemptionGuard | None = None,
+        running: Sequence[RunningWorkload],
+        now_s: float,
     ) -> bool:
-        """True when ``workload`` is blocked by borrowers and a step planning it alone would bind it (stopping the
-        borrowers, and whatever else the preemption policy allows): borrowed capacity is all that keeps it waiting.
-        Seen after a runtime's steps, it means a reclaim that should have happened did not."""
-        return self.blocked_by_borrowers(workload) and bool(self.plan([workload], rng, running, now_s, guard).binds)
+        """True when ``workload`` is blocked by borrowers and a step planning it alone (against ``running``, not
+        committed) would bind it: borrowed capacity is all that keeps it waiting. Seen after a runtime's steps, it
+        means a reclaim that should have happened did not."""
+        if not self.blocked_by_borrowers(workload):
+            return False
+        return bool(self.plan([workload], now_s, rng=rng, running=running).binds)
 
-    def plan(
-        self,
-        pending: Sequence[PendingWorkload],
-        rng: np.random.Generator,
-        running: Sequence[RunningWorkload] = (),
-        now_s: float = 0.0,
-        guard: PreemptionGuard | None = None,
-    ) -> StepPlan:
-        """One step (module docstring). ``running`` (preemption candidates; with ``head_reservation`` also their
-        expected ends), ``now_s`` and ``guard`` matter only with a preemption policy or head reservation. Without
-        configured queues every workload is in one implicit, unlimited queue and the binds carry no admission."""
-        ledger = self.ledger.copy() if self.ledger is not None else None
-        return QuotaStep(self.placer, self.config, ledger, rng, running, now_s, guard).run(pending)
+
+AppliedHook = Callable[[Decision, RunningWorkload], None]
+
+
+def _notify(hook: AppliedHook | None, decision: Decision, entry: RunningWorkload) -> None:
+    if hook is not None:
+        hook(decision, entry)
+
+
+def _ledger(config: SchedulerConfig) -> QuotaLedger | None:
+    return QuotaLedger(config.queues) if config.queues else None

@@ -109,7 +109,7 @@ class SchedulerLoop:
             self.memory_watch.check(now, self._watched())
         self._launch_ready(now)
         pending = self._pending_workloads()
-        plan = self.scheduler.plan(pending, self.rng, self._candidates(), now, self.guard)
+        plan = self.scheduler.plan(pending, now, rng=self.rng, running=self._candidates(), guard=self.guard)
         self._apply(plan, now)
         self.snapshot = self._snapshot()
         report = StepReport(len(plan.binds), len(plan.preempts), ended, len(pending), time.perf_counter() - started)

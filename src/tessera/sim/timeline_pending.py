@@ -59,12 +59,9 @@ class PendingJobs:
         for shape in [s for s in self.failed_at_release if s[3] in names]:
             del self.failed_at_release[shape]
 
-    def heads(self) -> list[PendingWorkload]:
+    def heads(self, workload_of: Callable[[int], PendingWorkload]) -> list[PendingWorkload]:
         """The first pending workload of each request shape (what the reclaim measure looks at)."""
-        return [
-            PendingWorkload(str(members[0]), request, 0.0, priority, queue, gang, preemptible, elastic_min=elastic_min)
-            for (request, gang, priority, queue, preemptible, elastic_min), members in self.groups.items()
-        ]
+        return [workload_of(members[0]) for members in self.groups.values()]
 
     def all_waiting_seen(self, waiting: dict[str, str]) -> bool:
         """True when a step saw what every pending job waits for: each shape's first job was in it and waits (a grow

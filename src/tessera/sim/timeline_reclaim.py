@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from tessera.core.preemption import PreemptionGuard
 from tessera.core.scheduler import PendingWorkload, RunningWorkload, Scheduler
 
 
@@ -49,7 +48,6 @@ class ReclaimTracker:
         now_s: float,
         heads: Sequence[PendingWorkload],
         running: Callable[[], Sequence[RunningWorkload]],
-        guard: PreemptionGuard,
     ) -> None:
         """Start or end each queue's stretches (module docstring) after the steps of instant ``now_s``."""
         quota = {h.workload_id for h in heads if self.scheduler.blocked_by_borrowers(h)}
@@ -58,17 +56,15 @@ class ReclaimTracker:
         if quota:
             live = running()
             for head in heads:
-                if head.workload_id in quota and head.queue not in missed and self._would_run(head, live, now_s, guard):
+                if head.workload_id in quota and head.queue not in missed and self._would_run(head, live, now_s):
                     missed.add(head.queue)
         self._update("quota_blocked", blocked, now_s)
         self._update("reclaim_missed", missed, now_s)
 
-    def _would_run(
-        self, head: PendingWorkload, live: Sequence[RunningWorkload], now_s: float, guard: PreemptionGuard
-    ) -> bool:
+    def _would_run(self, head: PendingWorkload, live: Sequence[RunningWorkload], now_s: float) -> bool:
         """Whether ``head`` would be bound if every other queue's workload could be preempted."""
         probe = [r if r.queue == head.queue else dataclasses.replace(r, preemptible=True) for r in live]
-        return self.scheduler.reclaim_would_admit(head, self.rng, probe, now_s, guard)
+        return self.scheduler.reclaim_would_admit(head, self.rng, probe, now_s)
 
     def _update(self, kind: str, queues: set[str], now_s: float) -> None:
         since = self.since[kind]
