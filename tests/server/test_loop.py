@@ -87,7 +87,7 @@ def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path) ->
     assert loop.memory_watch is not None  # real (NVML) GPUs: the watchdog is on
     loop.memory_watch.group_members = lambda pgid: [pgid]  # the fake backend's pids are not real processes
     store = server.ctx.store
-    from tessera.server.api.schemas import WorkloadSpec
+    from tessera.api import WorkloadSpec
     from tessera.server.submit import Principal, workload_row
 
     admin = Principal(None, True)
