@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from tessera.agent.gpus import SimulatedProbe, parse_gpu_spec
+from tessera.api import WorkloadSpec
 from tessera.backends.fake import FakeBackend
 from tessera.errors import TesseraError
-from tessera.server.api.schemas import WorkloadSpec
+from tessera.gpu.gpus import SimulatedProbe, parse_gpu_spec
 from tessera.server.loop import SchedulerLoop
 from tessera.server.loop_values import LoopConfig
 from tessera.server.pool import HostResources

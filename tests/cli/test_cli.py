@@ -10,7 +10,7 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-from tessera.cli import app
+from tessera.cli.main import app
 from tessera.sim.synthetic import synthetic_nodes, synthetic_pods
 from tessera.sim.traces import write_nodes_csv, write_pods_csv
 

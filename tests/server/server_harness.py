@@ -9,8 +9,8 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from tessera.agent.gpus import SimulatedProbe, parse_gpu_spec
 from tessera.backends.fake import FakeBackend
+from tessera.gpu.gpus import SimulatedProbe, parse_gpu_spec
 from tessera.server.loop_values import LoopConfig
 from tessera.server.pool import HostResources
 from tessera.server.up import Server, UpConfig, build_server, ensure_admin_token

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from server_harness import ADMIN, MakeHarness
+
+from tessera.api import API_VERSION, Health
+from tessera.client.http import TesseraClient
 
 
 def test_three_fractional_workloads_share_one_gpu_and_a_fourth_waits_with_a_reason(make_harness: MakeHarness) -> None:
@@ -126,6 +130,20 @@ def test_healthz(make_harness: MakeHarness) -> None:
     assert h.http.get("/healthz").json()["status"] == "ok"
     h.server.ctx.ready = False
     assert h.http.get("/healthz").status_code == 503
+
+
+def test_the_server_reports_its_api_version_and_the_sdk_reads_it(make_harness: MakeHarness) -> None:
+    h = make_harness("2xA100-80GB")
+    assert h.http.get("/healthz").json()["api_version"] == API_VERSION
+    assert h.server.app.openapi()["info"]["version"] == API_VERSION
+
+    def forward(request: httpx.Request) -> httpx.Response:  # the SDK over the in-process app, no socket
+        answer = h.http.request(request.method, request.url.path, headers=dict(request.headers))
+        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+
+    with TesseraClient("http://tessera", ADMIN, transport=httpx.MockTransport(forward)) as client:
+        assert client.health() == Health(status="ok", simulated_gpus=True, gpus=2, api_version=API_VERSION)
+        assert client.api_version() == API_VERSION
 
 
 def test_mps_limits_are_set_only_when_an_mps_daemon_serves_the_gpus(make_harness: MakeHarness) -> None:

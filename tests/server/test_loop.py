@@ -71,9 +71,9 @@ def test_a_cancel_that_arrives_while_the_step_plans_wins(make_harness: MakeHarne
 def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from server_harness import HOST, FakeClock
 
-    from tessera.agent.fakes import FakeGpu, FakeNvml
-    from tessera.agent.nvml import NvmlProbe
     from tessera.backends.fake import FakeBackend
+    from tessera.gpu.fakes import FakeGpu, FakeNvml
+    from tessera.gpu.nvml import NvmlProbe
     from tessera.server.loop_values import LoopConfig
     from tessera.server.up import UpConfig, build_server
 
@@ -87,7 +87,7 @@ def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path) ->
     assert loop.memory_watch is not None  # real (NVML) GPUs: the watchdog is on
     loop.memory_watch.group_members = lambda pgid: [pgid]  # the fake backend's pids are not real processes
     store = server.ctx.store
-    from tessera.server.api.schemas import WorkloadSpec
+    from tessera.api import WorkloadSpec
     from tessera.server.submit import Principal, workload_row
 
     admin = Principal(None, True)

@@ -1,15 +1,22 @@
 """``TesseraClient``: the API over httpx, one method per route. Errors become ``ApiError`` with the server's one-line
-detail (and the field it names), or a clear line when the server cannot be reached."""
+detail (and the field it names), or a clear line when the server cannot be reached.
+
+Responses are read with the wire types of ``tessera.api`` where the SDK interprets them (``health``,
+``api_version``, ``follow_logs``); the other methods hand back the JSON as the server sent it."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
+from tessera.api import Health, LogChunk
 from tessera.errors import TesseraError
+
+Body = TypeVar("Body", bound=BaseModel)
 
 
 class ApiError(TesseraError):
@@ -55,9 +62,22 @@ class TesseraClient:
             detail = f"HTTP {response.status_code}: {response.text[:200]}"
         raise ApiError(response.status_code, detail, body.get("field") if isinstance(body, dict) else None)
 
-    def health(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", "/healthz")
-        return result
+    def _parse(self, model: type[Body], data: object) -> Body:
+        """``data`` read as ``model``; a body that does not fit is an ``ApiError`` (a server of another version)."""
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "body"
+            raise ApiError(0, f"unexpected {model.__name__} from {self.url}: {where}: {first['msg']}") from None
+
+    def health(self) -> Health:
+        """``GET /healthz``: ready, the GPUs and the server's API version (an ``ApiError`` with 503 while starting)."""
+        return self._parse(Health, self._call("GET", "/healthz"))
+
+    def api_version(self) -> str:
+        """The server's ``API_VERSION`` (compare with ``tessera.api.API_VERSION``, the SDK's own)."""
+        return self.health().api_version
 
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", "/v1/workloads", json=spec)
@@ -97,16 +117,14 @@ class TesseraClient:
 
     def follow_logs(self, workload_id: int, poll_s: float = 0.5) -> Iterator[str]:
         """Log text as it is written, until the workload has ended and everything was read."""
-        import time
-
         offset = 0
         while True:
-            chunk = self.logs(workload_id, offset)
-            if chunk["data"]:
-                yield chunk["data"]
-            offset = chunk["next_offset"]
-            if chunk["next_offset"] == chunk["offset"]:
-                if chunk["finished"]:
+            chunk = self._parse(LogChunk, self.logs(workload_id, offset))
+            if chunk.data:
+                yield chunk.data
+            offset = chunk.next_offset
+            if chunk.next_offset == chunk.offset:
+                if chunk.finished:
                     return
                 time.sleep(poll_s)
 

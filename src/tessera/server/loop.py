@@ -19,8 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from tessera.agent.gpus import GpuDevice, ProcessMemoryProbe
-from tessera.agent.isolation import isolation_env
 from tessera.backends.base import Backend, ExitStatus, LaunchSpec, ProcessRef
 from tessera.core.cluster import ClusterState
 from tessera.core.placement import make_policy
@@ -30,6 +28,8 @@ from tessera.core.queueing import QueueSpec
 from tessera.core.scheduler import Bind, PendingWorkload, RunningWorkload, Scheduler, SchedulerConfig, StepPlan
 from tessera.core.workload import WorkloadState
 from tessera.errors import InvalidRequestError, TesseraError
+from tessera.gpu.gpus import GpuDevice, ProcessMemoryProbe
+from tessera.gpu.isolation import isolation_env
 from tessera.server.loop_values import (
     ClusterSnapshot,
     LoopConfig,

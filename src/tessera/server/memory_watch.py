@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from tessera.agent.gpus import GpuDevice, ProcessMemoryProbe
-from tessera.agent.isolation import memory_allowance_mib
-from tessera.agent.watchdog import Watchdog
 from tessera.backends.procfs import live_group_members
+from tessera.gpu.gpus import GpuDevice, ProcessMemoryProbe
+from tessera.gpu.isolation import memory_allowance_mib
+from tessera.gpu.watchdog import Watchdog
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""The GPU pool the server schedules on: GPU devices (from ``tessera.agent``) grouped into the core's nodes.
+"""The GPU pool the server schedules on: GPU devices (from ``tessera.gpu``) grouped into the core's nodes.
 
 The core's ``NodeSpec`` has one GPU model per node, so a host with mixed models (``4xA100-80GB,2xT4``) becomes one
 logical node per model (``local/A100-80GB``, ``local/T4``) and the host's CPU and memory are split between them in
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tessera.agent.gpus import GpuDevice
 from tessera.core.cluster import NodeSpec
+from tessera.gpu.gpus import GpuDevice
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tessera.api import QueueIn, QuotaIn, WorkloadSpec
 from tessera.core.catalog import resolve_allowed
 from tessera.core.cluster import ClusterState
 from tessera.core.queueing import resolve_priority_class
 from tessera.core.workload import MILLI_PER_GPU, Request, WorkloadState
 from tessera.errors import InvalidRequestError
-from tessera.server.api.schemas import QueueIn, QuotaIn, WorkloadSpec
 from tessera.server.pool import Pool
 from tessera.server.quantities import parse_cpu_milli, parse_mem_mib
 from tessera.server.records import queue_spec

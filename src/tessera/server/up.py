@@ -21,13 +21,13 @@ from typing import cast
 import uvicorn
 from fastapi import FastAPI
 
-from tessera.agent.dcgm import GpuUsageCollector
-from tessera.agent.discovery import detect_gpus
-from tessera.agent.gpus import GpuProbe, ProcessMemoryProbe
-from tessera.agent.isolation import mps_available
 from tessera.backends.base import Backend
 from tessera.backends.local import LocalBackend
 from tessera.errors import InvalidRequestError
+from tessera.gpu.dcgm import GpuUsageCollector
+from tessera.gpu.discovery import detect_gpus
+from tessera.gpu.gpus import GpuProbe, ProcessMemoryProbe
+from tessera.gpu.isolation import mps_available
 from tessera.server.api.app import ServerContext, create_app
 from tessera.server.auth import create_tenant_token, new_secret
 from tessera.server.demo import DEMO_TENANT, submit_demo

@@ -18,9 +18,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from tessera.api import API_VERSION, ErrorOut, Health
 from tessera.errors import InvalidRequestError
 from tessera.server.api import routes
-from tessera.server.api.schemas import ErrorOut, Health
 from tessera.server.loop import SchedulerLoop
 from tessera.server.metrics import ServerMetrics
 from tessera.server.pool import Pool
@@ -40,7 +40,7 @@ class ServerContext:
 def create_app(ctx: ServerContext) -> FastAPI:
     app = FastAPI(
         title="Tessera",
-        version="0.1.0",
+        version=API_VERSION,  # the wire format's version (tessera.api), not the package's
         description="Fractional, multi-tenant GPU scheduling: submit workloads, watch queues, nodes and GPUs.",
     )
     app.state.ctx = ctx
@@ -69,7 +69,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
         if not ctx.ready:
             return JSONResponse(status_code=503, content={"detail": "starting"})
         gpus = sum(len(d) for d in ctx.pool.devices)
-        return Health(status="ok", simulated_gpus=ctx.pool.simulated, gpus=gpus)
+        return Health(status="ok", simulated_gpus=ctx.pool.simulated, gpus=gpus, api_version=API_VERSION)
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["operations"])
     def metrics() -> PlainTextResponse:

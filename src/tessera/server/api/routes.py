@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
 from fastapi import Path as PathParam
 
-from tessera.server.api.schemas import (
+from tessera.api import (
     ErrorOut,
     EventOut,
     GpuOut,

@@ -3,7 +3,7 @@
 Simulated GPUs carry ``simulated=True`` and a UUID starting with ``SIM-``, so every view can label them.
 This module holds the seam types (``GpuDevice``, ``GpuUsage``, ``ProcessMemory``, the ``GpuProbe`` and
 ``ProcessMemoryProbe`` protocols), the pool-spec parser and ``SimulatedProbe``. The NVML implementation lives
-in ``tessera.agent.nvml``; ``tessera.agent.discovery.detect_gpus`` picks one of the two for a node.
+in ``tessera.gpu.nvml``; ``tessera.gpu.discovery.detect_gpus`` picks one of the two for a node.
 """
 
 from __future__ import annotations

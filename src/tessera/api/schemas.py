@@ -1,4 +1,5 @@
-"""Request and response bodies of the API (pydantic). New fields always get defaults, so old clients keep working.
+"""Request and response bodies of the API (pydantic), shared by the server and the SDK. New fields always get
+defaults, so old clients keep working.
 
 Text fields refuse NUL characters and unencodable surrogates: they could not be stored or passed to a process.
 """
@@ -8,6 +9,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+
+from tessera.api.version import API_VERSION
 
 
 def _storable(text: str) -> str:
@@ -180,6 +183,9 @@ class ErrorOut(BaseModel):
 
 
 class Health(BaseModel):
+    """``GET /healthz`` once the server is ready (503 with an ``ErrorOut`` before)."""
+
     status: Literal["ok"]
     simulated_gpus: bool
     gpus: int
+    api_version: str = Field(API_VERSION, description="the server's API_VERSION (servers before it existed: 1)")

@@ -25,12 +25,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tessera.client.commands import register as register_client_commands
-from tessera.client.settings import DEFAULT_PORT
+from tessera.cli.commands import register as register_client_commands
+from tessera.cli.settings import DEFAULT_PORT
+from tessera.cli.terminal import one_line_errors
 from tessera.core.errors import InvalidRequestError
 from tessera.core.placement import FGD_STUDY_POLICIES
 from tessera.core.presets import PRESETS
-from tessera.terminal import one_line_errors
 
 # The simulator (matplotlib) and the server (FastAPI, SQLAlchemy) load only in the commands that use them, so that
 # the API commands (tessera jobs, submit, ...) start quickly.

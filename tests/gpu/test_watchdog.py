@@ -1,9 +1,9 @@
 """The memory watchdog stops only the workload that holds more than its allowance."""
 
-from tessera.agent.fakes import FakeGpu, FakeNvml
-from tessera.agent.gpus import ProcessMemory
-from tessera.agent.nvml import NvmlProbe
-from tessera.agent.watchdog import Violation, Watchdog, detect_overuse
+from tessera.gpu.fakes import FakeGpu, FakeNvml
+from tessera.gpu.gpus import ProcessMemory
+from tessera.gpu.nvml import NvmlProbe
+from tessera.gpu.watchdog import Violation, Watchdog, detect_overuse
 
 
 def test_only_workloads_over_allowance_plus_tolerance_are_reported() -> None:

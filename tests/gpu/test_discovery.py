@@ -4,10 +4,10 @@ import logging
 
 import pytest
 
-from tessera.agent.discovery import DEFAULT_SIMULATED_SPEC, detect_gpus
-from tessera.agent.fakes import FakeGpu, FakeNvml
-from tessera.agent.nvml import NvmlProbe
 from tessera.core.errors import InvalidRequestError
+from tessera.gpu.discovery import DEFAULT_SIMULATED_SPEC, detect_gpus
+from tessera.gpu.fakes import FakeGpu, FakeNvml
+from tessera.gpu.nvml import NvmlProbe
 
 
 def _no_driver() -> FakeNvml:
@@ -15,7 +15,7 @@ def _no_driver() -> FakeNvml:
 
 
 def test_auto_falls_back_to_a_simulated_pool_when_nvml_fails(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="tessera.agent.discovery"):
+    with caplog.at_level(logging.WARNING, logger="tessera.gpu.discovery"):
         probe = detect_gpus("auto", nvml_loader=_no_driver)
 
     devices = probe.devices()

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from tessera.agent.gpus import SIMULATED_UUID_PREFIX, GpuDevice, GpuProbe, GpuUsage
+from tessera.gpu.gpus import SIMULATED_UUID_PREFIX, GpuDevice, GpuProbe, GpuUsage
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ Called by backends when they launch a workload. Mechanisms, strongest first:
 - Framework caps, read by the workload itself (advisory): ``TESSERA_GPU_MEM_FRACTION`` for PyTorch's
   ``torch.cuda.set_per_process_memory_fraction`` or vLLM's ``--gpu-memory-utilization``, and
   ``XLA_PYTHON_CLIENT_MEM_FRACTION``, which JAX reads on its own.
-- The NVML memory watchdog (``tessera.agent.watchdog``), which stops a workload after it exceeds its allowance.
+- The NVML memory watchdog (``tessera.gpu.watchdog``), which stops a workload after it exceeds its allowance.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from tessera.agent.gpus import GpuDevice
 from tessera.core.errors import InvalidRequestError
 from tessera.core.workload import MILLI_PER_GPU
+from tessera.gpu.gpus import GpuDevice
 
 DEFAULT_MPS_PIPE_DIR = "/tmp/nvidia-mps"  # where nvidia-cuda-mps-control -d opens its pipes by default
 FRACTION_DIGITS = 4

@@ -3,7 +3,7 @@
 A shared GPU's memory cap is otherwise advisory (frameworks read it themselves), so one workload could starve
 its neighbours; the watchdog makes the cap stick after the fact and stops only the offender. The node agent
 calls ``Watchdog.check_once`` periodically with each running workload's allowance (see
-``tessera.agent.isolation.memory_allowance_mib``) and which PIDs belong to which workload.
+``tessera.gpu.isolation.memory_allowance_mib``) and which PIDs belong to which workload.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tessera.agent.gpus import ProcessMemory, ProcessMemoryProbe
+from tessera.gpu.gpus import ProcessMemory, ProcessMemoryProbe
 
 logger = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from tessera.agent.fakes import FakeGpu, FakeNvml
-from tessera.agent.nvml import NvmlApi, NvmlProbe, match_catalog_model
+from tessera.gpu.fakes import FakeGpu, FakeNvml
+from tessera.gpu.nvml import NvmlApi, NvmlProbe, match_catalog_model
 
 
 @pytest.mark.parametrize(
@@ -34,7 +34,7 @@ def test_driver_names_map_to_catalog_models(nvml_name: str, mem_mib: int, model:
 
 
 def test_unknown_names_take_the_closest_model_by_memory_and_warn(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="tessera.agent.nvml"):
+    with caplog.at_level(logging.WARNING, logger="tessera.gpu.nvml"):
         model = match_catalog_model("NVIDIA RTX A6000", 49140)
 
     assert model == "L40S"

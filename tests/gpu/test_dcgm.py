@@ -3,10 +3,10 @@
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tessera.agent.dcgm import GpuUsageCollector
-from tessera.agent.fakes import FakeGpu, FakeNvml
-from tessera.agent.gpus import GpuDevice, GpuUsage, SimulatedProbe, parse_gpu_spec
-from tessera.agent.nvml import NvmlProbe
+from tessera.gpu.dcgm import GpuUsageCollector
+from tessera.gpu.fakes import FakeGpu, FakeNvml
+from tessera.gpu.gpus import GpuDevice, GpuUsage, SimulatedProbe, parse_gpu_spec
+from tessera.gpu.nvml import NvmlProbe
 
 
 def _scrape(collector: GpuUsageCollector) -> dict[str, list[tuple[dict[str, str], float]]]:

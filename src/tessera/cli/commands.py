@@ -1,5 +1,6 @@
 """The CLI over the API: ``tessera submit``, ``jobs``, ``show``, ``logs``, ``cancel``, ``nodes``, ``queues`` and
-``token create``. Registered on the main typer app by ``tessera.cli``; every failure is one ``error:`` line, exit 2.
+``token create``. Registered on the main typer app by ``tessera.cli.main``; every failure is one ``error:`` line,
+exit 2.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tessera.cli.settings import resolve_settings
+from tessera.cli.specfile import SpecFile, load_spec_file
+from tessera.cli.terminal import one_line_errors
 from tessera.client.http import ApiError, TesseraClient
-from tessera.client.settings import resolve_settings
-from tessera.client.specfile import SpecFile, load_spec_file
-from tessera.terminal import one_line_errors
 
 UrlOption = Annotated[str | None, typer.Option("--url", help="Server address (default: $TESSERA_URL, config file).")]
 TokenOption = Annotated[

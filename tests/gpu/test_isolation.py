@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from tessera.agent.gpus import GpuDevice, parse_gpu_spec
-from tessera.agent.isolation import describe_isolation, isolation_env, memory_allowance_mib, mps_available
 from tessera.core.errors import InvalidRequestError
+from tessera.gpu.gpus import GpuDevice, parse_gpu_spec
+from tessera.gpu.isolation import describe_isolation, isolation_env, memory_allowance_mib, mps_available
 
 
 def _real(index: int, mem_mib: int = 81920, mig_parent: str = "") -> GpuDevice:

@@ -1,8 +1,8 @@
 """The GPUs of this host as NVML reports them: ``NvmlProbe`` and the NVML-name to catalog-model mapping.
 
-Used by ``tessera.agent.discovery.detect_gpus`` when a driver is present. ``nvml`` is the ``pynvml`` module
+Used by ``tessera.gpu.discovery.detect_gpus`` when a driver is present. ``nvml`` is the ``pynvml`` module
 (package ``nvidia-ml-py``), already initialised with ``nvmlInit()``, or any object with the same function names
-(``tessera.agent.fakes.FakeNvml`` in tests). Every call that a GPU may legitimately refuse (MIG queries on a GPU
+(``tessera.gpu.fakes.FakeNvml`` in tests). Every call that a GPU may legitimately refuse (MIG queries on a GPU
 without MIG, utilisation under MIG, power on some boards) is guarded: the answer becomes "no MIG" or NaN.
 """
 
@@ -14,8 +14,8 @@ import re
 from dataclasses import replace
 from typing import Any, Protocol
 
-from tessera.agent.gpus import GpuDevice, GpuUsage, ProcessMemory
 from tessera.core.catalog import GpuModel, all_models
+from tessera.gpu.gpus import GpuDevice, GpuUsage, ProcessMemory
 
 logger = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from tessera.agent.gpus import SimulatedProbe, parse_gpu_spec
 from tessera.core.errors import InvalidRequestError
+from tessera.gpu.gpus import SimulatedProbe, parse_gpu_spec
 
 
 def test_counts_models_and_indices_follow_the_spec() -> None:

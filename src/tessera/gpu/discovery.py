@@ -11,8 +11,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from tessera.agent.gpus import GpuProbe, SimulatedProbe, parse_gpu_spec
-from tessera.agent.nvml import NvmlProbe
+from tessera.gpu.gpus import GpuProbe, SimulatedProbe, parse_gpu_spec
+from tessera.gpu.nvml import NvmlProbe
 
 logger = logging.getLogger(__name__)
 

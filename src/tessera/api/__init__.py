@@ -1,0 +1,41 @@
+"""The wire types of Tessera's HTTP API, shared by the server (``tessera.server.api``) and the SDK
+(``tessera.client``): the pydantic request and response bodies (``schemas``) and ``API_VERSION``.
+
+Imports only pydantic (and may use ``tessera.core``): no FastAPI, no server, no HTTP client.
+"""
+
+from tessera.api.schemas import (
+    ErrorOut,
+    EventOut,
+    GpuOut,
+    Health,
+    LogChunk,
+    NodeOut,
+    PlacementOut,
+    QueueIn,
+    QueueOut,
+    QuotaIn,
+    TokenIn,
+    TokenOut,
+    WorkloadOut,
+    WorkloadSpec,
+)
+from tessera.api.version import API_VERSION
+
+__all__ = [
+    "API_VERSION",
+    "ErrorOut",
+    "EventOut",
+    "GpuOut",
+    "Health",
+    "LogChunk",
+    "NodeOut",
+    "PlacementOut",
+    "QueueIn",
+    "QueueOut",
+    "QuotaIn",
+    "TokenIn",
+    "TokenOut",
+    "WorkloadOut",
+    "WorkloadSpec",
+]

@@ -1,0 +1,5 @@
+"""``python -m tessera.cli``: the ``tessera`` command."""
+
+from tessera.cli.main import main
+
+main()
