@@ -73,7 +73,7 @@ def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path) ->
 
     from tessera.agent.fakes import FakeGpu, FakeNvml
     from tessera.agent.nvml import NvmlProbe
-    from tessera.backends.fake import FakeBackend
+    from tessera.backends.fake import FakeBackend, fake_pid
     from tessera.server.loop_values import LoopConfig
     from tessera.server.up import UpConfig, build_server
 
@@ -85,7 +85,6 @@ def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path) ->
     server = build_server(config, probe=NvmlProbe(nvml), backend=backend, host=HOST, clock=clock)
     loop = server.ctx.loop
     assert loop.memory_watch is not None  # real (NVML) GPUs: the watchdog is on
-    loop.memory_watch.group_members = lambda pgid: [pgid]  # the fake backend's pids are not real processes
     store = server.ctx.store
     from tessera.server.api.schemas import WorkloadSpec
     from tessera.server.submit import Principal, workload_row
@@ -98,7 +97,7 @@ def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path) ->
         )
         ids.append(store.add_workload(row, clock()).id)
     loop.step()
-    pids = {s.workload_id: loop.running[int(s.workload_id)].pgid for s in backend.launched}
+    pids = {s.workload_id: fake_pid(loop.running[int(s.workload_id)].handle) for s in backend.launched}
     # 0.25 of 80 GiB is 20 GiB: the first uses 19 GiB, the second 30 GiB.
     gpu.processes = [(pids[str(ids[0])], 19 * 1024), (pids[str(ids[1])], 30 * 1024)]
     clock.advance(5)

@@ -53,8 +53,8 @@ def test_launch_that_never_reached_the_store_is_found_not_duplicated(make_harnes
     h.step()
     ref = h.backend.find(str(wid))
     assert ref is not None
-    # Simulate a crash between launch and recording the process: the row has no pid.
-    h.server.ctx.store.update_workloads([{"id": wid, "pid": None}], [], 0.0)
+    # Simulate a crash between launch and recording the process: the row has no handle.
+    h.server.ctx.store.update_workloads([{"id": wid, "handle": None}], [], 0.0)
     h2 = make_harness("1xA100-80GB", db_url=h.db_url, backend=h.backend)  # same host: the process is still there
     assert [r.workload_id for r in h2.backend.adopted] == [str(wid)]
     assert len(h2.backend.launched) == 1  # launched once, by the first server

@@ -1,6 +1,6 @@
 """The store's bulk paths that one scheduling step relies on (on SQLite and on PostgreSQL when ``make test`` runs
 one): many changes with different columns in one transaction, the light read of pending requests, and a step that
-stores all its launches' process refs at once."""
+stores all its launches' handles at once."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from server_harness import MakeHarness
 
-from tessera.backends.base import LaunchSpec, ProcessRef
+from tessera.backends.base import Handle, LaunchSpec
 from tessera.backends.fake import FakeBackend
 from tessera.server.store.db import open_engine
 from tessera.server.store.models import WorkloadRow
@@ -74,12 +74,12 @@ def test_many_workloads_getting_the_same_values_are_updated_together(store: Stor
     reasons = {wid: ("no room" if wid % 3 else f"own reason {wid}") for wid in ids}
     store.update_workloads([{"id": wid, "reason": reasons[wid]} for wid in ids], [], 2.0)
     freed, alone = ids[:700], ids[700]
-    changes = [{"id": wid, "state": "pending", "placement": None, "pid": None} for wid in freed]
+    changes = [{"id": wid, "state": "pending", "placement": None, "handle": None} for wid in freed]
     store.update_workloads(changes, [], 3.0)  # grouped
-    store.update_workloads([{"id": alone, "state": "pending", "placement": None, "pid": None}], [], 3.0)  # alone
+    store.update_workloads([{"id": alone, "state": "pending", "placement": None, "handle": None}], [], 3.0)  # alone
     rows = {row.id: row for row in store.workloads_by_id(ids)}
     assert {wid: rows[wid].reason for wid in ids} == reasons
-    assert all(rows[wid].placement is None and rows[wid].pid is None for wid in [*freed, alone])
+    assert all(rows[wid].placement is None and rows[wid].handle is None for wid in [*freed, alone])
     with store.engine.connect() as raw:  # a JSON None is stored the same way grouped or alone
         stored = raw.exec_driver_sql("SELECT DISTINCT placement IS NULL FROM workloads WHERE id <= 701").all()
     assert len(stored) == 1
@@ -97,7 +97,7 @@ def test_pending_requests_reads_only_pending_workloads(store: Store) -> None:
 class _FailingLaunches(FakeBackend):
     """Refuses to start a process whose command is ``fail``."""
 
-    def launch(self, spec: LaunchSpec) -> ProcessRef:
+    def launch(self, spec: LaunchSpec) -> Handle:
         if spec.argv[0] == "fail":
             raise OSError("no such file: fail")
         return super().launch(spec)
@@ -130,7 +130,7 @@ def test_a_step_stores_every_launch_in_one_transaction_and_a_failed_launch_fails
     assert writes == [6, 1, 5]
     for wid in ids:
         row = store.get_workload(int(str(wid)))
-        assert row is not None and row.state == "running" and row.pid is not None
+        assert row is not None and row.state == "running" and row.handle is not None
         assert [e.kind for e in store.events(row.id)] == ["submitted", "bound", "started"]
     failed = h.get(broken)
     assert failed["state"] == "failed" and "could not start" in str(failed["reason"])

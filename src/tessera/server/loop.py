@@ -21,7 +21,7 @@ import numpy as np
 
 from tessera.agent.gpus import GpuDevice, ProcessMemoryProbe
 from tessera.agent.isolation import isolation_env
-from tessera.backends.base import Backend, ExitStatus, LaunchSpec, ProcessRef
+from tessera.backends.base import Backend, ExitStatus, Handle, LaunchSpec
 from tessera.core.cluster import ClusterState
 from tessera.core.placement import make_policy
 from tessera.core.placement.base import Placer, TieBreak
@@ -37,8 +37,6 @@ from tessera.server.loop_values import (
     StepReport,
     describe,
     exit_text,
-    ref_columns,
-    ref_of,
     started_text,
 )
 from tessera.server.memory_watch import MemoryWatch, Watched
@@ -46,6 +44,7 @@ from tessera.server.pool import Pool
 from tessera.server.records import (
     admission_of,
     admission_record,
+    handle_of,
     placement_of,
     placement_record,
     queue_spec,
@@ -88,7 +87,9 @@ class SchedulerLoop:
             self.state, make_policy(config.placement_policy, (), self.state.model_names), TieBreak.FIRST
         )
         self.running: dict[int, RunningEntry] = {}
-        self.memory_watch = MemoryWatch(memory_probe, self._stop_for_memory) if memory_probe is not None else None
+        self.memory_watch = (
+            MemoryWatch(memory_probe, self._stop_for_memory, backend.pids) if memory_probe is not None else None
+        )
         self._logs_dir = config.run_dir / "logs"
         self._logs_made = False
         self._pending: dict[int, PendingWorkload] = {}  # built once per workload; whole rows are read at bind
@@ -199,10 +200,7 @@ class SchedulerLoop:
             "attempts": row.attempts,
             "reason": "",
             "stop_reason": None,
-            "pid": None,
-            "pgid": None,
-            "started_marker": None,
-            "exit_file": None,
+            "handle": None,
         }
 
     # -------------------------------------------------------------------------------------------- processes
@@ -217,21 +215,21 @@ class SchedulerLoop:
         self._launch_all(ready, now)
 
     def _launch_all(self, entries: list[RunningEntry], now: float) -> None:
-        """Launch ``entries`` and store their process refs in one transaction (one per launch made a step over
-        thousands of binds take seconds). A ref that a crash keeps from the store is found again by
+        """Launch ``entries`` and store their handles in one transaction (one per launch made a step over
+        thousands of binds take seconds). A handle that a crash keeps from the store is found again by
         ``Backend.find`` in ``recover``, as before."""
         changes: list[dict[str, Any]] = []
         events: list[Event] = []
         for entry in entries:
-            ref = self._launch(entry, now)
-            if ref is not None:
-                entry.pgid = ref.pgid
-                changes.append({"id": entry.row.id, **ref_columns(ref)})
-                events.append(Event(entry.row.id, "started", started_text(ref)))
+            handle = self._launch(entry, now)
+            if handle is not None:
+                entry.handle = handle
+                changes.append({"id": entry.row.id, "handle": handle.to_json()})
+                events.append(Event(entry.row.id, "started", started_text(handle)))
         if changes:
             self.store.update_workloads(changes, events, now)
 
-    def _launch(self, entry: RunningEntry, now: float) -> ProcessRef | None:
+    def _launch(self, entry: RunningEntry, now: float) -> Handle | None:
         """Start the process of ``entry``; None when it could not start (the workload has then failed)."""
         spec = self._launch_spec(entry)
         entry.launched = True
@@ -262,9 +260,9 @@ class SchedulerLoop:
 
     def _watched(self) -> list[Watched]:
         return [
-            Watched(str(wid), entry.pgid, self._devices(entry), _share_milli(entry), entry.row.gpu_mem_mib)
+            Watched(str(wid), entry.handle, self._devices(entry), _share_milli(entry), entry.row.gpu_mem_mib)
             for wid, entry in self.running.items()
-            if entry.pgid is not None and entry.stop_sent is None and entry.placements
+            if entry.handle is not None and entry.stop_sent is None and entry.placements
         ]
 
     def _stop_for_memory(self, workload_id: str, reason: str) -> None:
@@ -337,7 +335,7 @@ class SchedulerLoop:
             "placement": None,
             "admission": None,
             "stop_reason": None,
-            "pid": None,
+            "handle": None,
             "reason": reason,
             "exit_code": None,
         }
@@ -421,11 +419,11 @@ class SchedulerLoop:
         entry = RunningEntry(row, placements, admission, row.started_at or now, False, stop_sent=row.stop_reason)
         self.running[row.id] = entry
         self._recharge(entry)
-        ref = ref_of(row) or self.backend.find(str(row.id))
-        if ref is not None:
+        handle = handle_of(row) or self.backend.find(str(row.id))
+        if handle is not None:
             entry.launched = True
-            entry.pgid = ref.pgid
-            self.backend.adopt(ref)
+            entry.handle = handle
+            self.backend.adopt(handle)
             if entry.stop_sent is not None:
                 self.backend.stop(str(row.id), self.config.stop_grace_s)
         elif preempted:
