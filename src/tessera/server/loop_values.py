@@ -14,6 +14,7 @@ from tessera.backends.base import Handle
 from tessera.core.queueing.quotas import Admission
 from tessera.core.workload import MILLI_PER_GPU, Placement
 from tessera.server.pool import Pool
+from tessera.server.store.changes import StopReason
 from tessera.server.store.models import WorkloadRow
 
 
@@ -40,7 +41,7 @@ class RunningEntry:
     started_s: float
     launched: bool  # False: decided and stored, process not started yet
     waits_for: set[int] = field(default_factory=set)  # preempted victims that must exit before the launch
-    stop_sent: str | None = None  # "cancel", "preempted: ..." or "watchdog: ..." once a stop was sent
+    stop_sent: StopReason | None = None  # why a stop was sent, once one was
     handle: Handle | None = None  # the backend's handle, once launched or adopted
 
 
@@ -92,3 +93,8 @@ def describe(entry: RunningEntry, pool: Pool) -> str:
         parts.append(f"node {node.name} GPU {gpus} ({node.gpu_model}){share}")
     waits = f"; starts when workloads {sorted(entry.waits_for)} have stopped" if entry.waits_for else ""
     return "placed on " + "; ".join(parts) + waits
+
+
+def share_milli(entry: RunningEntry) -> int:
+    """The share of each GPU the workload holds (all its workers hold the same)."""
+    return max((p.gpu_milli_each for p in entry.placements), default=0)
