@@ -108,3 +108,19 @@ def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path) ->
     assert over is not None and over.state == "failed" and over.reason.startswith("watchdog: ")
     fine = store.get_workload(ids[0])
     assert fine is not None and fine.state == "running"
+
+
+def test_a_restart_reads_the_stored_stop_reason_back_and_the_end_keeps_its_meaning(make_harness: MakeHarness) -> None:
+    from tessera.server.store.changes import StopChange, StopReason
+
+    h = make_harness("1xA100-80GB")
+    wid = h.submit(gpus=1, gpu_fraction=0.5)["id"]
+    h.step()
+    # The watchdog's stop was stored, then the server died before the workload ended.
+    h.server.ctx.store.update_workloads([StopChange(wid, StopReason.watchdog("uses 30 GiB of 20"))], [], 1.0)
+    h2 = make_harness("1xA100-80GB", db_url=h.db_url, backend=h.backend)
+    assert h2.server.ctx.loop.running[wid].stop_sent == StopReason.watchdog("uses 30 GiB of 20")
+    assert (str(wid), 10.0) in h2.backend.stops  # the stop is sent again
+    h2.step()
+    row = h2.get(wid)
+    assert row["state"] == "failed" and row["reason"] == "watchdog: uses 30 GiB of 20"
