@@ -118,8 +118,12 @@ def instrument(loop: SchedulerLoop) -> Timers:
     timers.wrap(loop, "_pending_workloads", "read_pending_s")
     timers.wrap(loop.scheduler, "plan", "plan_s")
     timers.wrap(loop, "_apply", "apply_s")
-    # Launching, with the store writes of the process refs (``_launch``, per workload, before launches were batched).
-    timers.wrap(loop, "_launch_all" if hasattr(loop, "_launch_all") else "_launch", "launch_s")
+    # Launching, with the store writes of the handles: ``Launcher.launch_all`` (before the loop was split, its own
+    # ``_launch_all``; before launches were batched, ``_launch`` per workload).
+    if hasattr(loop, "launcher"):
+        timers.wrap(loop.launcher, "launch_all", "launch_s")
+    else:
+        timers.wrap(loop, "_launch_all" if hasattr(loop, "_launch_all") else "_launch", "launch_s")
     timers.wrap(loop.backend, "launch", "backend_launch_s")
     timers.wrap(loop.store, "update_workloads", "store_writes_s")
     return timers

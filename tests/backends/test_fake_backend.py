@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tessera.backends.base import ExitStatus, LaunchSpec, ProcessRef
-from tessera.backends.fake import FakeBackend
+from tessera.backends.base import ExitStatus, Handle, LaunchSpec
+from tessera.backends.fake import FakeBackend, fake_pid
 from tessera.core.errors import InvalidRequestError
 
 
@@ -13,7 +13,8 @@ def test_launch_finish_and_stop_are_reported_once_each() -> None:
     backend = FakeBackend()
     ref_a = backend.launch(LaunchSpec("a", ("train",), env={"CUDA_VISIBLE_DEVICES": "GPU-0"}))
     ref_b = backend.launch(LaunchSpec("b", ("serve",)))
-    assert ref_a.workload_id == "a" and ref_a.pid != ref_b.pid
+    assert ref_a.workload_id == "a" and ref_a.backend == "fake" and fake_pid(ref_a) != fake_pid(ref_b)
+    assert backend.pids(ref_a) == [fake_pid(ref_a)]
     assert [spec.workload_id for spec in backend.launched] == ["a", "b"]
     assert backend.tracked() == {"a", "b"}
     assert backend.poll() == []
@@ -26,7 +27,7 @@ def test_launch_finish_and_stop_are_reported_once_each() -> None:
     assert backend.stops == [("b", 10)]
     assert backend.poll() == [ExitStatus("a", 3), ExitStatus("b", -15)]
     assert backend.poll() == []
-    assert backend.find("a") is None  # its end was reported
+    assert backend.find("a") is None and backend.pids(ref_a) == []  # its end was reported
     assert backend.tracked() == set()
     backend.stop("b", grace_s=1)  # ended already: recorded, nothing reported
     assert backend.poll() == []
@@ -36,7 +37,7 @@ def test_launch_finish_and_stop_are_reported_once_each() -> None:
 
 def test_adopted_workloads_are_tracked_and_close_forgets_them() -> None:
     backend = FakeBackend()
-    ref = ProcessRef("w", 42, 42, "123", "/run/w.exit")
+    ref = Handle("w", "fake", {"pid": 42})
     backend.adopt(ref)
     assert backend.adopted == [ref] and backend.tracked() == {"w"}
     backend.finish("w", None)
@@ -54,3 +55,15 @@ def test_find_serves_a_restarted_server_that_never_stored_the_ref() -> None:
     backend.adopt(ref)
     backend.finish("w", 0)
     assert backend.poll() == [ExitStatus("w", 0)]
+
+
+def test_handles_are_json_and_only_fake_ones_are_adopted() -> None:
+    backend = FakeBackend()
+    ref = backend.launch(LaunchSpec("w", ("train",)))
+    assert Handle.from_json(ref.to_json()) == ref and [n.name for n in backend.nodes()] == ["local"]
+    with pytest.raises(InvalidRequestError):
+        backend.adopt(Handle("v", "local", {"pid": 1}))
+    with pytest.raises(ValueError):
+        Handle.from_json({"workload_id": "w", "backend": "fake"})
+    with pytest.raises(ValueError):
+        Handle("w", "fake", {"pids": [1, 2]})  # type: ignore[dict-item]

@@ -9,12 +9,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from tessera.backends.base import ExitStatus, LaunchSpec, ProcessRef
+from tessera.backends.base import ExitStatus, Handle, LaunchSpec
 from tessera.backends.local import LocalBackend
 from tessera.core.errors import InvalidRequestError
 
@@ -34,14 +33,14 @@ time.sleep(0.3)
 print("SIGTERM received" * len(received), flush=True)
 """
 
-# A stand-in server: launches one workload, prints its ProcessRef as JSON, then waits to be killed.
+# A stand-in server: launches one workload, prints its handle as JSON, then waits to be killed.
 SERVER_SCRIPT = """
-import dataclasses, json, sys, time
+import json, sys, time
 from pathlib import Path
 from tessera.backends.base import LaunchSpec
 from tessera.backends.local import LocalBackend
 ref = LocalBackend(Path(sys.argv[1])).launch(LaunchSpec("w", ("sh", "-c", sys.argv[2])))
-print(json.dumps(dataclasses.asdict(ref)), flush=True)
+print(json.dumps(ref.to_json()), flush=True)
 time.sleep(60)
 """
 
@@ -74,6 +73,15 @@ def wait_for_exit(backend: LocalBackend, workload_id: str) -> ExitStatus:
     return wait_for_exits(backend, workload_id)[workload_id]
 
 
+def pid_of(handle: Handle) -> int:
+    """The supervisor's pid in a local handle (which only the local backend and its tests read)."""
+    return int(str(handle.data["pid"]))
+
+
+def local_handle(workload_id: str, pid: int, marker: str, exit_file: str) -> Handle:
+    return Handle(workload_id, "local", {"pid": pid, "pgid": pid, "started_marker": marker, "exit_file": exit_file})
+
+
 def is_running(pid: int) -> bool:
     """True if ``pid`` exists and is not a zombie (independent of the backend's own /proc helpers)."""
     try:
@@ -101,7 +109,8 @@ def test_env_is_passed_and_stdout_and_stderr_go_to_the_log(backend: LocalBackend
     log.parent.mkdir()
     script = 'echo "devices=$CUDA_VISIBLE_DEVICES"; echo "to stderr" >&2; echo "home=$HOME"'
     ref = backend.launch(shell("w", script, log, CUDA_VISIBLE_DEVICES="GPU-1234,MIG-5678"))
-    assert ref.pgid == ref.pid and ref.started_marker and backend.tracked() == {"w"}
+    assert ref.backend == "local" and ref.data["pgid"] == ref.data["pid"] and ref.data["started_marker"]
+    assert Handle.from_json(json.loads(json.dumps(ref.to_json()))) == ref and backend.tracked() == {"w"}
     assert wait_for_exit(backend, "w") == ExitStatus("w", 0)
     text = log.read_text()
     assert "devices=GPU-1234,MIG-5678" in text
@@ -158,7 +167,7 @@ def test_stop_sends_sigterm_which_the_command_honours(backend: LocalBackend, tmp
     assert time.monotonic() - started_s < 5
     assert backend.exit_path("w").read_text().strip() == "-15"  # written by the supervisor
     assert "ended by signal SIGTERM" in log.read_text()
-    assert not is_running(ref.pid)
+    assert not is_running(pid_of(ref))
     backend.stop("w", grace_s=1)  # no longer tracked: a no-op
 
 
@@ -176,7 +185,7 @@ def test_stop_right_after_launch(backend: LocalBackend, tmp_path: Path) -> None:
     ref = backend.launch(shell("w", "echo started; sleep 1000", tmp_path / "w.log"))
     backend.stop("w", grace_s=30)  # most likely before the supervisor could start the command
     assert wait_for_exit(backend, "w").exit_code == -15
-    assert not is_running(ref.pid)
+    assert not is_running(pid_of(ref))
 
 
 def test_stop_kills_a_command_that_ignores_sigterm_and_its_whole_group(backend: LocalBackend, tmp_path: Path) -> None:
@@ -194,7 +203,7 @@ def test_stop_kills_a_command_that_ignores_sigterm_and_its_whole_group(backend: 
     assert wait_for_exit(backend, "w").exit_code == -9
     assert time.monotonic() - started_s >= grace_s
     assert not is_running(grandchild_pid)
-    assert not is_running(ref.pid)
+    assert not is_running(pid_of(ref))
 
 
 def test_a_second_backend_adopts_a_running_workload_and_reports_its_exit_code(tmp_path: Path) -> None:
@@ -204,7 +213,7 @@ def test_a_second_backend_adopts_a_running_workload_and_reports_its_exit_code(tm
     first.close()
     assert first.tracked() == set()
     time.sleep(0.1)
-    assert is_running(ref.pid)  # close() left it running
+    assert is_running(pid_of(ref))  # close() left it running
 
     second = LocalBackend(tmp_path / "run")
     second.adopt(ref)
@@ -223,10 +232,10 @@ def test_the_workload_outlives_a_server_killed_with_sigkill(tmp_path: Path) -> N
         text=True,
     )
     assert server.stdout is not None
-    ref = ProcessRef(**json.loads(server.stdout.readline()))
+    ref = Handle.from_json(json.loads(server.stdout.readline()))
     server.kill()
     server.wait()
-    assert is_running(ref.pid)
+    assert is_running(pid_of(ref))
     backend = LocalBackend(tmp_path / "run")
     assert backend.find("w") == ref  # what a server that died before storing the ref recovers by
     assert backend.find("other") is None
@@ -247,14 +256,14 @@ def test_an_adopted_workload_can_be_stopped(tmp_path: Path) -> None:
     second.adopt(ref)
     second.stop("w", grace_s=0.2)
     assert wait_for_exit(second, "w").exit_code == -9
-    assert not is_running(ref.pid)
+    assert not is_running(pid_of(ref))
 
 
 def test_adopting_a_workload_that_already_ended_reports_it_at_the_next_poll(tmp_path: Path) -> None:
     first = LocalBackend(tmp_path / "run")
     ref = first.launch(shell("w", "exit 5", tmp_path / "w.log"))
     first.close()
-    wait_until(lambda: Path(ref.exit_file).exists() and not is_running(ref.pid))
+    wait_until(lambda: Path(str(ref.data["exit_file"])).exists() and not is_running(pid_of(ref)))
     second = LocalBackend(tmp_path / "run")
     second.adopt(ref)
     assert second.poll() == [ExitStatus("w", 5)]
@@ -265,14 +274,14 @@ def test_a_reused_pid_is_treated_as_ended_and_left_alone(tmp_path: Path) -> None
     stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
         wait_until(lambda: is_running(stranger.pid))
-        ref = ProcessRef("w", stranger.pid, stranger.pid, "1", str(tmp_path / "run" / "w.exit"))
+        ref = local_handle("w", stranger.pid, "1", str(tmp_path / "run" / "w.exit"))
         backend = LocalBackend(tmp_path / "run")
         backend.adopt(ref)
         backend.stop("w", grace_s=0)  # must not signal the stranger
         assert backend.poll() == [ExitStatus("w", None)]
         time.sleep(0.05)
         assert stranger.poll() is None
-        backend.adopt(replace(ref, workload_id="v", pid=2**22 + 1, pgid=2**22 + 1))  # no such pid at all
+        backend.adopt(local_handle("v", 2**22 + 1, "1", str(tmp_path / "run" / "v.exit")))  # no such pid at all
         assert backend.poll() == [ExitStatus("v", None)]
     finally:
         stranger.kill()
@@ -285,3 +294,26 @@ def test_launch_rejects_an_empty_command_and_a_missing_workdir(backend: LocalBac
     with pytest.raises(NotADirectoryError):  # an OSError: the server records "could not start"
         backend.launch(LaunchSpec("w", ("true",), workdir=tmp_path / "absent"))
     assert backend.tracked() == set()
+
+
+def test_nodes_pids_and_handles_of_other_backends(backend: LocalBackend, tmp_path: Path) -> None:
+    assert [node.name for node in backend.nodes()] == ["local"]
+    log = tmp_path / "w.log"
+    ref = backend.launch(shell("w", "sleep 1000 & echo ready; wait", log))
+    wait_until(lambda: "ready" in log.read_text())
+    pids = backend.pids(ref)
+    assert pid_of(ref) in pids and len(pids) >= 3  # the supervisor, the shell and its sleep: the whole group
+    with pytest.raises(InvalidRequestError, match="handle"):
+        backend.adopt(Handle("x", "ray", {"actor": "abc"}))
+    backend.stop("w", grace_s=0)
+    wait_for_exit(backend, "w")
+    assert backend.pids(ref) == []
+
+
+def test_find_reads_a_reference_file_written_before_handles(tmp_path: Path) -> None:
+    backend = LocalBackend(tmp_path / "run")
+    old = {"workload_id": "w", "pid": 2**22 + 1, "pgid": 2**22 + 1, "started_marker": "1", "exit_file": "/x/w.exit"}
+    backend.ref_path("w").write_text(json.dumps(old))
+    assert backend.find("w") == local_handle("w", 2**22 + 1, "1", "/x/w.exit")
+    backend.ref_path("v").write_text("{}")
+    assert backend.find("v") is None

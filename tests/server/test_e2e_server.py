@@ -114,9 +114,12 @@ def _running(client, ids: list[int]) -> list[dict[str, object]] | None:  # type:
 
 
 def _pid(server: LiveServer, workload_id: int) -> int:
-    """The pid the store recorded for a workload (the API does not expose it)."""
+    """The pid in the local backend's handle the store recorded for a workload (the API does not expose it)."""
+    import json
     import sqlite3
 
     with sqlite3.connect(server.data_dir / "tessera.db") as db:
-        (pid,) = db.execute("select pid from workloads where id = ?", (workload_id,)).fetchone()
+        (handle,) = db.execute("select handle from workloads where id = ?", (workload_id,)).fetchone()
+    stored = json.loads(handle) if handle else None  # SQL NULL, or JSON null once cleared
+    pid = stored["data"]["pid"] if stored else None
     return int(pid) if pid else 0

@@ -71,7 +71,7 @@ def test_a_cancel_that_arrives_while_the_step_plans_wins(make_harness: MakeHarne
 def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from server_harness import HOST, FakeClock
 
-    from tessera.backends.fake import FakeBackend
+    from tessera.backends.fake import FakeBackend, fake_pid
     from tessera.gpu.fakes import FakeGpu, FakeNvml
     from tessera.gpu.nvml import NvmlProbe
     from tessera.server.loop_values import LoopConfig
@@ -85,7 +85,6 @@ def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path) ->
     server = build_server(config, probe=NvmlProbe(nvml), backend=backend, host=HOST, clock=clock)
     loop = server.ctx.loop
     assert loop.memory_watch is not None  # real (NVML) GPUs: the watchdog is on
-    loop.memory_watch.group_members = lambda pgid: [pgid]  # the fake backend's pids are not real processes
     store = server.ctx.store
     from tessera.api import WorkloadSpec
     from tessera.server.submit import Principal, workload_row
@@ -98,7 +97,7 @@ def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path) ->
         )
         ids.append(store.add_workload(row, clock()).id)
     loop.step()
-    pids = {s.workload_id: loop.running[int(s.workload_id)].pgid for s in backend.launched}
+    pids = {s.workload_id: fake_pid(loop.running[int(s.workload_id)].handle) for s in backend.launched}
     # 0.25 of 80 GiB is 20 GiB: the first uses 19 GiB, the second 30 GiB.
     gpu.processes = [(pids[str(ids[0])], 19 * 1024), (pids[str(ids[1])], 30 * 1024)]
     clock.advance(5)
@@ -109,3 +108,19 @@ def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path) ->
     assert over is not None and over.state == "failed" and over.reason.startswith("watchdog: ")
     fine = store.get_workload(ids[0])
     assert fine is not None and fine.state == "running"
+
+
+def test_a_restart_reads_the_stored_stop_reason_back_and_the_end_keeps_its_meaning(make_harness: MakeHarness) -> None:
+    from tessera.server.store.changes import StopChange, StopReason
+
+    h = make_harness("1xA100-80GB")
+    wid = h.submit(gpus=1, gpu_fraction=0.5)["id"]
+    h.step()
+    # The watchdog's stop was stored, then the server died before the workload ended.
+    h.server.ctx.store.update_workloads([StopChange(wid, StopReason.watchdog("uses 30 GiB of 20"))], [], 1.0)
+    h2 = make_harness("1xA100-80GB", db_url=h.db_url, backend=h.backend)
+    assert h2.server.ctx.loop.running[wid].stop_sent == StopReason.watchdog("uses 30 GiB of 20")
+    assert (str(wid), 10.0) in h2.backend.stops  # the stop is sent again
+    h2.step()
+    row = h2.get(wid)
+    assert row["state"] == "failed" and row["reason"] == "watchdog: uses 30 GiB of 20"

@@ -8,6 +8,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from server_harness import MakeHarness
+from sqlalchemy import text
 
 from tessera.server.store.db import normalise_url, open_engine
 from tessera.server.store.models import Base
@@ -53,8 +54,9 @@ def test_launch_that_never_reached_the_store_is_found_not_duplicated(make_harnes
     h.step()
     ref = h.backend.find(str(wid))
     assert ref is not None
-    # Simulate a crash between launch and recording the process: the row has no pid.
-    h.server.ctx.store.update_workloads([{"id": wid, "pid": None}], [], 0.0)
+    # Simulate a crash between launch and recording the process: the row has no handle.
+    with h.server.ctx.store.engine.begin() as connection:
+        connection.execute(text("UPDATE workloads SET handle = NULL WHERE id = :id"), {"id": wid})
     h2 = make_harness("1xA100-80GB", db_url=h.db_url, backend=h.backend)  # same host: the process is still there
     assert [r.workload_id for r in h2.backend.adopted] == [str(wid)]
     assert len(h2.backend.launched) == 1  # launched once, by the first server

@@ -1,18 +1,29 @@
 """The store's bulk paths that one scheduling step relies on (on SQLite and on PostgreSQL when ``make test`` runs
 one): many changes with different columns in one transaction, the light read of pending requests, and a step that
-stores all its launches' process refs at once."""
+stores all its launches' handles at once."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 from server_harness import MakeHarness
 
-from tessera.backends.base import LaunchSpec, ProcessRef
+from tessera.backends.base import Handle, LaunchSpec
 from tessera.backends.fake import FakeBackend
+from tessera.core.workload import WorkloadState
+from tessera.server.store.changes import (
+    BindChange,
+    EndChange,
+    ReasonChange,
+    RequeueChange,
+    StopChange,
+    StopKind,
+    StopReason,
+    WorkloadChange,
+    columns_of,
+)
 from tessera.server.store.db import open_engine
 from tessera.server.store.models import WorkloadRow
 from tessera.server.store.store import Event, Store
@@ -55,31 +66,48 @@ def test_changes_with_different_columns_apply_in_one_call(store: Store) -> None:
     a = store.add_workload(_row(placement=[{"node": "n"}], admission={"queue": "q"}), 1.0)
     b = store.add_workload(_row(), 1.0)
     changes = [
-        {"id": a.id, "state": "pending", "placement": None, "admission": None, "reason": "requeued"},
-        {"id": b.id, "reason": "waiting"},
-        {"id": b.id, "reason": "still waiting", "attempts": 2},  # a later change of the same row wins
+        RequeueChange(a.id, "requeued"),
+        ReasonChange(b.id, "waiting"),
+        BindChange(b.id, [{"node": "n"}], None, 4.0, 2),
+        ReasonChange(b.id, "still waiting"),  # a later change of the same row wins
     ]
     store.update_workloads(changes, [Event(a.id, "requeued", "x"), Event(b.id, "pending", "y")], 5.0)
     got_a, got_b = store.get_workload(a.id), store.get_workload(b.id)
     assert got_a is not None and got_b is not None
     assert (got_a.state, got_a.placement, got_a.admission, got_a.reason) == ("pending", None, None, "requeued")
-    assert (got_b.reason, got_b.attempts) == ("still waiting", 2)
+    assert (got_b.state, got_b.reason, got_b.attempts, got_b.started_at) == ("running", "still waiting", 2, 4.0)
     assert [(e.kind, e.at) for e in store.events(a.id)] == [("submitted", 1.0), ("requeued", 5.0)]
-    with pytest.raises(KeyError):
-        store.update_workloads([{"id": a.id, "no_such_column": 1}], [], 6.0)
+    store.update_workloads([StopChange(b.id, StopReason.watchdog("x" * 300))], [], 6.0)
+    stored = store.get_workload(b.id)
+    assert stored is not None and stored.stop_reason == ("watchdog: " + "x" * 300)[:200]
+    store.update_workloads([EndChange(b.id, WorkloadState.FAILED, 3, 7.0, "exit code 3")], [], 7.0)
+    ended = store.get_workload(b.id)
+    assert ended is not None and (ended.state, ended.exit_code, ended.finished_at) == ("failed", 3, 7.0)
+    with pytest.raises(TypeError):
+        store.update_workloads([{"id": a.id, "reason": "a dict"}], [], 6.0)  # type: ignore[list-item]
+
+
+def test_stop_reasons_are_stored_as_text_and_parsed_back() -> None:
+    for reason in (StopReason.cancel(), StopReason.preempted("reclaim"), StopReason.watchdog("over by 2 GiB")):
+        assert StopReason.parse(reason.text()) == reason
+    assert StopReason.cancel().text() == "cancel"
+    assert StopReason.preempted("reclaim: queue b").text() == "preempted: reclaim: queue b"
+    assert StopReason.parse("preempted: reclaim: queue b").detail == "reclaim: queue b"
+    assert StopReason.parse("something else").kind is StopKind.PREEMPTED  # as the loop always treated it
+    assert columns_of(ReasonChange(1, "w")) == {"id": 1, "reason": "w"}
 
 
 def test_many_workloads_getting_the_same_values_are_updated_together(store: Store) -> None:
     ids = [store.add_workload(_row(), 1.0).id for _ in range(1203)]  # more than one IN list of 500
     reasons = {wid: ("no room" if wid % 3 else f"own reason {wid}") for wid in ids}
-    store.update_workloads([{"id": wid, "reason": reasons[wid]} for wid in ids], [], 2.0)
+    store.update_workloads([ReasonChange(wid, reasons[wid]) for wid in ids], [], 2.0)
     freed, alone = ids[:700], ids[700]
-    changes = [{"id": wid, "state": "pending", "placement": None, "pid": None} for wid in freed]
-    store.update_workloads(changes, [], 3.0)  # grouped
-    store.update_workloads([{"id": alone, "state": "pending", "placement": None, "pid": None}], [], 3.0)  # alone
+    changes = [RequeueChange(wid, reasons[wid]) for wid in freed]
+    store.update_workloads(changes, [], 3.0)  # grouped where the reasons are the same
+    store.update_workloads([RequeueChange(alone, reasons[alone])], [], 3.0)  # alone
     rows = {row.id: row for row in store.workloads_by_id(ids)}
     assert {wid: rows[wid].reason for wid in ids} == reasons
-    assert all(rows[wid].placement is None and rows[wid].pid is None for wid in [*freed, alone])
+    assert all(rows[wid].placement is None and rows[wid].handle is None for wid in [*freed, alone])
     with store.engine.connect() as raw:  # a JSON None is stored the same way grouped or alone
         stored = raw.exec_driver_sql("SELECT DISTINCT placement IS NULL FROM workloads WHERE id <= 701").all()
     assert len(stored) == 1
@@ -97,7 +125,7 @@ def test_pending_requests_reads_only_pending_workloads(store: Store) -> None:
 class _FailingLaunches(FakeBackend):
     """Refuses to start a process whose command is ``fail``."""
 
-    def launch(self, spec: LaunchSpec) -> ProcessRef:
+    def launch(self, spec: LaunchSpec) -> Handle:
         if spec.argv[0] == "fail":
             raise OSError("no such file: fail")
         return super().launch(spec)
@@ -113,7 +141,7 @@ def test_a_step_stores_every_launch_in_one_transaction_and_a_failed_launch_fails
     writes: list[int] = []
     update = store.update_workloads
 
-    def counted(changes: Sequence[Mapping[str, Any]], events: Sequence[Event], now_s: float) -> None:
+    def counted(changes: Sequence[WorkloadChange], events: Sequence[Event], now_s: float) -> None:
         writes.append(len(changes))
         update(changes, events, now_s)
 
@@ -130,7 +158,7 @@ def test_a_step_stores_every_launch_in_one_transaction_and_a_failed_launch_fails
     assert writes == [6, 1, 5]
     for wid in ids:
         row = store.get_workload(int(str(wid)))
-        assert row is not None and row.state == "running" and row.pid is not None
+        assert row is not None and row.state == "running" and row.handle is not None
         assert [e.kind for e in store.events(row.id)] == ["submitted", "bound", "started"]
     failed = h.get(broken)
     assert failed["state"] == "failed" and "could not start" in str(failed["reason"])

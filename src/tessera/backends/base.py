@@ -1,7 +1,9 @@
-"""The backend seam: launch a workload's process, stop it, learn when it ends, re-adopt it after a server restart.
+"""The backend seam: the nodes a backend runs on, launch a workload, stop it, learn when it ends, re-adopt it after a
+server restart.
 
-The server writes every decision to its store *before* it calls the backend, and keeps the ``ProcessRef`` that
-``launch`` returns so that a restarted server can ``adopt`` processes that outlived it.
+The server writes every decision to its store *before* it calls the backend, and stores the ``Handle`` that
+``launch`` returns (as JSON) so that a restarted server can ``adopt`` workloads that outlived it. A handle is opaque:
+the server never reads its ``data``; what it needs of a running workload it asks the backend (``pids``).
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from types import MappingProxyType
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,15 +24,44 @@ class LaunchSpec:
     workdir: Path | None = None  # working directory; None = the server's
 
 
+JsonScalar = str | int | float | bool | None
+
+
 @dataclass(frozen=True, slots=True)
-class ProcessRef:
-    """Enough to find a launched workload again after the server restarted (stored with the workload)."""
+class Handle:
+    """A launched workload as its backend knows it: opaque to the server, which stores it (``to_json``) and hands it
+    back (``from_json``) to ``adopt`` after a restart. Only the backend named ``backend`` reads ``data``."""
 
     workload_id: str
-    pid: int  # the supervising process (leader of the workload's process group)
-    pgid: int
-    started_marker: str  # the process's start time as the OS reports it: guards against a reused PID
-    exit_file: str  # where the supervisor writes the exit code when the workload ends
+    backend: str  # the kind of backend that made it ("local", "fake", ...)
+    data: Mapping[str, JsonScalar]  # the backend's own fields (the local backend: pid, pgid, start marker, exit file)
+
+    def __post_init__(self) -> None:
+        for key, value in self.data.items():
+            if not isinstance(key, str) or not isinstance(value, str | int | float | bool | None):
+                raise ValueError(f"handle data must map names to JSON scalars, not {key!r}: {value!r}")
+        object.__setattr__(self, "data", MappingProxyType(dict(self.data)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workload_id": self.workload_id, "backend": self.backend, "data": dict(self.data)}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Handle:
+        """The handle ``to_json`` wrote; raises ``ValueError`` for anything else."""
+        if not isinstance(value, Mapping) or set(value) != {"workload_id", "backend", "data"}:
+            raise ValueError(f"not a backend handle: {value!r}")
+        workload_id, backend, data = value["workload_id"], value["backend"], value["data"]
+        if not isinstance(workload_id, str) or not isinstance(backend, str) or not isinstance(data, Mapping):
+            raise ValueError(f"not a backend handle: {value!r}")
+        return cls(workload_id, backend, data)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendNode:
+    """A node a backend can run workloads on."""
+
+    name: str  # as GPU devices name their node (``GpuDevice.node``): "local" for this host
+    address: str  # where it is reached: a host name, a Ray node's IP
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,22 +71,34 @@ class ExitStatus:
 
 
 class Backend(Protocol):
-    def launch(self, spec: LaunchSpec) -> ProcessRef:
-        """Start the workload in its own process group; returns at once."""
+    kind: str  # what its handles say in ``Handle.backend``
+
+    def nodes(self) -> list[BackendNode]:
+        """The nodes this backend can run workloads on now."""
         ...
 
-    def adopt(self, ref: ProcessRef) -> None:
-        """Track a workload launched by an earlier server; if it ended meanwhile, the next ``poll`` reports it."""
+    def launch(self, spec: LaunchSpec) -> Handle:
+        """Start the workload; returns at once."""
         ...
 
-    def find(self, workload_id: str) -> ProcessRef | None:
-        """The process of a workload launched earlier whose ``ProcessRef`` never reached the store (the server died
-        between launch and write), or None when it was never launched."""
+    def adopt(self, handle: Handle) -> None:
+        """Track a workload launched by an earlier server; if it ended meanwhile, the next ``poll`` reports it.
+        Raises ``InvalidRequestError`` for a handle another kind of backend made."""
+        ...
+
+    def find(self, workload_id: str) -> Handle | None:
+        """The handle of a workload launched earlier that never reached the store (the server died between launch
+        and write), or None when it was never launched (or its end was reported since)."""
+        ...
+
+    def pids(self, handle: Handle) -> list[int]:
+        """The workload's live processes on this host (what NVML reports GPU memory by, for the memory watchdog);
+        [] when none are left or the workload runs elsewhere."""
         ...
 
     def stop(self, workload_id: str, grace_s: float) -> None:
-        """SIGTERM the workload's process group now and SIGKILL it after ``grace_s``; returns at once. Its end is
-        reported by ``poll`` like any other."""
+        """Ask the workload to stop now (SIGTERM) and force it after ``grace_s`` (SIGKILL); returns at once. Its end
+        is reported by ``poll`` like any other."""
         ...
 
     def poll(self) -> list[ExitStatus]:

@@ -1,53 +1,77 @@
 """An in-memory ``Backend`` for unit tests of the server loop: no process is started.
 
-``launch`` records the spec and hands out a made-up ``ProcessRef``; a test ends a workload with ``finish`` (or
-``stop``, which ends it with -15 as if it honoured SIGTERM) and the next ``poll`` reports it, once. Like the local
-backend, ``find`` knows a launched workload's ref until its end is reported, also after ``close`` (so one instance
-can play a restarted server's backend too).
+``launch`` records the spec and hands out a ``Handle`` of kind ``"fake"`` with a made-up ``pid``; a test ends a
+workload with ``finish`` (or ``stop``, which ends it with -15 as if it honoured SIGTERM) and the next ``poll`` reports
+it, once. Like the local backend, ``find`` knows a launched workload's handle until its end is reported, also after
+``close`` (so one instance can play a restarted server's backend too). ``pids`` answers the made-up pid while the
+workload runs (so the memory watchdog can be tested against a fake NVML that reports it).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tessera.backends.base import Backend, ExitStatus, LaunchSpec, ProcessRef
+from tessera.backends.base import Backend, BackendNode, ExitStatus, Handle, LaunchSpec
 from tessera.core.errors import InvalidRequestError
 
 FIRST_FAKE_PID = 100_000
 STOPPED_EXIT_CODE = -15  # what a workload that honours SIGTERM reports
+KIND = "fake"
+
+
+def fake_pid(handle: Handle) -> int:
+    """The made-up pid of a fake handle."""
+    pid = handle.data.get("pid")
+    if handle.backend != KIND or not isinstance(pid, int):
+        raise InvalidRequestError("handle", f"{handle.workload_id}: not a fake backend's handle")
+    return pid
 
 
 class FakeBackend:
     """``Backend`` double; ``launched``, ``adopted`` and ``stops`` record every call, in order."""
 
-    def __init__(self) -> None:
+    kind = KIND
+
+    def __init__(self, nodes: Sequence[BackendNode] = (BackendNode("local", "localhost"),)) -> None:
+        self._nodes = list(nodes)
         self.launched: list[LaunchSpec] = []
-        self.adopted: list[ProcessRef] = []
+        self.adopted: list[Handle] = []
         self.stops: list[tuple[str, float]] = []  # (workload id, grace_s) per stop call
         self.closed = False
         self._lock = threading.Lock()
-        self._running: dict[str, ProcessRef] = {}
+        self._running: dict[str, Handle] = {}
         self._ended: dict[str, int | None] = {}  # ended, to be reported by the next poll (insertion order)
-        self._findable: dict[str, ProcessRef] = {}  # launched, end not reported yet
+        self._findable: dict[str, Handle] = {}  # launched, end not reported yet
         self._next_pid = FIRST_FAKE_PID
 
-    def launch(self, spec: LaunchSpec) -> ProcessRef:
+    def nodes(self) -> list[BackendNode]:
+        return list(self._nodes)
+
+    def launch(self, spec: LaunchSpec) -> Handle:
         with self._lock:
             if spec.workload_id in self._running:
                 raise InvalidRequestError("workload_id", f"{spec.workload_id!r} is already running")
             pid, self._next_pid = self._next_pid, self._next_pid + 1
-            ref = ProcessRef(spec.workload_id, pid, pid, f"fake-{pid}", f"fake/{spec.workload_id}.exit")
+            ref = Handle(spec.workload_id, KIND, {"pid": pid})
             self.launched.append(spec)
             self._running[spec.workload_id] = ref
             self._findable[spec.workload_id] = ref
             return ref
 
-    def find(self, workload_id: str) -> ProcessRef | None:
+    def find(self, workload_id: str) -> Handle | None:
         with self._lock:
             return self._findable.get(workload_id)
 
-    def adopt(self, ref: ProcessRef) -> None:
+    def pids(self, handle: Handle) -> list[int]:
+        pid = fake_pid(handle)
+        with self._lock:
+            running = handle.workload_id in self._running and handle.workload_id not in self._ended
+        return [pid] if running else []
+
+    def adopt(self, ref: Handle) -> None:
+        fake_pid(ref)
         with self._lock:
             self.adopted.append(ref)
             self._running.setdefault(ref.workload_id, ref)

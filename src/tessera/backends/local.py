@@ -10,7 +10,10 @@ workload's process group and keeps running if the server dies. The supervisor wr
 - **Stop.** ``stop`` sends SIGTERM at once (to the supervisor, which relays it to the whole group once; to the group
   directly if the supervisor is gone) and records a deadline; the ``poll`` after the deadline SIGKILLs the group.
   So ``poll`` must be called regularly (the server loop calls it about every 0.2 s); ``close`` drops pending kills.
-- **Adoption.** A restarted server hands ``adopt`` the ``ProcessRef`` it stored, or the one ``find`` reads back
+- **Handles.** ``launch`` returns a ``Handle`` of kind ``"local"`` whose data are the supervisor's ``pid``, its
+  process group ``pgid`` (the same number), ``started_marker`` (its start time from ``/proc``, which tells a reused
+  PID apart) and ``exit_file``. Only this module reads them; ``pids(handle)`` lists the group's live processes.
+- **Adoption.** A restarted server hands ``adopt`` the ``Handle`` it stored, or the one ``find`` reads back
   from ``<run_dir>/<id>.ref.json`` (written by ``launch``, removed once the end is reported). Such a process is not
   our child: it counts as running while ``/proc/PID/stat`` exists, is not a zombie, and shows the recorded start
   time, so a reused PID reads as ended (and is never signalled). Exit files stay after the end is reported (a server
@@ -24,37 +27,72 @@ while the server loop calls ``poll``.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import json
 import logging
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from tessera.backends import procfs
-from tessera.backends.base import Backend, ExitStatus, LaunchSpec, ProcessRef
+from tessera.backends.base import Backend, BackendNode, ExitStatus, Handle, JsonScalar, LaunchSpec
 from tessera.core.errors import InvalidRequestError, TesseraError
 
 logger = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 5.0  # how long an ended workload's SIGKILLed processes may take to vanish before we report anyway
 SUPERVISOR_MODULE = "tessera.backends.supervisor"
+KIND = "local"
+NODE_NAME = "local"  # as ``tessera.gpu.gpus.GpuDevice.node`` names this host
+
+
+@dataclass(frozen=True, slots=True)
+class _Process:
+    """What a local handle holds: enough to find the workload's processes again after a server restart."""
+
+    workload_id: str
+    pid: int  # the supervising process (leader of the workload's process group)
+    pgid: int
+    started_marker: str  # the process's start time as the OS reports it: guards against a reused PID
+    exit_file: str  # where the supervisor writes the exit code when the workload ends
+
+    def handle(self) -> Handle:
+        data: dict[str, JsonScalar] = {
+            "pid": self.pid,
+            "pgid": self.pgid,
+            "started_marker": self.started_marker,
+            "exit_file": self.exit_file,
+        }
+        return Handle(self.workload_id, KIND, data)
+
+
+def _process_of(handle: Handle) -> _Process:
+    """The process fields of a local handle; ``InvalidRequestError`` for another backend's or a malformed one."""
+    if handle.backend != KIND:
+        raise InvalidRequestError("handle", f"{handle.workload_id}: a {handle.backend!r} handle, not a local one")
+    data = handle.data
+    pid, pgid, marker, exit_file = (data.get(k) for k in ("pid", "pgid", "started_marker", "exit_file"))
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (pid, pgid))
+    if not ints or not isinstance(marker, str) or not isinstance(exit_file, str):
+        raise InvalidRequestError("handle", f"{handle.workload_id}: not a local process handle: {dict(data)}")
+    assert isinstance(pid, int) and isinstance(pgid, int)
+    return _Process(handle.workload_id, pid, pgid, marker, exit_file)
 
 
 @dataclass(slots=True)
 class _Watch:
     """One tracked workload; mutated only under ``LocalBackend._lock``."""
 
-    ref: ProcessRef
+    ref: _Process
     popen: subprocess.Popen[bytes] | None  # None: adopted from an earlier server, not our child
     term_sent: bool = False
     kill_at_s: float | None = None  # time.monotonic() deadline for SIGKILL, set by stop()
@@ -66,6 +104,8 @@ class _Watch:
 
 class LocalBackend:
     """``Backend`` that runs workloads as processes on this host; per-workload exit files live in ``run_dir``."""
+
+    kind = KIND
 
     def __init__(self, run_dir: Path, python: str = sys.executable) -> None:
         if not procfs.PROC_ROOT.joinpath("self", "stat").exists():
@@ -81,10 +121,21 @@ class LocalBackend:
         return self.run_dir / f"{_file_stem(workload_id)}.exit"
 
     def ref_path(self, workload_id: str) -> Path:
-        """Where ``launch`` records the ``ProcessRef`` of ``workload_id`` until its end is reported (for ``find``)."""
+        """Where ``launch`` records the handle of ``workload_id`` until its end is reported (for ``find``)."""
         return self.run_dir / f"{_file_stem(workload_id)}.ref.json"
 
-    def launch(self, spec: LaunchSpec) -> ProcessRef:
+    def nodes(self) -> list[BackendNode]:
+        """This host, the only one."""
+        return [BackendNode(NODE_NAME, socket.gethostname())]
+
+    def pids(self, handle: Handle) -> list[int]:
+        """The live processes of the workload's process group (none once its supervisor's PID names another)."""
+        ref = _process_of(handle)
+        if procfs.is_pid_reused(ref.pid, ref.started_marker):
+            return []
+        return procfs.live_group_members(ref.pgid)
+
+    def launch(self, spec: LaunchSpec) -> Handle:
         """Starts the supervisor (which starts the command) and returns at once; a command that cannot be run is
         reported by ``poll`` with exit code 127 or 126. Raises ``OSError`` if the supervisor cannot be started
         (``NotADirectoryError`` for a missing ``workdir``), ``InvalidRequestError`` for an empty command or a
@@ -112,18 +163,19 @@ class LocalBackend:
                 )
             marker = procfs.read_start_marker(popen.pid)  # our unreaped child: its /proc entry is there
             assert marker is not None, "a child that was not waited for always has a /proc entry"
-            ref = ProcessRef(spec.workload_id, popen.pid, popen.pid, marker, str(exit_file))
+            ref = _Process(spec.workload_id, popen.pid, popen.pid, marker, str(exit_file))
             self._watches[spec.workload_id] = _Watch(ref=ref, popen=popen)
             try:
-                _write_atomically(self.ref_path(spec.workload_id), json.dumps(dataclasses.asdict(ref)) + "\n")
+                _write_atomically(self.ref_path(spec.workload_id), json.dumps(ref.handle().to_json()) + "\n")
             except OSError as error:  # the workload runs all the same; only find() will not know it
                 logger.warning("%s: cannot record its process reference: %s", spec.workload_id, error)
         one_line = " ".join(shlex.join(spec.argv).split())
         logger.info("launched %s as pid %d: %s", spec.workload_id, popen.pid, one_line[:120])
-        return ref
+        return ref.handle()
 
-    def adopt(self, ref: ProcessRef) -> None:
+    def adopt(self, handle: Handle) -> None:
         """Tracks a workload started by an earlier server; if it has ended, the next ``poll`` reports it."""
+        ref = _process_of(handle)
         with self._lock:
             if ref.workload_id in self._watches:
                 logger.debug("adopt: %s is already tracked", ref.workload_id)
@@ -131,22 +183,23 @@ class LocalBackend:
             self._watches[ref.workload_id] = _Watch(ref=ref, popen=None)
         logger.info("adopted %s (pid %d)", ref.workload_id, ref.pid)
 
-    def find(self, workload_id: str) -> ProcessRef | None:
-        """The ``ProcessRef`` that ``launch`` recorded for ``workload_id`` (also by an earlier server), or None if
-        it was never launched or its end has been reported since. Hand it to ``adopt``."""
+    def find(self, workload_id: str) -> Handle | None:
+        """The handle that ``launch`` recorded for ``workload_id`` (also by an earlier server), or None if it was
+        never launched or its end has been reported since. Hand it to ``adopt``."""
         with self._lock:
             watch = self._watches.get(workload_id)
         if watch is not None:
-            return watch.ref
+            return watch.ref.handle()
         path = self.ref_path(workload_id)
         try:
-            ref = ProcessRef(**json.loads(path.read_text()))
+            handle = _handle_of_file(json.loads(path.read_text()))
+            _process_of(handle)
         except FileNotFoundError:
             return None
-        except (ValueError, TypeError) as error:
-            logger.warning("%s does not hold a process reference: %s", path, error)
+        except (ValueError, InvalidRequestError) as error:
+            logger.warning("%s does not hold a process handle: %s", path, error)
             return None
-        return ref if ref.workload_id == workload_id else None
+        return handle if handle.workload_id == workload_id else None
 
     def stop(self, workload_id: str, grace_s: float) -> None:
         """SIGTERM now, SIGKILL at the first ``poll`` after ``grace_s``; a no-op for a workload not tracked (it
@@ -263,6 +316,14 @@ class LocalBackend:
             logger.warning("%s: not allowed to signal process group %d", watch.ref.workload_id, watch.ref.pgid)
             return False
         return True
+
+
+def _handle_of_file(value: Any) -> Handle:
+    """A handle as ``launch`` writes it, or as servers before handles wrote it (the process fields, flat)."""
+    if isinstance(value, dict) and "data" not in value and "workload_id" in value:
+        fields = {k: value.get(k) for k in ("pid", "pgid", "started_marker", "exit_file")}
+        return Handle(str(value["workload_id"]), KIND, fields)
+    return Handle.from_json(value)
 
 
 def _open_log(log_path: Path | None) -> IO[bytes]:

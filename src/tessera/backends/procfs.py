@@ -35,7 +35,7 @@ def read_proc_stat(pid: int) -> ProcStat | None:
 
 
 def read_start_marker(pid: int) -> str | None:
-    """The process's start time as ``/proc`` reports it (the ``started_marker`` of a ``ProcessRef``)."""
+    """The process's start time as ``/proc`` reports it (the ``started_marker`` of a local backend handle)."""
     stat = read_proc_stat(pid)
     return None if stat is None else stat.start_marker
 

@@ -41,13 +41,22 @@ def _check_bounds(state: ClusterState) -> None:
         raise InvariantViolation("a node's free memory is outside [0, capacity]")
     if (state.gpu_cap_milli[state.gpu_exists] != MILLI_PER_GPU).any():
         raise InvariantViolation("a GPU's capacity is not one whole GPU")
+    if (state.bound < 0).any():
+        raise InvariantViolation("a node holds a negative number of placements")
+    gone = state.gone
+    if (gone & ~state.drained).any() or state.bound[gone].any() or state.gpu_exists[gone].any():
+        raise InvariantViolation("a removed node is schedulable, holds placements or has GPUs")
+    if state.cpu_cap_milli[gone].any() or state.mem_cap_mib[gone].any():
+        raise InvariantViolation("a removed node has CPU or memory")
 
 
 def _check_conservation(state: ClusterState, placements: list[Placement]) -> None:
     used_gpu = np.zeros_like(state.gpu_free_milli)
     used_cpu = np.zeros_like(state.cpu_free_milli)
     used_mem = np.zeros_like(state.mem_free_mib)
+    count = np.zeros_like(state.bound)
     for p in placements:
+        count[p.node] += 1
         if len(p.gpu_indices) != p.request.num_gpus:
             raise InvariantViolation(
                 f"placement on node {p.node} holds {len(p.gpu_indices)} GPUs, not {p.request.num_gpus}"
@@ -64,6 +73,8 @@ def _check_conservation(state: ClusterState, placements: list[Placement]) -> Non
         raise InvariantViolation("allocated CPU differs from the sum of placements")
     if not np.array_equal(state.mem_cap_mib - state.mem_free_mib, used_mem):
         raise InvariantViolation("allocated memory differs from the sum of placements")
+    if not np.array_equal(state.bound, count):
+        raise InvariantViolation("the placements bound per node differ from the placements given")
 
 
 def check_quotas(ledger: QuotaLedger) -> None:

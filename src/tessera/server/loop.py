@@ -1,9 +1,11 @@
 """The scheduler loop: the core's scheduling step on a wall clock, with the store as the source of truth.
 
 One ``step()``: collect the workloads that ended (``Backend.poll``), stop those whose cancel was requested, plan with
-``core.scheduler.Scheduler`` over the pending workloads, **write every decision to the store in one transaction**,
-and only then act on it (stop victims, launch processes). A restarted server calls ``recover()`` first: it rebinds
-the stored placements, re-charges the quotas and re-adopts the processes that outlived the crash.
+``core.scheduler.Scheduler`` over the pending workloads, **write every decision to the store in one transaction**
+(typed changes, ``server.store.changes``), and only then act on it (stop victims, launch through
+``server.launcher``). A restarted server calls ``recover()`` first (``server.recovery``): it rebinds the stored
+placements, re-charges the quotas and re-adopts the workloads that outlived the crash. Why a stop was sent is a
+typed ``StopReason`` (cancel, preempted, watchdog), which decides what the workload's end means.
 
 A bind that needs preempted victims to go first is launched only once they have exited (``held``): two processes
 never hold one GPU share at once. The simulator runs the same ``Scheduler``; only the clock and the backend differ.
@@ -15,11 +17,10 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from tessera.backends.base import Backend, ExitStatus, LaunchSpec, ProcessRef
+from tessera.backends.base import Backend, ExitStatus
 from tessera.core.cluster import ClusterState
 from tessera.core.placement import make_policy
 from tessera.core.placement.base import Placer, TieBreak
@@ -27,9 +28,8 @@ from tessera.core.preemption import PreemptionGuard, PreemptionPolicy
 from tessera.core.queueing import QueueSpec
 from tessera.core.scheduler import Bind, PendingWorkload, RunningWorkload, Scheduler, SchedulerConfig, StepPlan
 from tessera.core.workload import WorkloadState
-from tessera.errors import InvalidRequestError, TesseraError
-from tessera.gpu.gpus import GpuDevice, ProcessMemoryProbe
-from tessera.gpu.isolation import isolation_env
+from tessera.gpu.gpus import ProcessMemoryProbe
+from tessera.server.launcher import Launcher
 from tessera.server.loop_values import (
     ClusterSnapshot,
     LoopConfig,
@@ -37,19 +37,21 @@ from tessera.server.loop_values import (
     StepReport,
     describe,
     exit_text,
-    ref_columns,
-    ref_of,
-    started_text,
+    share_milli,
 )
 from tessera.server.memory_watch import MemoryWatch, Watched
 from tessera.server.pool import Pool
-from tessera.server.records import (
-    admission_of,
-    admission_record,
-    placement_of,
-    placement_record,
-    queue_spec,
-    request_of,
+from tessera.server.records import admission_record, placement_record, queue_spec, request_of
+from tessera.server.recovery import recover_running
+from tessera.server.store.changes import (
+    BindChange,
+    EndChange,
+    ReasonChange,
+    RequeueChange,
+    StopChange,
+    StopKind,
+    StopReason,
+    WorkloadChange,
 )
 from tessera.server.store.models import WorkloadRow
 from tessera.server.store.store import Event, Store
@@ -58,7 +60,6 @@ log = logging.getLogger(__name__)
 
 PENDING = WorkloadState.PENDING.value
 RUNNING = WorkloadState.RUNNING.value
-WATCHDOG = "watchdog"  # stop_reason prefix of a workload the memory watchdog stopped
 
 
 class SchedulerLoop:
@@ -77,7 +78,7 @@ class SchedulerLoop:
         self.store = store
         self.backend = backend
         self.pool = pool
-        self.config = config
+        self._config = config
         self.clock = clock
         self.on_step = on_step
         self.on_start = on_start  # (workload, seconds it waited): metrics
@@ -88,14 +89,25 @@ class SchedulerLoop:
             self.state, make_policy(config.placement_policy, (), self.state.model_names), TieBreak.FIRST
         )
         self.running: dict[int, RunningEntry] = {}
-        self.memory_watch = MemoryWatch(memory_probe, self._stop_for_memory) if memory_probe is not None else None
-        self._logs_dir = config.run_dir / "logs"
-        self._logs_made = False
+        self.launcher = Launcher(store, backend, pool, config, self._launch_failed)
+        self.memory_watch = (
+            MemoryWatch(memory_probe, self._stop_for_memory, backend.pids) if memory_probe is not None else None
+        )
         self._pending: dict[int, PendingWorkload] = {}  # built once per workload; whole rows are read at bind
         self._reasons: dict[int, str] = {}
         self.queue_specs: tuple[QueueSpec, ...] = ()
         self.scheduler = Scheduler(self.placer)
         self.snapshot = self._snapshot()
+
+    @property
+    def config(self) -> LoopConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LoopConfig) -> None:
+        """A new configuration applies to the next step, launches included."""
+        self._config = config
+        self.launcher.config = config
 
     # ----------------------------------------------------------------------------------------------- the step
 
@@ -107,7 +119,7 @@ class SchedulerLoop:
         self._send_cancels(now)
         if self.memory_watch is not None:
             self.memory_watch.check(now, self._watched())
-        self._launch_ready(now)
+        self.launcher.launch_ready(self.running, now)
         pending = self._pending_workloads()
         plan = self.scheduler.plan(pending, now, rng=self.rng, running=self._candidates(), guard=self.guard)
         self._apply(plan, now)
@@ -136,32 +148,32 @@ class SchedulerLoop:
         ]
 
     def _apply(self, plan: StepPlan, now: float) -> None:
-        changes: list[dict[str, Any]] = []
+        changes: list[WorkloadChange] = []
         events: list[Event] = []
         victims: set[int] = set()
         for preempt in plan.preempts:
             wid = int(preempt.workload_id)
             entry = self.running[wid]
             self._release(entry)
-            entry.stop_sent = f"preempted: {preempt.reason}"
+            entry.stop_sent = StopReason.preempted(preempt.reason)
             victims.add(wid)
-            changes.append({"id": wid, "stop_reason": entry.stop_sent})
+            changes.append(StopChange(wid, entry.stop_sent))
             events.append(Event(wid, "preempted", f"{preempt.reason} (for workload {preempt.preemptor})"))
         self.guard = self.guard.record(str(v) for v in victims)
         bound: list[RunningEntry] = []
-        bind_changes: list[dict[str, Any]] = []
+        bind_changes: list[BindChange] = []
         rows = {row.id: row for row in self.store.workloads_by_id(int(b.workload_id) for b in plan.binds)}
         for bind in plan.binds:
             entry = self._bind(bind, rows[int(bind.workload_id)], now, victims)
             bound.append(entry)
             bind_changes.append(self._bind_change(entry, now))
             events.append(Event(entry.row.id, "bound", describe(entry, self.pool)))
-        reasons: list[dict[str, Any]] = []
+        reasons: list[ReasonChange] = []
         for wid_text, reason in plan.waiting.items():
             wid = int(wid_text)
             if self._reasons.get(wid) != reason:
                 self._reasons[wid] = reason
-                reasons.append({"id": wid, "reason": reason})
+                reasons.append(ReasonChange(wid, reason))
         # Decisions are durable before anything acts on them; a bind that lost the race with a cancel is undone.
         lost = self.store.commit_decisions(bind_changes, reasons, changes, events, now)
         for entry in [e for e in bound if e.row.id in lost]:
@@ -173,7 +185,7 @@ class SchedulerLoop:
         if self.on_start is not None:
             for entry in bound:
                 self.on_start(entry.row, now - entry.row.submitted_at)
-        self._launch_all([entry for entry in bound if not entry.waits_for], now)
+        self.launcher.launch_all([entry for entry in bound if not entry.waits_for], now)
 
     def _bind(self, bind: Bind, row: WorkloadRow, now: float, victims: set[int]) -> RunningEntry:
         wid = int(bind.workload_id)
@@ -187,92 +199,30 @@ class SchedulerLoop:
         self.running[wid] = entry
         return entry
 
-    def _bind_change(self, entry: RunningEntry, now: float) -> dict[str, Any]:
+    def _bind_change(self, entry: RunningEntry, now: float) -> BindChange:
         row = entry.row
         row.attempts += 1
-        return {
-            "id": row.id,
-            "state": RUNNING,
-            "placement": [placement_record(p, self.pool) for p in entry.placements],
-            "admission": admission_record(entry.admission),
-            "started_at": now,
-            "attempts": row.attempts,
-            "reason": "",
-            "stop_reason": None,
-            "pid": None,
-            "pgid": None,
-            "started_marker": None,
-            "exit_file": None,
-        }
+        placement = [placement_record(p, self.pool) for p in entry.placements]
+        return BindChange(row.id, placement, admission_record(entry.admission), now, row.attempts)
 
     # -------------------------------------------------------------------------------------------- processes
 
-    def _launch_ready(self, now: float) -> None:
-        ready: list[RunningEntry] = []
-        for entry in list(self.running.values()):
-            if not entry.launched and entry.stop_sent is None:
-                entry.waits_for &= set(self.running)
-                if not entry.waits_for:
-                    ready.append(entry)
-        self._launch_all(ready, now)
-
-    def _launch_all(self, entries: list[RunningEntry], now: float) -> None:
-        """Launch ``entries`` and store their process refs in one transaction (one per launch made a step over
-        thousands of binds take seconds). A ref that a crash keeps from the store is found again by
-        ``Backend.find`` in ``recover``, as before."""
-        changes: list[dict[str, Any]] = []
-        events: list[Event] = []
-        for entry in entries:
-            ref = self._launch(entry, now)
-            if ref is not None:
-                entry.pgid = ref.pgid
-                changes.append({"id": entry.row.id, **ref_columns(ref)})
-                events.append(Event(entry.row.id, "started", started_text(ref)))
-        if changes:
-            self.store.update_workloads(changes, events, now)
-
-    def _launch(self, entry: RunningEntry, now: float) -> ProcessRef | None:
-        """Start the process of ``entry``; None when it could not start (the workload has then failed)."""
-        spec = self._launch_spec(entry)
-        entry.launched = True
-        try:
-            return self.backend.launch(spec)
-        except (OSError, TesseraError) as exc:
-            self._finish(entry, WorkloadState.FAILED, None, f"could not start: {exc}", now)
-            return None
-
-    def _devices(self, entry: RunningEntry) -> tuple[GpuDevice, ...]:
-        return tuple(self.pool.device(p.node, g) for p in entry.placements for g in p.gpu_indices)
-
-    def _launch_spec(self, entry: RunningEntry) -> LaunchSpec:
-        row = entry.row
-        devices = self._devices(entry)
-        env = dict(row.env)
-        mps = self.config.mps and bool(devices)
-        env.update(isolation_env(str(row.id), devices, _share_milli(entry), row.gpu_mem_mib, mps=mps))
-        if self.config.mps and devices and row.gpu_compute_pct:  # an explicit compute share (--gpu-compute)
-            env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(row.gpu_compute_pct)
-        if not self._logs_made:
-            self.log_path(row.id).parent.mkdir(parents=True, exist_ok=True)
-            self._logs_made = True
-        return LaunchSpec(str(row.id), tuple(row.command), env, self.log_path(row.id))
-
     def log_path(self, workload_id: int) -> Path:
-        return self._logs_dir / f"{workload_id}.log"
+        return self.launcher.log_path(workload_id)
 
     def _watched(self) -> list[Watched]:
         return [
-            Watched(str(wid), entry.pgid, self._devices(entry), _share_milli(entry), entry.row.gpu_mem_mib)
+            Watched(str(wid), entry.handle, self.launcher.devices(entry), share_milli(entry), entry.row.gpu_mem_mib)
             for wid, entry in self.running.items()
-            if entry.pgid is not None and entry.stop_sent is None and entry.placements
+            if entry.handle is not None and entry.stop_sent is None and entry.placements
         ]
 
     def _stop_for_memory(self, workload_id: str, reason: str) -> None:
         entry = self.running[int(workload_id)]
-        entry.stop_sent = f"{WATCHDOG}: {reason}"
+        entry.stop_sent = StopReason.watchdog(reason)
         self.store.update_workloads(
-            [{"id": entry.row.id, "stop_reason": entry.stop_sent[:200]}],
-            [Event(entry.row.id, WATCHDOG, reason)],
+            [StopChange(entry.row.id, entry.stop_sent)],
+            [Event(entry.row.id, StopKind.WATCHDOG.value, reason)],
             self.clock(),
         )
         self.backend.stop(workload_id, self.config.stop_grace_s)
@@ -281,13 +231,13 @@ class SchedulerLoop:
         wanted = self.store.cancel_requested_ids()
         for wid in wanted:
             entry = self.running.get(wid)
-            if entry is None or entry.stop_sent == "cancel":
+            if entry is None or entry.stop_sent == StopReason.cancel():
                 continue
             if not entry.launched:
                 self._finish(entry, WorkloadState.CANCELLED, None, "cancelled before it started", now)
                 continue
-            entry.stop_sent = "cancel"
-            self.store.update_workloads([{"id": wid, "stop_reason": "cancel"}], [], now)
+            entry.stop_sent = StopReason.cancel()
+            self.store.update_workloads([StopChange(wid, entry.stop_sent)], [], now)
             self.backend.stop(str(wid), self.config.stop_grace_s)
 
     def _collect_exits(self, now: float) -> int:
@@ -303,17 +253,18 @@ class SchedulerLoop:
     def _on_exit(self, entry: RunningEntry, status: ExitStatus, now: float) -> None:
         code = status.exit_code
         row = entry.row
-        if entry.stop_sent == "cancel":
+        stop = entry.stop_sent
+        if stop is not None and stop.kind is StopKind.CANCEL:
             self._finish(entry, WorkloadState.CANCELLED, code, "cancelled", now)
-        elif entry.stop_sent is not None and entry.stop_sent.startswith(WATCHDOG):
-            self._finish(entry, WorkloadState.FAILED, code, entry.stop_sent, now)
-        elif entry.stop_sent is not None:  # preempted
+        elif stop is not None and stop.kind is StopKind.WATCHDOG:
+            self._finish(entry, WorkloadState.FAILED, code, stop.text(), now)
+        elif stop is not None:  # preempted
             if self.config.requeue_preempted:
-                self._requeue(entry, f"{entry.stop_sent}; requeued", now)
+                self.requeue(entry, f"{stop.text()}; requeued", now)
             else:
-                self._finish(entry, WorkloadState.PREEMPTED, code, entry.stop_sent, now)
+                self._finish(entry, WorkloadState.PREEMPTED, code, stop.text(), now)
         elif row.kind == "service" and row.attempts <= self.config.service_max_restarts:
-            self._requeue(entry, f"service exited ({exit_text(code)}); restarting", now)
+            self.requeue(entry, f"service exited ({exit_text(code)}); restarting", now)
         elif code == 0:
             self._finish(entry, WorkloadState.SUCCEEDED, code, "exit code 0", now)
         else:
@@ -324,24 +275,18 @@ class SchedulerLoop:
         self._release(entry)
         self.running.pop(wid, None)
         self.guard = self.guard.forget([str(wid)])
-        change = {"id": wid, "state": state.value, "exit_code": code, "finished_at": now, "reason": reason}
+        change = EndChange(wid, state, code, now, reason)
         self.store.update_workloads([change], [Event(wid, state.value, reason)], now)
 
-    def _requeue(self, entry: RunningEntry, reason: str, now: float) -> None:
+    def _launch_failed(self, entry: RunningEntry, reason: str, now: float) -> None:
+        self._finish(entry, WorkloadState.FAILED, None, reason, now)
+
+    def requeue(self, entry: RunningEntry, reason: str, now: float) -> None:
+        """``entry`` waits again: its capacity and quota are given back."""
         wid = entry.row.id
         self._release(entry)
         self.running.pop(wid, None)
-        change = {
-            "id": wid,
-            "state": PENDING,
-            "placement": None,
-            "admission": None,
-            "stop_reason": None,
-            "pid": None,
-            "reason": reason,
-            "exit_code": None,
-        }
-        self.store.update_workloads([change], [Event(wid, "requeued", reason)], now)
+        self.store.update_workloads([RequeueChange(wid, reason)], [Event(wid, "requeued", reason)], now)
 
     def _release(self, entry: RunningEntry) -> None:
         for placement in entry.placements:
@@ -383,9 +328,10 @@ class SchedulerLoop:
         )
         self.scheduler = Scheduler(self.placer, config)
         for entry in self.running.values():
-            self._recharge(entry)
+            self.recharge(entry)
 
-    def _recharge(self, entry: RunningEntry) -> None:
+    def recharge(self, entry: RunningEntry) -> None:
+        """Charge ``entry``'s admission to the current scheduler's quota ledger (after a restart or a queue change)."""
         admission = entry.admission
         if admission is None or self.scheduler.ledger is None:
             return
@@ -398,40 +344,14 @@ class SchedulerLoop:
     # ---------------------------------------------------------------------------------------------- recovery
 
     def recover(self) -> int:
-        """Rebuild the in-memory view from the store after a (re)start; returns how many workloads were running."""
+        """Rebuild the in-memory view from the store after a (re)start (``server.recovery``); returns how many
+        workloads were running."""
         self._refresh_queues()
         now = self.clock()
         rows = self.store.workloads_in([RUNNING])
-        for row in sorted(rows, key=lambda r: r.id):
-            self._recover_one(row, now)
+        recover_running(rows, self, self.backend, self.pool, self.config.stop_grace_s, now)
         self.snapshot = self._snapshot()
         return len(rows)
-
-    def _recover_one(self, row: WorkloadRow, now: float) -> None:
-        request = request_of(row)
-        preempted = row.stop_reason is not None and row.stop_reason.startswith("preempted")
-        try:
-            placements = () if preempted else tuple(placement_of(p, request, self.pool) for p in row.placement or [])
-            for placement in placements:
-                self.state.bind(placement)
-        except (KeyError, InvalidRequestError) as exc:
-            log.warning("workload %s: stored placement no longer fits the pool (%s)", row.id, exc)
-            placements = ()
-        admission = admission_of(row.admission)
-        entry = RunningEntry(row, placements, admission, row.started_at or now, False, stop_sent=row.stop_reason)
-        self.running[row.id] = entry
-        self._recharge(entry)
-        ref = ref_of(row) or self.backend.find(str(row.id))
-        if ref is not None:
-            entry.launched = True
-            entry.pgid = ref.pgid
-            self.backend.adopt(ref)
-            if entry.stop_sent is not None:
-                self.backend.stop(str(row.id), self.config.stop_grace_s)
-        elif preempted:
-            self._requeue(entry, f"{row.stop_reason}; requeued", now)
-        elif not placements and row.placement:
-            self._requeue(entry, "the GPU pool changed while the server was down; requeued", now)
 
     # ------------------------------------------------------------------------------------------------ running
 
@@ -443,8 +363,3 @@ class SchedulerLoop:
             except Exception:
                 log.exception("scheduling step failed; retrying")
             time.sleep(self.config.interval_s)
-
-
-def _share_milli(entry: RunningEntry) -> int:
-    """The share of each GPU the workload holds (all its workers hold the same)."""
-    return max((p.gpu_milli_each for p in entry.placements), default=0)

@@ -1,5 +1,5 @@
 """The scheduler loop's values: its configuration, its view of a running workload, the snapshot it publishes after
-each step, and the small conversions between stored process references and the backend's. Used by ``server.loop``.
+each step, and the texts of its events. Used by ``server.loop``.
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from tessera.backends.base import ProcessRef
+from tessera.backends.base import Handle
 from tessera.core.queueing.quotas import Admission
 from tessera.core.workload import MILLI_PER_GPU, Placement
 from tessera.server.pool import Pool
+from tessera.server.store.changes import StopReason
 from tessera.server.store.models import WorkloadRow
 
 
@@ -40,8 +41,8 @@ class RunningEntry:
     started_s: float
     launched: bool  # False: decided and stored, process not started yet
     waits_for: set[int] = field(default_factory=set)  # preempted victims that must exit before the launch
-    stop_sent: str | None = None  # "cancel", "preempted: ..." or "watchdog: ..." once a stop was sent
-    pgid: int | None = None  # the process group, once launched or adopted
+    stop_sent: StopReason | None = None  # why a stop was sent, once one was
+    handle: Handle | None = None  # the backend's handle, once launched or adopted
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,18 +69,8 @@ class StepReport:
     duration_s: float
 
 
-def ref_columns(ref: ProcessRef) -> dict[str, Any]:
-    return {"pid": ref.pid, "pgid": ref.pgid, "started_marker": ref.started_marker, "exit_file": ref.exit_file}
-
-
-def ref_of(row: WorkloadRow) -> ProcessRef | None:
-    if row.pid is None or row.pgid is None or row.started_marker is None or row.exit_file is None:
-        return None
-    return ProcessRef(str(row.id), row.pid, row.pgid, row.started_marker, row.exit_file)
-
-
-def started_text(ref: ProcessRef) -> str:
-    return f"process {ref.pid} started"
+def started_text(handle: Handle) -> str:
+    return f"started ({handle.backend} backend)"
 
 
 def exit_text(code: int | None) -> str:
@@ -102,3 +93,8 @@ def describe(entry: RunningEntry, pool: Pool) -> str:
         parts.append(f"node {node.name} GPU {gpus} ({node.gpu_model}){share}")
     waits = f"; starts when workloads {sorted(entry.waits_for)} have stopped" if entry.waits_for else ""
     return "placed on " + "; ".join(parts) + waits
+
+
+def share_milli(entry: RunningEntry) -> int:
+    """The share of each GPU the workload holds (all its workers hold the same)."""
+    return max((p.gpu_milli_each for p in entry.placements), default=0)

@@ -1,4 +1,5 @@
-"""Conversions between stored rows and the core's values: requests, placements, admissions, queue specs.
+"""Conversions between stored rows and the core's values: requests, placements, admissions, queue specs, and the
+backend's handles (stored as the JSON of ``Handle.to_json``, read by nothing but the backend).
 
 Stored forms are plain JSON so that a restarted server (or another version of it) reads them back exactly.
 """
@@ -6,15 +7,19 @@ Stored forms are plain JSON so that a restarted server (or another version of it
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 from sqlalchemy import Row
 
+from tessera.backends.base import Handle
 from tessera.core.queueing import QueueSpec, ResourceVector
 from tessera.core.queueing.quotas import Admission
 from tessera.core.workload import Placement, Request
 from tessera.server.pool import Pool
 from tessera.server.store.models import QueueRow, WorkloadRow
+
+log = logging.getLogger(__name__)
 
 NO_LIMIT = 2**40  # a quota component left out is not limited
 
@@ -121,3 +126,14 @@ def _quota(stored: dict[str, dict[str, int]] | None) -> dict[str, ResourceVector
         flavor: ResourceVector(v.get("gpu_milli", NO_LIMIT), v.get("cpu_milli", NO_LIMIT), v.get("mem_mib", NO_LIMIT))
         for flavor, v in (stored or {}).items()
     }
+
+
+def handle_of(row: WorkloadRow) -> Handle | None:
+    """The backend handle stored with ``row``; None when there is none (or it cannot be read, which is logged)."""
+    if row.handle is None:
+        return None
+    try:
+        return Handle.from_json(row.handle)
+    except ValueError as exc:
+        log.warning("workload %s: stored backend handle unreadable (%s)", row.id, exc)
+        return None

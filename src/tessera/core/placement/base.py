@@ -8,7 +8,9 @@ what reproduces its numbers) or to a uniformly random one drawn from the injecte
 
 Scores of a ``node_local`` policy depend only on that node's state and the request, so the engine caches them per
 request shape and recomputes only the nodes whose ``ClusterState.version`` changed since: one placement changes one
-node, which makes a decision over a thousand nodes cost a handful of node evaluations instead of all of them.
+node, which makes a decision over a thousand nodes cost a handful of node evaluations instead of all of them. Nodes
+that join later (``ClusterState.add_node``) extend the cached arrays; drained and removed ones bump their version and
+are rescored (infeasible).
 """
 
 from __future__ import annotations
@@ -117,6 +119,15 @@ class _ShapeCache:
     seen_version: IntArray
 
 
+def _grow(entry: _ShapeCache, need_milli: IntArray) -> None:
+    """Extend ``entry`` to the nodes of ``need_milli`` (one per node now); the new nodes are stale."""
+    extra = need_milli.size - entry.score.size
+    entry.score = np.concatenate([entry.score, np.full(extra, INFEASIBLE)])
+    entry.gpu = np.concatenate([entry.gpu, no_gpu_choice(extra)])
+    entry.need_milli = need_milli
+    entry.seen_version = np.concatenate([entry.seen_version, np.full(extra, -1, dtype=np.int64)])
+
+
 class Placer:
     """Chooses a node (and GPUs) for one request at a time on one ``ClusterState``; never changes the state."""
 
@@ -162,6 +173,8 @@ class Placer:
             need = state.milli_by_model(request)[state.model_idx]
             entry = _ShapeCache(np.full(n, INFEASIBLE), no_gpu_choice(n), need, np.full(n, -1, dtype=np.int64))
             self._cache[request] = entry
+        elif entry.score.size < state.num_nodes:  # nodes joined since: their entries start stale
+            _grow(entry, state.milli_by_model(request)[state.model_idx])
         if self.policy.node_local:
             stale = np.flatnonzero(entry.seen_version != state.version)
         else:

@@ -125,6 +125,6 @@ class ShapeReserve:
         if stale.size:
             whole = (state.gpu_free_milli[stale] == MILLI_PER_GPU).sum(axis=1)
             room = self._room_for(whole, state.cpu_free_milli[stale], state.mem_free_mib[stale])
-            hosts[:, stale] = allowed[:, state.model_idx[stale]] & room
+            hosts[:, stale] = allowed[:, state.model_idx[stale]] & room & ~state.drained[stale]
         self._seen_version = state.version.copy()
         return hosts

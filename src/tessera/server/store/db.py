@@ -4,6 +4,7 @@ the newest Alembic revision. Called once by ``tessera up`` and by tests.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +66,32 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Apply Alembic migrations up to ``revision`` on ``engine``."""
+    _migrate(engine, lambda config: command.upgrade(config, revision))
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    """Undo Alembic migrations down to ``revision`` on ``engine`` (by hand, or in tests)."""
+    _migrate(engine, lambda config: command.downgrade(config, revision))
+
+
+def _migrate(engine: Engine, run: Callable[[Config], None]) -> None:
+    """Runs ``run`` in one transaction. On SQLite, foreign keys are off meanwhile (it cannot switch them inside a
+    transaction): a batch migration copies a table, drops the original and renames the copy, and dropping
+    ``workloads`` must not trip the events that refer to it. Raises if the migrated data break a foreign key."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+    with engine.connect() as connection:
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            connection.commit()
+        try:
+            with connection.begin():
+                config.attributes["connection"] = connection
+                run(config)
+                if sqlite and connection.exec_driver_sql("PRAGMA foreign_key_check").first() is not None:
+                    raise RuntimeError("a migration left rows that break a foreign key")
+        finally:
+            if sqlite:
+                connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+                connection.commit()

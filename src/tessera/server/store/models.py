@@ -1,7 +1,7 @@
 """Tables of the control plane. Times are seconds since the epoch (float) so SQLite and PostgreSQL agree exactly.
 
 A workload row holds everything needed to rebuild the scheduler's view after a restart: its request, its state,
-where it was placed (node name, GPU indices, share, GPU UUIDs) and how to find its process again (``ProcessRef``).
+where it was placed (node name, GPU indices, share, GPU UUIDs) and how its backend finds it again (its ``Handle``).
 """
 
 from __future__ import annotations
@@ -50,11 +50,9 @@ class WorkloadRow(Base):
     placement: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     # The quota charge (core Admission): {"queue", "flavor_key", "from_nominal": [g, c, m], "borrowed": [g, c, m]}.
     admission: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
-    # How to find its process again (backends.base.ProcessRef); pid None while running = launch not yet confirmed.
-    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    pgid: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    started_marker: Mapped[str | None] = mapped_column(String(100), nullable=True)
-    exit_file: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    # How its backend finds it again (backends.base.Handle.to_json(), opaque here); None while running = launch not
+    # yet confirmed.
+    handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     log_path: Mapped[str] = mapped_column(String(500), default="")
 
 

@@ -1,7 +1,8 @@
 """``Store``: every read and write of the control plane's state, one short transaction per call.
 
 The API threads and the scheduler loop share one ``Store``; SQLite (WAL) and PostgreSQL both serialise the writers.
-Rows come back detached (``expire_on_commit=False``): read them freely, change them only through ``Store`` methods.
+Rows come back detached (``expire_on_commit=False``): read them freely, change them only through ``Store`` methods;
+the scheduler loop's changes arrive as typed values (``store.changes``) that the store turns into column values.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from sqlalchemy import Engine, Row, Table, bindparam, func, insert, select, true
 from sqlalchemy.orm import Session, sessionmaker
 
 from tessera.core.workload import WorkloadState
+from tessera.server.store.changes import BindChange, ReasonChange, WorkloadChange, columns_of
 from tessera.server.store.models import EventRow, MetaRow, QueueRow, TokenRow, WorkloadRow
 
 PENDING = WorkloadState.PENDING.value
@@ -121,33 +123,33 @@ class Store:
                 rows.extend(session.execute(query.where(WorkloadRow.id.in_(chunk))))
         return rows
 
-    def update_workloads(self, changes: Sequence[Mapping[str, Any]], events: Sequence[Event], now_s: float) -> None:
-        """Apply ``changes`` (each a dict with ``id`` and the columns to set) and record ``events``, atomically."""
+    def update_workloads(self, changes: Sequence[WorkloadChange], events: Sequence[Event], now_s: float) -> None:
+        """Apply ``changes`` (in order: a later change of a row wins) and record ``events``, atomically."""
         with self._sessions.begin() as session:
-            _write_changes(session, changes)
+            _write_changes(session, [columns_of(change) for change in changes])
             _insert_events(session, events, now_s)
 
     def commit_decisions(
         self,
-        binds: Sequence[Mapping[str, Any]],
-        pending_changes: Sequence[Mapping[str, Any]],
-        changes: Sequence[Mapping[str, Any]],
+        binds: Sequence[BindChange],
+        reasons: Sequence[ReasonChange],
+        changes: Sequence[WorkloadChange],
         events: Sequence[Event],
         now_s: float,
     ) -> set[int]:
-        """One step's decisions in one transaction. ``binds`` and ``pending_changes`` (e.g. why a workload waits)
-        apply only to workloads still pending and not being cancelled: a cancel that came in while the step was
-        planning wins. Returns the ids of binds that lost that race (their events are not recorded)."""
+        """One step's decisions in one transaction. ``binds`` and ``reasons`` (why a workload waits) apply only to
+        workloads still pending and not being cancelled: a cancel that came in while the step was planning wins.
+        Returns the ids of binds that lost that race (their events are not recorded)."""
         with self._sessions.begin() as session:
-            _write_changes(session, binds, only_pending=True)
-            ids = [b["id"] for b in binds]
+            _write_changes(session, [columns_of(bind) for bind in binds], only_pending=True)
+            ids = [bind.workload_id for bind in binds]
             taken: set[int] = set()
             for chunk in _chunks(ids):
                 query = select(WORKLOADS.c.id).where(WORKLOADS.c.id.in_(chunk), WORKLOADS.c.state == RUNNING)
                 taken.update(session.scalars(query))
             lost = set(ids) - taken
-            _write_changes(session, pending_changes, only_pending=True)
-            _write_changes(session, changes)
+            _write_changes(session, [columns_of(reason) for reason in reasons], only_pending=True)
+            _write_changes(session, [columns_of(change) for change in changes])
             _insert_events(session, [e for e in events if e.workload_id not in lost or e.kind != "bound"], now_s)
         return lost
 

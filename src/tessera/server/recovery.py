@@ -1,0 +1,72 @@
+"""Recovery after a (re)start: rebuild the scheduler loop's view of the running workloads from the store.
+
+For each workload stored as running: bind its stored placements on the fresh ``ClusterState`` (none for one whose
+preemption was sent: its capacity went to the preemptor), re-charge its quota, and re-adopt it through the backend
+from its stored handle, or from the one ``Backend.find`` still knows when the crash came between launch and write.
+A stop that was sent is sent again. A preempted workload that is gone is requeued, and so is one whose placement no
+longer fits the pool. Called by ``SchedulerLoop.recover`` before the first step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Protocol
+
+from tessera.backends.base import Backend
+from tessera.core.cluster import ClusterState
+from tessera.errors import InvalidRequestError
+from tessera.server.loop_values import RunningEntry
+from tessera.server.pool import Pool
+from tessera.server.records import admission_of, handle_of, placement_of, request_of
+from tessera.server.store.changes import StopKind, StopReason
+from tessera.server.store.models import WorkloadRow
+
+log = logging.getLogger(__name__)
+
+
+class Books(Protocol):
+    """What recovery rebuilds: the scheduler loop's allocation and running table (``SchedulerLoop``)."""
+
+    state: ClusterState
+    running: dict[int, RunningEntry]
+
+    def recharge(self, entry: RunningEntry) -> None: ...
+
+    def requeue(self, entry: RunningEntry, reason: str, now: float) -> None: ...
+
+
+def recover_running(
+    rows: Iterable[WorkloadRow], books: Books, backend: Backend, pool: Pool, stop_grace_s: float, now: float
+) -> None:
+    """Rebuild ``books`` from the running workloads ``rows``, in id order."""
+    for row in sorted(rows, key=lambda r: r.id):
+        _recover_one(row, books, backend, pool, stop_grace_s, now)
+
+
+def _recover_one(row: WorkloadRow, books: Books, backend: Backend, pool: Pool, stop_grace_s: float, now: float) -> None:
+    request = request_of(row)
+    stop = StopReason.parse(row.stop_reason) if row.stop_reason is not None else None
+    preempted = stop is not None and stop.kind is StopKind.PREEMPTED
+    try:
+        placements = () if preempted else tuple(placement_of(p, request, pool) for p in row.placement or [])
+        for placement in placements:
+            books.state.bind(placement)
+    except (KeyError, InvalidRequestError) as exc:
+        log.warning("workload %s: stored placement no longer fits the pool (%s)", row.id, exc)
+        placements = ()
+    admission = admission_of(row.admission)
+    entry = RunningEntry(row, placements, admission, row.started_at or now, False, stop_sent=stop)
+    books.running[row.id] = entry
+    books.recharge(entry)
+    handle = handle_of(row) or backend.find(str(row.id))
+    if handle is not None:
+        entry.launched = True
+        entry.handle = handle
+        backend.adopt(handle)
+        if entry.stop_sent is not None:
+            backend.stop(str(row.id), stop_grace_s)
+    elif stop is not None and preempted:
+        books.requeue(entry, f"{stop.text()}; requeued", now)
+    elif not placements and row.placement:
+        books.requeue(entry, "the GPU pool changed while the server was down; requeued", now)

@@ -1,0 +1,73 @@
+"""Store migrations keep what an older server stored: a store made at revision 0001 (pid, pgid, start marker and
+exit file in four columns) opens with the new code, and its running workloads keep a handle the local backend
+re-adopts (on SQLite and on PostgreSQL when ``make test`` runs one)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from tessera.backends.base import Handle
+from tessera.server.store.db import downgrade, open_engine, upgrade
+from tessera.server.store.store import Store
+
+INSERT_0001 = text(
+    "INSERT INTO workloads (id, name, tenant, queue, kind, state, priority, priority_class, preemptible, num_gpus,"
+    " gpu_milli, gpu_mem_mib, gpu_types, cpu_milli, mem_mib, command, env, submitted_at, reason, attempts,"
+    " cancel_requested, log_path, pid, pgid, started_marker, exit_file)"
+    " VALUES (:id, 'w', 't', 'default', 'batch', :state, 0, '', :yes, 1, 500, 0, '', 1000, 64, '[\"sleep\"]', '{}',"
+    " 1.0, '', 1, :no, '', :pid, :pgid, :marker, :exit_file)"
+)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def _old_store(db_url: str) -> None:
+    engine = open_engine(db_url, migrate=False)
+    upgrade(engine, "0001")
+    rows = [
+        {"id": 1, "state": "running", "pid": 4242, "pgid": 4242, "marker": "987654", "exit_file": "/run/1.exit"},
+        {"id": 2, "state": "running", "pid": None, "pgid": None, "marker": None, "exit_file": None},  # not launched
+        {"id": 3, "state": "succeeded", "pid": 77, "pgid": 77, "marker": "5", "exit_file": "/run/3.exit"},
+        {"id": 4, "state": "running", "pid": 88, "pgid": None, "marker": "6", "exit_file": "/run/4.exit"},  # partial
+    ]
+    with engine.begin() as connection:
+        connection.execute(INSERT_0001, [{**row, "yes": True, "no": False} for row in rows])
+        connection.execute(text("INSERT INTO events (workload_id, at, kind, message) VALUES (1, 1.0, 'started', '')"))
+    engine.dispose()
+
+
+def test_a_store_of_revision_0001_keeps_its_running_workloads_adoptable(db_url: str) -> None:
+    _old_store(db_url)
+    store = Store(open_engine(db_url))  # migrates to the newest revision
+    rows = {row.id: row for row in store.workloads_by_id([1, 2, 3, 4])}
+    assert Handle.from_json(rows[1].handle) == Handle(
+        "1", "local", {"pid": 4242, "pgid": 4242, "started_marker": "987654", "exit_file": "/run/1.exit"}
+    )
+    assert Handle.from_json(rows[3].handle).data["pid"] == 77  # ended rows convert too (the handle is inert)
+    assert rows[2].handle is None and rows[4].handle is None  # what the old code could not adopt either
+    assert [event.kind for event in store.events(1)] == ["started"]  # the batch copy kept the events' rows
+    with store.engine.connect() as connection:
+        columns = set(connection.execute(text("SELECT * FROM workloads")).keys())
+    assert "handle" in columns and not columns & {"pid", "pgid", "started_marker", "exit_file"}
+
+
+def test_downgrade_to_0001_puts_local_handles_back_into_the_four_columns(db_url: str) -> None:
+    _old_store(db_url)
+    engine = open_engine(db_url)
+    downgrade(engine, "0001")
+    with engine.connect() as connection:
+        got = connection.execute(text("SELECT id, pid, pgid, started_marker, exit_file FROM workloads ORDER BY id"))
+        assert [tuple(row) for row in got] == [
+            (1, 4242, 4242, "987654", "/run/1.exit"),
+            (2, None, None, None, None),
+            (3, 77, 77, "5", "/run/3.exit"),
+            (4, None, None, None, None),
+        ]
