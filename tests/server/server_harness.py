@@ -62,19 +62,22 @@ MakeHarness = Callable[..., Harness]
 
 
 def harness_factory(tmp_path: Path) -> tuple[MakeHarness, list[TestClient]]:
-    """``make(gpus, db_url, policy)`` builds a harness; the clients list is closed by the caller."""
+    """``make(gpus, db_url, policy, backend, placement)`` builds a harness; the clients list is closed by the caller."""
     clients: list[TestClient] = []
 
     def make(
         gpus: str = "1xA100-80GB",
         db_url: str | None = None,
-        policy: str = "tessera-online",
+        policy: str = "tessera",
         backend: FakeBackend | None = None,
+        placement: str | None = None,
     ) -> Harness:
         clock = FakeClock()
         backend = backend or FakeBackend()
         url = db_url or f"sqlite:///{tmp_path / 'tessera.db'}"
-        config = UpConfig(data_dir=tmp_path, db_url=url, loop=LoopConfig(run_dir=tmp_path, placement_policy=policy))
+        config = UpConfig(
+            data_dir=tmp_path, db_url=url, loop=LoopConfig(run_dir=tmp_path, policy=policy, placement=placement)
+        )
         server = build_server(
             config, probe=SimulatedProbe(parse_gpu_spec(gpus)), backend=backend, host=HOST, clock=clock
         )

@@ -1,18 +1,36 @@
-"""The digital twin's promise: a trace replayed through the timeline simulator and through the server makes the
-same placements, because both run the one ``core`` scheduling step; only the clock and the backend differ."""
+"""The digital twin's promise: a trace replayed through the timeline simulator and through the server makes the same
+decisions, because both plan with one ``core`` scheduler built from one named preset and apply every plan with
+``Scheduler.commit``; only the clock and the backend differ.
+
+Each preset replays one trace twice: in the simulator (``run_timeline(record_decisions=True)``) and through the
+control plane's API and scheduler loop (a test clock; the fake backend here, real processes in the e2e test below).
+The server is stepped at every instant at which the simulator scheduled, each arrival is a submission, each run
+ends after its remaining duration (a preempted run keeps what it has left, as the simulator's checkpointed jobs do),
+and both journals (``Scheduler.journal``: every bind, preemption, shrink and grow with its quota change) must be
+equal, decision by decision.
+"""
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pytest
-from server_harness import ADMIN, MakeHarness
+from server_harness import ADMIN, Harness, MakeHarness
 
+from tessera.core.decisions import Bind, Grow, Preempt, Shrink
+from tessera.core.presets import PRESET_NAMES
+from tessera.core.queueing import QueueSpec
+from tessera.core.queueing.priority import BUILTIN_PRIORITY_CLASSES
+from tessera.core.scheduler import Applied
 from tessera.core.workload import Request
-from tessera.sim import timeline
 from tessera.sim.jobs import TimelineJob
+from tessera.sim.timeline import run_timeline
 
+GPUS = "4xA100-80GB,2xT4"
 SHAPES = (
     Request(num_gpus=1, gpu_milli=250, cpu_milli=1000, mem_mib=2048),
     Request(num_gpus=1, gpu_milli=500, cpu_milli=2000, mem_mib=4096),
@@ -21,72 +39,180 @@ SHAPES = (
     Request(num_gpus=1, gpu_milli=300, gpu_types=frozenset({"T4"}), cpu_milli=1000, mem_mib=1024),
     Request(cpu_milli=500, mem_mib=512),
 )
+CLASSES = ("training", "best-effort", "inference-critical")
+TEAMS = ("team-a", "team-b")
+# Two queues of one cohort, each with half the pool's GPUs: they borrow from each other and reclaim by preemption.
+QUEUES = [{"name": team, "tenant": team, "cohort": "org", "nominal": {"*": {"gpus": 3}}} for team in TEAMS]
+
+Decision = tuple[float, str, str, tuple[tuple[str, tuple[int, ...], int], ...], tuple[object, ...] | None]
 
 
-def small_trace(seed: int, count: int = 60) -> list[TimelineJob]:
+def trace(seed: int, count: int, teams: Sequence[str] = ("default",)) -> list[TimelineJob]:
+    """Jobs of mixed shapes, priority classes and queues, arriving faster than the pool drains them."""
     rng = np.random.default_rng(seed)
-    arrivals = np.cumsum(rng.exponential(20.0, count)).round(3)
-    return [
-        TimelineJob(
-            id=str(i),
-            arrival_s=float(arrivals[i]),
-            request=SHAPES[int(rng.integers(len(SHAPES)))],
-            duration_s=float(rng.integers(30, 300)),
+    arrivals = np.cumsum(rng.exponential(12.0, count)).round(3)
+    jobs = []
+    for i in range(count):
+        cls = BUILTIN_PRIORITY_CLASSES[CLASSES[int(rng.integers(len(CLASSES)))]]
+        jobs.append(
+            TimelineJob(
+                id=f"job-{i}",
+                arrival_s=float(arrivals[i]),
+                request=SHAPES[int(rng.integers(len(SHAPES)))],
+                duration_s=float(rng.integers(60, 600)),
+                queue=teams[int(rng.integers(len(teams)))],
+                priority=cls.value,
+                preemptible=cls.preemptible,
+                checkpointed=cls.preemptible,  # the server requeues a preempted workload: it resumes (see loop.py)
+            )
         )
-        for i in range(count)
-    ]
+    return jobs
 
 
-def simulated_placements(nodes, jobs, policy: str) -> dict[str, list[tuple[str, tuple[int, ...], int]]]:  # type: ignore[no-untyped-def]
-    result = timeline.run_timeline(nodes, jobs, policy)
-    assert result.unfinished == 0
-    return {start.job_id: list(start.placements) for start in result.starts}
+def normalised(applied: Sequence[Applied], name_of: Callable[[str], str], nodes: Sequence[str]) -> list[Decision]:
+    """Journal entries with job names, node names and times relative to the first decision."""
+    origin = applied[0].time_s if applied else 0.0
+    out: list[Decision] = []
+    for entry in applied:
+        d = entry.decision
+        kind = {Bind: "bind", Preempt: "preempt", Shrink: "shrink", Grow: "grow"}[type(d)]
+        where = tuple((nodes[p.node], p.gpu_indices, p.gpu_milli_each) for p in getattr(d, "placements", ()))
+        a = entry.admission
+        quota = None if a is None else (a.queue, a.flavor_key, a.from_nominal, a.borrowed)
+        out.append((round(entry.time_s - origin, 6), kind, name_of(d.workload_id), where, quota))
+    return out
 
 
-def served_placements(h, jobs) -> dict[str, list[tuple[str, tuple[int, ...], int]]]:  # type: ignore[no-untyped-def]
-    """Replays the trace through the server: each arrival is a submission at its time, each run ends after its
-    duration (the fake backend reports the exit), and the loop steps after every event, like the simulator."""
-    origin = h.clock.now_s
-    events: list[tuple[float, int, str, str]] = [(j.arrival_s, 1, "arrive", j.id) for j in jobs]
-    heapq.heapify(events)
-    by_id = {j.id: j for j in jobs}
-    workload_of: dict[str, int] = {}
-    job_of: dict[int, str] = {}
-    started: set[str] = set()
-    decided: dict[str, list[tuple[str, tuple[int, ...], int]]] = {}
-    while events:
-        now = events[0][0]
-        h.clock.now_s = origin + now
-        while events and events[0][0] == now:
-            _, _, kind, job_id = heapq.heappop(events)
-            if kind == "arrive":
-                r = by_id[job_id].request
-                body = {"gpus": r.num_gpus, "cpu": f"{r.cpu_milli}m", "mem": r.mem_mib, "name": job_id}
-                if r.num_gpus:
-                    body["gpu_milli"] = r.gpu_milli
-                    body["gpu_types"] = sorted(r.gpu_types)
-                wid = int(h.submit(ADMIN, **body)["id"])
-                workload_of[job_id], job_of[wid] = wid, job_id
-            else:
-                h.backend.finish(str(workload_of[job_id]), 0)
-        h.step()
-        for entry in h.server.ctx.loop.running.values():
-            job_id = job_of[entry.row.id]
-            if job_id not in started:
-                started.add(job_id)
-                pool = h.server.ctx.pool
-                decided[job_id] = [(pool.nodes[p.node].name, p.gpu_indices, p.gpu_milli_each) for p in entry.placements]
-                heapq.heappush(events, (now + by_id[job_id].duration_s, 0, "finish", job_id))
-    return decided
+@dataclass
+class ServerReplay:
+    """Drives a harness through a trace on the simulator's instants; runs end after their remaining duration."""
+
+    h: Harness
+    jobs: Sequence[TimelineJob]
+    finish: Callable[[Harness, int], None]  # end workload id's run (its process exits with code 0)
+    wait_for_exits: Callable[[Harness], None] = lambda h: None
+    workload_of: dict[str, int] = field(default_factory=dict)
+    job_of: dict[int, str] = field(default_factory=dict)
+
+    def run(self, instants: Sequence[float], tokens: dict[str, str]) -> None:
+        origin = self.h.clock.now_s
+        by_id = {j.id: j for j in self.jobs}
+        events: list[tuple[float, int, str]] = [(j.arrival_s, 1, j.id) for j in self.jobs]
+        events += [(t, 2, "") for t in instants]
+        heapq.heapify(events)
+        left = {j.id: float(j.duration_s or 0.0) for j in self.jobs}
+        started: dict[str, float] = {}
+        seen = 0
+        journal = self.h.server.ctx.loop.scheduler.journal
+        assert journal is not None
+        while events:
+            now = events[0][0]
+            self.h.clock.now_s = origin + now
+            while events and events[0][0] == now:
+                _, kind, job_id = heapq.heappop(events)
+                if kind == 0 and job_id in started and started[job_id] + left[job_id] == now:
+                    self.finish(self.h, self.workload_of[job_id])
+                    del started[job_id]
+                elif kind == 1:
+                    self._submit(by_id[job_id], tokens)
+            self.wait_for_exits(self.h)
+            for _ in range(50):  # as the simulator does: step until a step changes nothing
+                before = len(journal)
+                self.h.step()
+                for entry in journal[seen:]:
+                    job_id = self.job_of[int(entry.decision.workload_id)]
+                    if isinstance(entry.decision, Bind):
+                        started[job_id] = now
+                        heapq.heappush(events, (now + left[job_id], 0, job_id))
+                    elif isinstance(entry.decision, Preempt):
+                        left[job_id] -= now - started.pop(job_id)
+                seen = len(journal)
+                self.wait_for_exits(self.h)
+                if len(journal) == before and not self._victims_exiting():
+                    break
+
+    def _victims_exiting(self) -> bool:
+        return any(e.stop_sent is not None for e in self.h.server.ctx.loop.running.values())
+
+    def _submit(self, job: TimelineJob, tokens: dict[str, str]) -> None:
+        r = job.request
+        cls = next(name for name, c in BUILTIN_PRIORITY_CLASSES.items() if c.value == job.priority)
+        body: dict[str, object] = {"gpus": r.num_gpus, "cpu": f"{r.cpu_milli}m", "mem": r.mem_mib, "name": job.id}
+        body["priority"] = cls
+        if r.num_gpus:
+            body["gpu_milli"] = r.gpu_milli
+            body["gpu_types"] = sorted(r.gpu_types)
+        if job.queue != "default":
+            body["queue"] = job.queue
+        wid = int(self.h.submit(tokens.get(job.queue, ADMIN), **body)["id"])
+        self.workload_of[job.id], self.job_of[wid] = wid, job.id
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_simulator_and_server_place_a_small_trace_identically(make_harness: MakeHarness, seed: int) -> None:
-    h = make_harness("4xA100-80GB,2xT4", policy="bestfit")
-    default = {"name": "default", "tenant": "default", "strategy": "StrictFIFO"}
-    assert h.http.post("/v1/queues", json=default, headers=h.as_(ADMIN)).status_code == 201
-    jobs = small_trace(seed)
-    simulated = simulated_placements(list(h.server.ctx.pool.nodes), jobs, "fifo-share")
-    served = served_placements(h, jobs)
-    assert len(served) == len(jobs)
-    assert served == simulated
+def make_queues(h: Harness) -> tuple[list[QueueSpec], dict[str, str]]:
+    """The tenant queues created through the API, as the loop reads them back, and a token per team."""
+    tokens = {}
+    for queue in QUEUES:
+        assert h.http.post("/v1/queues", json=queue, headers=h.as_(ADMIN)).status_code == 201
+        created = h.http.post("/v1/tokens", json={"tenant": queue["tenant"]}, headers=h.as_(ADMIN))
+        assert created.status_code == 201, created.text
+        tokens[str(queue["name"])] = str(created.json()["token"])
+    h.step()
+    return list(h.server.ctx.loop.queue_specs), tokens
+
+
+def compare(
+    h: Harness, policy: str, jobs: list[TimelineJob], queues: list[QueueSpec], tokens: dict[str, str], **replay: object
+) -> tuple[list[Decision], list[Decision]]:
+    nodes = [n.name for n in h.server.ctx.pool.nodes]
+    simulated = run_timeline(h.server.ctx.pool.nodes, jobs, policy, queues=queues, record_decisions=True)
+    assert simulated.unfinished == 0
+    h.server.ctx.loop.scheduler.journal = []
+    driver = ServerReplay(h, jobs, **replay)  # type: ignore[arg-type]
+    driver.run(sorted({float(t) for t in simulated.alloc_times_s}), tokens)
+    sim_nodes = sorted(nodes)
+    sim = normalised(simulated.decisions, lambda i: jobs[int(i)].id, sim_nodes)
+    served = normalised(h.server.ctx.loop.scheduler.journal, lambda w: driver.job_of[int(w)], nodes)
+    return sim, served
+
+
+def fake_finish(h: Harness, workload_id: int) -> None:
+    h.backend.finish(str(workload_id), 0)
+
+
+@pytest.mark.parametrize("policy", PRESET_NAMES)
+def test_simulator_and_server_make_the_same_decisions_in_the_default_queue(make_harness: MakeHarness, policy: str) -> None:
+    h = make_harness(GPUS, policy=policy)
+    h.step()
+    queues = list(h.server.ctx.loop.queue_specs)  # the server's own default queue, without a quota
+    jobs = trace(1, 60)
+    sim, served = compare(h, policy, jobs, queues, {}, finish=fake_finish)
+    assert len(sim) >= len(jobs)
+    assert served == sim
+
+
+@pytest.mark.parametrize("policy", PRESET_NAMES)
+def test_simulator_and_server_make_the_same_decisions_and_quota_charges_with_tenant_queues(
+    make_harness: MakeHarness, policy: str
+) -> None:
+    h = make_harness(GPUS, policy=policy)
+    queues, tokens = make_queues(h)
+    jobs = trace(2, 60, TEAMS)
+    sim, served = compare(h, policy, jobs, queues, tokens, finish=fake_finish)
+    assert all(quota is not None for *_, quota in sim)  # every decision moved quota
+    assert served == sim
+
+
+def test_the_comparison_sees_a_different_policy(make_harness: MakeHarness, tmp_path: Path) -> None:
+    """The check can fail: the server running fifo-share is compared with the simulator running static."""
+    h = make_harness(GPUS, policy="fifo-share")
+    h.step()
+    jobs = trace(1, 40)
+    queues = list(h.server.ctx.loop.queue_specs)
+    simulated = run_timeline(h.server.ctx.pool.nodes, jobs, "static", queues=queues, record_decisions=True)
+    h.server.ctx.loop.scheduler.journal = []
+    driver = ServerReplay(h, jobs, fake_finish)
+    driver.run(sorted(set(float(t) for t in simulated.alloc_times_s)), {})
+    nodes = [n.name for n in h.server.ctx.pool.nodes]
+    sim = normalised(simulated.decisions, lambda i: jobs[int(i)].id, sorted(nodes))
+    served = normalised(h.server.ctx.loop.scheduler.journal, lambda w: driver.job_of[int(w)], nodes)
+    assert served != sim

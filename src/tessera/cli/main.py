@@ -246,17 +246,26 @@ def up(
         str | None, typer.Option("--admin-token", help="Admin token (default: generated and printed once).")
     ] = None,
     data_dir: Annotated[Path, typer.Option("--data-dir", help="Store, logs and process files.")] = Path(".tessera"),
-    policy: Annotated[str, typer.Option("--policy", help="Placement policy.")] = "tessera-online",
+    policy: Annotated[
+        str,
+        typer.Option("--policy", help="Scheduling policy: tessera, static, fifo-share, tiresias, gavel or a variant."),
+    ] = "tessera",
+    placement: Annotated[
+        str | None, typer.Option("--placement", help="Placement policy instead of the policy's own (e.g. fgd).")
+    ] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Submit a small demo mix once ready (make run).")] = False,
 ) -> None:
     """Start the control plane: HTTP API, scheduler loop and local backend in one process."""
     from tessera.core.placement import make_policy
+    from tessera.core.presets import resolve_preset
     from tessera.server.loop_values import LoopConfig
     from tessera.server.up import UpConfig, serve
 
     with one_line_errors():
-        make_policy(policy)  # fail early on an unknown name
-        loop = LoopConfig(run_dir=data_dir, placement_policy=policy)
+        resolve_preset(policy, "--policy")  # fail early on an unknown name
+        if placement is not None:
+            make_policy(placement)
+        loop = LoopConfig(run_dir=data_dir, policy=policy, placement=placement)
         config = UpConfig(host, port, data_dir, db, gpus, admin_token, loop)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for chatty in ("httpx", "alembic"):

@@ -147,13 +147,22 @@ class Allocation:
         if running is not None:
             self.running[workload_id] = dataclasses.replace(running, expected_end_s=end_s)
 
-    def adopt(self, running: RunningWorkload) -> None:
+    def adopt(self, running: RunningWorkload) -> bool:
         """Take a workload that already runs into the books (a restarted server): bind its placements and charge its
-        admission; when its queue's quota no longer admits it, it keeps running uncharged."""
-        for placement in running.placements:
-            self.state.bind(placement)
+        admission; when its queue's quota no longer admits it, it keeps running uncharged. False, with nothing
+        changed, when its placements do not fit the state."""
+        bound: list[Placement] = []
+        try:
+            for placement in running.placements:
+                self.state.bind(placement)
+                bound.append(placement)
+        except InvalidRequestError:
+            for placement in reversed(bound):
+                self.state.release(placement)
+            return False
         self.running[running.workload_id] = running
         self.recharge(running.workload_id)
+        return True
 
     def recharge(self, workload_id: str) -> bool:
         """Charge a running workload's admission to the current ledger (after the queues changed); False when the
@@ -165,7 +174,7 @@ class Allocation:
             return False
         try:
             charged = self.ledger.admit(admission.queue, admission.flavor_key, admission.charged)
-        except InvalidRequestError:
+        except (InvalidRequestError, KeyError):  # over the quota now, or a queue that is gone
             return False
         self.running[workload_id] = dataclasses.replace(running, admission=charged)
         self.uncharged.discard(workload_id)

@@ -246,13 +246,14 @@ def build_scheduler(
     colocation: ColocationModel | None = None,
     tie_break: TieBreak = TieBreak.FIRST,
     max_attempts_per_step: int = 10_000,
+    placement: str | None = None,
 ) -> Scheduler:
-    """A scheduler running ``preset`` on ``state``: its placement policy (``typical`` pods for fragmentation-aware
-    ones; the throughput model and, with the preset's co-location rule, the co-location model for ``hetero``), its
-    configuration, and a generator seeded with ``seed``."""
+    """A scheduler running ``preset`` on ``state``: its placement policy (``placement`` overrides the preset's;
+    ``typical`` pods for fragmentation-aware ones; the throughput model and, with the preset's co-location rule, the
+    co-location model for ``hetero``), its configuration, and a generator seeded with ``seed``."""
     job_type_of: Callable[[Request], str | None] = lambda request: request.job_type or None  # noqa: E731
     policy = make_policy(
-        preset.placement,
+        placement or preset.placement,
         typical,
         state.model_names,
         throughput=throughput or ThroughputModel({}),

@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from tessera.core.allocation import Allocation, running_of
+from tessera.core.allocation import UNCHARGED_QUEUE, Allocation, running_of
 from tessera.core.cluster import ClusterState
 from tessera.core.decisions import (
     Bind,
@@ -63,6 +64,7 @@ from tessera.core.preemption import PreemptionGuard
 from tessera.core.queueing.las import LasService
 from tessera.core.queueing.quotas import Admission, QuotaLedger
 from tessera.core.step import QuotaStep, demand_of, flavor_of
+from tessera.core.workload import Placement
 
 __all__ = [
     "Bind",
@@ -92,6 +94,8 @@ class Scheduler:
         self.rng = rng if rng is not None else np.random.default_rng(0)  # the step's draws (ties, random placement)
         las = LasService(config.las_thresholds_gpu_s, config.las_within_class) if config.las_thresholds_gpu_s else None
         self.books = Allocation(placer.state, _ledger(config), PreemptionGuard(config.preemption_min_runtime_s), las)
+        # Set to a list to record every applied decision with its quota change (the twin-versus-server comparison).
+        self.journal: list[Applied] | None = None
 
     @property
     def state(self) -> ClusterState:
@@ -165,11 +169,20 @@ class Scheduler:
         the workload's running entry as it is now (for a preemption: as it was), so that a runtime can follow each
         one (the simulator's physics)."""
         books = self.books
+
+        def applied(decision: Decision, entry: RunningWorkload, admission: Admission | None) -> None:
+            if self.journal is not None:
+                charged = None if admission is None or admission.queue == UNCHARGED_QUEUE else admission
+                self.journal.append(Applied(now_s, decision, charged))
+            if on_applied is not None:
+                on_applied(decision, entry)
+
         for shrink in plan.shrinks:
             books.shrink(shrink, now_s)
-            _notify(on_applied, shrink, books.running[shrink.workload_id])
+            applied(shrink, books.running[shrink.workload_id], shrink.admission)
         for preempt in plan.preempts:
-            _notify(on_applied, preempt, books.preempt(preempt, now_s))
+            victim = books.preempt(preempt, now_s)
+            applied(preempt, victim, victim.admission)
         las = bool(self.config.las_thresholds_gpu_s)
         for bind in plan.binds:
             workload = bind.workload
@@ -185,10 +198,11 @@ class Scheduler:
             )
             books.set_las_class(bind.workload_id, workload.priority, workload.preemptible)
             books.bind(bind, running, record_guard=las)
-            _notify(on_applied, bind, books.running[bind.workload_id])
+            entry = books.running[bind.workload_id]
+            applied(bind, entry, entry.admission)
         for grow in plan.grows:
             books.grow(grow, now_s)
-            _notify(on_applied, grow, books.running[grow.workload_id])
+            applied(grow, books.running[grow.workload_id], grow.admission)
 
     def observe(self, ended: Iterable[str], now_s: float, *, finished: bool = True) -> None:
         """Running workloads that stopped outside a plan: release their capacity, quota and LAS service.
@@ -198,6 +212,33 @@ class Scheduler:
             self.books.remove(workload_id, now_s)
         if finished:
             self.books.guard = self.books.guard.forget(ended)
+
+    def adopt(
+        self,
+        workload: PendingWorkload,
+        placements: tuple[Placement, ...],
+        admission: Admission | None,
+        started_s: float,
+    ) -> bool:
+        """Take a workload that already runs on ``placements`` into the books (a restarted server rebuilding them):
+        bound on the state, its ``admission`` charged again (uncharged when None or when its queue's quota no longer
+        admits it). False, with nothing changed, when the placements no longer fit the cluster."""
+        running = running_of(
+            workload,
+            placements,
+            started_s,
+            preemptible=self.preemptible(workload),
+            checkpointed=self.checkpointed(workload),
+            elastic=self.config.elastic,
+        )
+        if admission is not None:
+            running = dataclasses.replace(running, admission=admission)
+        if not self.books.adopt(running):
+            return False
+        self.books.set_las_class(workload.workload_id, workload.priority, workload.preemptible)
+        if self.books.las is not None:
+            self.books.las.start(workload.workload_id, started_s)
+        return True
 
     def reconfigure(self, config: SchedulerConfig) -> None:
         """New queues or policy options (the server's queues changed): a new ledger, charged with every running
@@ -251,9 +292,14 @@ class Scheduler:
 AppliedHook = Callable[[Decision, RunningWorkload], None]
 
 
-def _notify(hook: AppliedHook | None, decision: Decision, entry: RunningWorkload) -> None:
-    if hook is not None:
-        hook(decision, entry)
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """One decision as ``Scheduler.commit`` applied it (``Scheduler.journal``)."""
+
+    time_s: float
+    decision: Decision
+    # The quota it moved: charged by a bind or grow, returned by a preemption or shrink (None: no ledger holds it).
+    admission: Admission | None
 
 
 def _ledger(config: SchedulerConfig) -> QuotaLedger | None:

@@ -1,14 +1,18 @@
 """The scheduler loop: the core's scheduling step on a wall clock, with the store as the source of truth.
 
-One ``step()``: collect the workloads that ended (``Backend.poll``), stop those whose cancel was requested, plan with
-``core.scheduler.Scheduler`` over the pending workloads, **write every decision to the store in one transaction**
-(typed changes, ``server.store.changes``), and only then act on it (stop victims, launch through
-``server.launcher``). A restarted server calls ``recover()`` first (``server.recovery``): it rebinds the stored
-placements, re-charges the quotas and re-adopts the workloads that outlived the crash. Why a stop was sent is a
-typed ``StopReason`` (cancel, preempted, watchdog), which decides what the workload's end means.
+One ``step()``: collect the workloads that ended (``Backend.poll``; ``Scheduler.observe`` returns their capacity), stop
+those whose cancel was requested, plan with ``core.scheduler.Scheduler`` over the pending workloads, **write every
+decision to the store in one transaction** (typed changes, ``server.store.changes``), apply the plan to the scheduler's
+books with ``Scheduler.commit`` (the very call the simulator makes), and only then act on it (stop victims, launch
+through ``server.launcher``): plan, store, commit, backend. The scheduler is built from a named preset
+(``LoopConfig.policy``, ``core.presets``: ``tessera`` by default, or static, fifo-share, tiresias, gavel and the
+reference variants), with the store's queues; without queues a workload runs in the preset's one queue. A restarted
+server calls ``recover()`` first (``server.recovery``): it rebinds the stored placements into the scheduler's books
+(``Scheduler.adopt``), re-charges the quotas and re-adopts the workloads that outlived the crash. Why a stop was sent is
+a typed ``StopReason`` (cancel, preempted, watchdog), which decides what the workload's end means.
 
-A bind that needs preempted victims to go first is launched only once they have exited (``held``): two processes
-never hold one GPU share at once. The simulator runs the same ``Scheduler``; only the clock and the backend differ.
+A bind that needs preempted victims to go first is launched only once they have exited (``held``): two processes never
+hold one GPU share at once. The simulator runs the same ``Scheduler``; only the clock and the backend differ.
 """
 
 from __future__ import annotations
@@ -18,15 +22,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
 from tessera.backends.base import Backend, ExitStatus
 from tessera.core.cluster import ClusterState
-from tessera.core.placement import make_policy
-from tessera.core.placement.base import Placer, TieBreak
-from tessera.core.preemption import PreemptionGuard, PreemptionPolicy
+from tessera.core.presets import ONE_QUEUE, build_scheduler, resolve_preset, scheduler_config
 from tessera.core.queueing import QueueSpec
-from tessera.core.scheduler import Bind, PendingWorkload, RunningWorkload, Scheduler, SchedulerConfig, StepPlan
+from tessera.core.scheduler import Bind, PendingWorkload, StepPlan
 from tessera.core.workload import WorkloadState
 from tessera.gpu.gpus import ProcessMemoryProbe
 from tessera.server.launcher import Launcher
@@ -54,7 +54,7 @@ from tessera.server.store.changes import (
     WorkloadChange,
 )
 from tessera.server.store.models import WorkloadRow
-from tessera.server.store.store import Event, Store
+from tessera.server.store.store import Event, PendingRow, Store
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +82,15 @@ class SchedulerLoop:
         self.clock = clock
         self.on_step = on_step
         self.on_start = on_start  # (workload, seconds it waited): metrics
-        self.state = ClusterState(pool.nodes)
-        self.rng = np.random.default_rng(config.seed)
-        self.guard = PreemptionGuard(config.preemption_min_runtime_s)
-        self.placer = Placer(
-            self.state, make_policy(config.placement_policy, (), self.state.model_names), TieBreak.FIRST
+        self.preset = resolve_preset(config.policy)
+        self.scheduler = build_scheduler(
+            self.preset,
+            ClusterState(pool.nodes),
+            seed=config.seed,
+            max_attempts_per_step=config.max_tries_per_step,
+            placement=config.placement,
         )
-        self.running: dict[int, RunningEntry] = {}
+        self.running: dict[int, RunningEntry] = {}  # the server's side of a running workload: row, process, stop
         self.launcher = Launcher(store, backend, pool, config, self._launch_failed)
         self.memory_watch = (
             MemoryWatch(memory_probe, self._stop_for_memory, backend.pids) if memory_probe is not None else None
@@ -96,8 +98,11 @@ class SchedulerLoop:
         self._pending: dict[int, PendingWorkload] = {}  # built once per workload; whole rows are read at bind
         self._reasons: dict[int, str] = {}
         self.queue_specs: tuple[QueueSpec, ...] = ()
-        self.scheduler = Scheduler(self.placer)
         self.snapshot = self._snapshot()
+
+    @property
+    def state(self) -> ClusterState:
+        return self.scheduler.state
 
     @property
     def config(self) -> LoopConfig:
@@ -121,7 +126,7 @@ class SchedulerLoop:
             self.memory_watch.check(now, self._watched())
         self.launcher.launch_ready(self.running, now)
         pending = self._pending_workloads()
-        plan = self.scheduler.plan(pending, now, rng=self.rng, running=self._candidates(), guard=self.guard)
+        plan = self.scheduler.plan(pending, now)
         self._apply(plan, now)
         self.snapshot = self._snapshot()
         report = StepReport(len(plan.binds), len(plan.preempts), ended, len(pending), time.perf_counter() - started)
@@ -135,51 +140,60 @@ class SchedulerLoop:
             del self._pending[gone]
             self._reasons.pop(gone, None)
         for r in self.store.pending_requests(sorted(ids - self._pending.keys())):
-            self._pending[r.id] = PendingWorkload(str(r.id), request_of(r), r.submitted_at, r.priority, r.queue)
+            self._pending[r.id] = self._workload(r)
         return list(self._pending.values())
 
-    def _candidates(self) -> list[RunningWorkload]:
-        return [
-            RunningWorkload(
-                str(wid), r.row.queue, r.row.priority, r.placements, r.admission, r.started_s, r.row.preemptible
-            )
-            for wid, r in self.running.items()
-            if r.placements and r.admission is not None and r.stop_sent is None
-        ]
+    def _workload(self, row: WorkloadRow | PendingRow) -> PendingWorkload:
+        """A stored workload as the scheduler is handed it: its request as the preset places it, without queues in
+        the preset's one queue. A workload its priority class makes preemptible is stopped and requeued when
+        preempted, so it must resume from its own checkpoints: to the scheduler it is preemptible and checkpointed
+        (presets that preempt only resumable work, e.g. LAS, treat it so)."""
+        request = self.preset.request_of(request_of(row))
+        queue = row.queue if self.queue_specs else ONE_QUEUE
+        preemptible = bool(row.preemptible)
+        return PendingWorkload(
+            str(row.id),
+            request,
+            row.submitted_at,
+            row.priority,
+            queue,
+            preemptible=preemptible,
+            checkpointed=preemptible,
+        )
 
     def _apply(self, plan: StepPlan, now: float) -> None:
+        """Plan, store, commit, backend: the decisions are durable before the books change and anything acts."""
         changes: list[WorkloadChange] = []
         events: list[Event] = []
-        victims: set[int] = set()
+        victims = [int(p.workload_id) for p in plan.preempts]
         for preempt in plan.preempts:
             wid = int(preempt.workload_id)
-            entry = self.running[wid]
-            self._release(entry)
-            entry.stop_sent = StopReason.preempted(preempt.reason)
-            victims.add(wid)
-            changes.append(StopChange(wid, entry.stop_sent))
+            changes.append(StopChange(wid, StopReason.preempted(preempt.reason)))
             events.append(Event(wid, "preempted", f"{preempt.reason} (for workload {preempt.preemptor})"))
-        self.guard = self.guard.record(str(v) for v in victims)
-        bound: list[RunningEntry] = []
-        bind_changes: list[BindChange] = []
         rows = {row.id: row for row in self.store.workloads_by_id(int(b.workload_id) for b in plan.binds)}
-        for bind in plan.binds:
-            entry = self._bind(bind, rows[int(bind.workload_id)], now, victims)
-            bound.append(entry)
-            bind_changes.append(self._bind_change(entry, now))
-            events.append(Event(entry.row.id, "bound", describe(entry, self.pool)))
+        bound = [self._entry(bind, rows[int(bind.workload_id)], now, victims) for bind in plan.binds]
+        bind_changes = [self._bind_change(entry, now) for entry in bound]
+        events += [Event(entry.row.id, "bound", describe(entry, self.pool)) for entry in bound]
         reasons: list[ReasonChange] = []
         for wid_text, reason in plan.waiting.items():
             wid = int(wid_text)
             if self._reasons.get(wid) != reason:
                 self._reasons[wid] = reason
                 reasons.append(ReasonChange(wid, reason))
-        # Decisions are durable before anything acts on them; a bind that lost the race with a cancel is undone.
+        # A bind that lost the race with a cancel is dropped from the plan before it is committed.
         lost = self.store.commit_decisions(bind_changes, reasons, changes, events, now)
-        for entry in [e for e in bound if e.row.id in lost]:
-            self._release(entry)
-            del self.running[entry.row.id]
-            bound.remove(entry)
+        bound = [entry for entry in bound if entry.row.id not in lost]
+        binds = tuple(b for b in plan.binds if int(b.workload_id) not in lost)
+        self.scheduler.commit(StepPlan(binds, plan.waiting, plan.preempts), now)
+        for preempt, change in zip(plan.preempts, changes, strict=True):
+            entry = self.running[int(preempt.workload_id)]
+            entry.placements, entry.admission = (), None  # its capacity went to the preemptor
+            entry.stop_sent = change.stop if isinstance(change, StopChange) else None
+        for entry in bound:
+            del self._pending[entry.row.id]
+            self._reasons.pop(entry.row.id, None)
+            entry.admission = self.scheduler.books.running[str(entry.row.id)].admission
+            self.running[entry.row.id] = entry
         for wid in victims:
             self.backend.stop(str(wid), self.config.stop_grace_s)
         if self.on_start is not None:
@@ -187,17 +201,10 @@ class SchedulerLoop:
                 self.on_start(entry.row, now - entry.row.submitted_at)
         self.launcher.launch_all([entry for entry in bound if not entry.waits_for], now)
 
-    def _bind(self, bind: Bind, row: WorkloadRow, now: float, victims: set[int]) -> RunningEntry:
-        wid = int(bind.workload_id)
-        del self._pending[wid]
-        self._reasons.pop(wid, None)
-        for placement in bind.placements:
-            self.state.bind(placement)
-        admission = self.scheduler.charge(bind)
+    def _entry(self, bind: Bind, row: WorkloadRow, now: float, victims: list[int]) -> RunningEntry:
+        """The server's entry of a bound workload, launched once the victims still running have exited."""
         waits = {v for v in victims if v in self.running}
-        entry = RunningEntry(row, bind.placements, admission, now, launched=False, waits_for=waits)
-        self.running[wid] = entry
-        return entry
+        return RunningEntry(row, bind.placements, bind.admission, now, launched=False, waits_for=waits)
 
     def _bind_change(self, entry: RunningEntry, now: float) -> BindChange:
         row = entry.row
@@ -220,6 +227,7 @@ class SchedulerLoop:
     def _stop_for_memory(self, workload_id: str, reason: str) -> None:
         entry = self.running[int(workload_id)]
         entry.stop_sent = StopReason.watchdog(reason)
+        self.scheduler.books.stopping.add(workload_id)
         self.store.update_workloads(
             [StopChange(entry.row.id, entry.stop_sent)],
             [Event(entry.row.id, StopKind.WATCHDOG.value, reason)],
@@ -237,6 +245,7 @@ class SchedulerLoop:
                 self._finish(entry, WorkloadState.CANCELLED, None, "cancelled before it started", now)
                 continue
             entry.stop_sent = StopReason.cancel()
+            self.scheduler.books.stopping.add(str(wid))
             self.store.update_workloads([StopChange(wid, entry.stop_sent)], [], now)
             self.backend.stop(str(wid), self.config.stop_grace_s)
 
@@ -272,9 +281,8 @@ class SchedulerLoop:
 
     def _finish(self, entry: RunningEntry, state: WorkloadState, code: int | None, reason: str, now: float) -> None:
         wid = entry.row.id
-        self._release(entry)
+        self.scheduler.observe([str(wid)], now)
         self.running.pop(wid, None)
-        self.guard = self.guard.forget([str(wid)])
         change = EndChange(wid, state, code, now, reason)
         self.store.update_workloads([change], [Event(wid, state.value, reason)], now)
 
@@ -284,15 +292,9 @@ class SchedulerLoop:
     def requeue(self, entry: RunningEntry, reason: str, now: float) -> None:
         """``entry`` waits again: its capacity and quota are given back."""
         wid = entry.row.id
-        self._release(entry)
+        self.scheduler.observe([str(wid)], now, finished=False)
         self.running.pop(wid, None)
         self.store.update_workloads([RequeueChange(wid, reason)], [Event(wid, "requeued", reason)], now)
-
-    def _release(self, entry: RunningEntry) -> None:
-        for placement in entry.placements:
-            self.state.release(placement)
-        self.scheduler.release(entry.admission)
-        entry.placements, entry.admission = (), None
 
     def _snapshot(self) -> ClusterSnapshot:
         on_gpu: dict[tuple[int, int], list[int]] = {}
@@ -321,25 +323,28 @@ class SchedulerLoop:
         if specs == self.queue_specs:
             return
         self.queue_specs = specs
-        config = SchedulerConfig(
-            max_attempts_per_step=self.config.max_tries_per_step,
-            queues=specs,
-            preemption=PreemptionPolicy() if specs else None,
-        )
-        self.scheduler = Scheduler(self.placer, config)
-        for entry in self.running.values():
-            self.recharge(entry)
+        self._pending.clear()  # their queue may change (the preset's one queue, or their own)
+        config = scheduler_config(self.preset, self.state, specs, self.config.max_tries_per_step)
+        self.scheduler.reconfigure(config)
+        for wid, entry in self.running.items():
+            if entry.admission is not None and str(wid) in self.scheduler.books.uncharged:
+                log.warning("workload %s no longer fits its queue's quota: it keeps running, uncharged", wid)
+                entry.admission = None
 
-    def recharge(self, entry: RunningEntry) -> None:
-        """Charge ``entry``'s admission to the current scheduler's quota ledger (after a restart or a queue change)."""
-        admission = entry.admission
-        if admission is None or self.scheduler.ledger is None:
-            return
-        try:
-            entry.admission = self.scheduler.ledger.admit(admission.queue, admission.flavor_key, admission.charged)
-        except Exception as exc:  # a quota was cut below what already runs: keep it running, uncharged
-            log.warning("workload %s no longer fits its queue's quota: %s", entry.row.id, exc)
-            entry.admission = None
+    def adopt(self, entry: RunningEntry) -> bool:
+        """Take a recovered running workload into the scheduler's books (bound, its quota charged again); False
+        when its placements no longer fit the pool."""
+        wid = str(entry.row.id)
+        if entry.placements:
+            workload = self._workload(entry.row)
+            if not self.scheduler.adopt(workload, entry.placements, entry.admission, entry.started_s):
+                return False
+            if wid in self.scheduler.books.uncharged:
+                entry.admission = None
+            if entry.stop_sent is not None:
+                self.scheduler.books.stopping.add(wid)
+        self.running[entry.row.id] = entry
+        return True
 
     # ---------------------------------------------------------------------------------------------- recovery
 

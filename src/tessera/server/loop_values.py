@@ -21,7 +21,8 @@ from tessera.server.store.models import WorkloadRow
 @dataclass(frozen=True, slots=True)
 class LoopConfig:
     run_dir: Path  # logs and per-workload process files
-    placement_policy: str = "tessera-online"  # core.placement policy name
+    policy: str = "tessera"  # the scheduling preset (core.presets): tessera, static, fifo-share, tiresias, gavel, ...
+    placement: str | None = None  # a core.placement policy instead of the preset's (e.g. tessera-online); None: its
     seed: int = 0  # the step's random generator (ties), so a replay makes the same decisions
     interval_s: float = 0.2  # time between steps
     stop_grace_s: float = 10.0  # SIGTERM -> SIGKILL

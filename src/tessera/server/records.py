@@ -10,21 +10,20 @@ import functools
 import logging
 from typing import Any
 
-from sqlalchemy import Row
-
 from tessera.backends.base import Handle
 from tessera.core.queueing import QueueSpec, ResourceVector
 from tessera.core.queueing.quotas import Admission
 from tessera.core.workload import Placement, Request
 from tessera.server.pool import Pool
 from tessera.server.store.models import QueueRow, WorkloadRow
+from tessera.server.store.store import PendingRow
 
 log = logging.getLogger(__name__)
 
 NO_LIMIT = 2**40  # a quota component left out is not limited
 
 
-def request_of(row: WorkloadRow | Row[Any]) -> Request:
+def request_of(row: WorkloadRow | PendingRow) -> Request:
     """The request of a stored workload (a whole row, or the columns of ``Store.pending_requests``). Equal requests
     are one shared object: thousands of pending workloads usually have a handful of shapes."""
     return _request(

@@ -1,7 +1,8 @@
 """Recovery after a (re)start: rebuild the scheduler loop's view of the running workloads from the store.
 
-For each workload stored as running: bind its stored placements on the fresh ``ClusterState`` (none for one whose
-preemption was sent: its capacity went to the preemptor), re-charge its quota, and re-adopt it through the backend
+For each workload stored as running: take it into the scheduler's books with its stored placements (none for one
+whose preemption was sent: its capacity went to the preemptor) and its quota charged again (``SchedulerLoop.adopt``,
+``Scheduler.adopt``), and re-adopt it through the backend
 from its stored handle, or from the one ``Backend.find`` still knows when the crash came between launch and write.
 A stop that was sent is sent again. A preempted workload that is gone is requeued, and so is one whose placement no
 longer fits the pool. Called by ``SchedulerLoop.recover`` before the first step.
@@ -14,7 +15,6 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from tessera.backends.base import Backend
-from tessera.core.cluster import ClusterState
 from tessera.errors import InvalidRequestError
 from tessera.server.loop_values import RunningEntry
 from tessera.server.pool import Pool
@@ -26,12 +26,9 @@ log = logging.getLogger(__name__)
 
 
 class Books(Protocol):
-    """What recovery rebuilds: the scheduler loop's allocation and running table (``SchedulerLoop``)."""
+    """What recovery rebuilds: the scheduler's books and the loop's running table (``SchedulerLoop``)."""
 
-    state: ClusterState
-    running: dict[int, RunningEntry]
-
-    def recharge(self, entry: RunningEntry) -> None: ...
+    def adopt(self, entry: RunningEntry) -> bool: ...
 
     def requeue(self, entry: RunningEntry, reason: str, now: float) -> None: ...
 
@@ -50,15 +47,15 @@ def _recover_one(row: WorkloadRow, books: Books, backend: Backend, pool: Pool, s
     preempted = stop is not None and stop.kind is StopKind.PREEMPTED
     try:
         placements = () if preempted else tuple(placement_of(p, request, pool) for p in row.placement or [])
-        for placement in placements:
-            books.state.bind(placement)
     except (KeyError, InvalidRequestError) as exc:
         log.warning("workload %s: stored placement no longer fits the pool (%s)", row.id, exc)
         placements = ()
     admission = admission_of(row.admission)
     entry = RunningEntry(row, placements, admission, row.started_at or now, False, stop_sent=stop)
-    books.running[row.id] = entry
-    books.recharge(entry)
+    if not books.adopt(entry):
+        log.warning("workload %s: stored placement no longer fits the pool", row.id)
+        entry.placements = ()
+        books.adopt(entry)
     handle = handle_of(row) or backend.find(str(row.id))
     if handle is not None:
         entry.launched = True
@@ -68,5 +65,5 @@ def _recover_one(row: WorkloadRow, books: Books, backend: Backend, pool: Pool, s
             backend.stop(str(row.id), stop_grace_s)
     elif stop is not None and preempted:
         books.requeue(entry, f"{stop.text()}; requeued", now)
-    elif not placements and row.placement:
+    elif not entry.placements and row.placement:
         books.requeue(entry, "the GPU pool changed while the server was down; requeued", now)

@@ -79,16 +79,20 @@ def run_timeline(
     *,
     colocation: ColocationModel | None = None,
     check_invariants: bool = False,
+    record_decisions: bool = False,
 ) -> TimelineResult:
     """Replay ``jobs`` on ``nodes`` under one policy; every job either finishes or never fits.
 
     A job without ``duration_s`` runs ``work_steps / throughput(job_type, model)`` seconds on the GPU model it got.
     With ``queues`` every job's ``queue`` must name one of them (module docstring). ``check_invariants`` (debug
-    mode, for tests) checks the cluster and the quota ledger after every step (``core.invariants``).
+    mode, for tests) checks the cluster and the quota ledger after every step (``core.invariants``);
+    ``record_decisions`` keeps every applied decision (``TimelineResult.decisions``, ``Scheduler.journal``).
     """
     preset = resolve_preset(policy_name, "--policies")
     replay = _Replay(nodes, jobs, preset, seed, throughput or ThroughputModel({}), tuple(queues), colocation)
     replay.check_invariants = check_invariants
+    if record_decisions:
+        replay.scheduler.journal = []
     return replay.run()
 
 
@@ -185,6 +189,7 @@ class _Replay:
             starts=tuple(self.starts),
             shrunk_workers=self.shrunk_workers,
             grown_workers=self.grown_workers,
+            decisions=tuple(self.scheduler.journal or ()),
         )
 
     # ------------------------------------------------------------------------------------------------ events

@@ -12,6 +12,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from tessera.core.scheduler import Applied
 from tessera.core.workload import Request
 
 FloatArray = npt.NDArray[np.float64]
@@ -65,6 +66,8 @@ class TimelineResult:
     starts: tuple[StartRecord, ...] = ()  # every (re)start in order: the decisions, to compare with a live run
     shrunk_workers: int = 0  # elastic jobs: workers given back (StepPlan.shrinks)
     grown_workers: int = 0  # elastic jobs: workers added (StepPlan.grows)
+    # With run_timeline(record_decisions=True): every decision Scheduler.commit applied, with its quota change.
+    decisions: tuple[Applied, ...] = ()
 
     @property
     def jct_s(self) -> FloatArray:

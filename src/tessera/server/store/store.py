@@ -38,8 +38,11 @@ REQUEST_COLUMNS = (
     WorkloadRow.mem_mib,
     WorkloadRow.priority,
     WorkloadRow.queue,
+    WorkloadRow.preemptible,
     WorkloadRow.submitted_at,
 )
+
+PendingRow = Row[Any]  # the REQUEST_COLUMNS of one pending workload (``Store.pending_requests``)
 
 
 def hash_token(secret: str) -> str:
@@ -113,7 +116,7 @@ class Store:
                 rows.extend(session.scalars(select(WorkloadRow).where(WorkloadRow.id.in_(chunk))))
         return rows
 
-    def pending_requests(self, ids: Iterable[int]) -> list[Row[Any]]:
+    def pending_requests(self, ids: Iterable[int]) -> list[PendingRow]:
         """Just what the scheduler needs of workloads ``ids`` that are still pending (request, priority, queue,
         submission time): far cheaper than whole rows when thousands wait. Columns named as in ``WorkloadRow``."""
         query = select(*REQUEST_COLUMNS).where(WorkloadRow.state == PENDING)
