@@ -4,11 +4,13 @@ same placements, because both run the one ``core`` scheduling step; only the clo
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from server_harness import ADMIN, MakeHarness
+from server_harness import ADMIN, Harness, MakeHarness
 
+from tessera.core.cluster import NodeSpec
 from tessera.core.workload import Request
 from tessera.sim import timeline
 from tessera.sim.jobs import TimelineJob
@@ -37,13 +39,15 @@ def small_trace(seed: int, count: int = 60) -> list[TimelineJob]:
     ]
 
 
-def simulated_placements(nodes, jobs, policy: str) -> dict[str, list[tuple[str, tuple[int, ...], int]]]:  # type: ignore[no-untyped-def]
+def simulated_placements(
+    nodes: Sequence[NodeSpec], jobs: Sequence[TimelineJob], policy: str
+) -> dict[str, list[tuple[str, tuple[int, ...], int]]]:
     result = timeline.run_timeline(nodes, jobs, policy)
     assert result.unfinished == 0
     return {start.job_id: list(start.placements) for start in result.starts}
 
 
-def served_placements(h, jobs) -> dict[str, list[tuple[str, tuple[int, ...], int]]]:  # type: ignore[no-untyped-def]
+def served_placements(h: Harness, jobs: Sequence[TimelineJob]) -> dict[str, list[tuple[str, tuple[int, ...], int]]]:
     """Replays the trace through the server: each arrival is a submission at its time, each run ends after its
     duration (the fake backend reports the exit), and the loop steps after every event, like the simulator."""
     origin = h.clock.now_s
@@ -76,7 +80,9 @@ def served_placements(h, jobs) -> dict[str, list[tuple[str, tuple[int, ...], int
                 started.add(job_id)
                 pool = h.server.ctx.pool
                 decided[job_id] = [(pool.nodes[p.node].name, p.gpu_indices, p.gpu_milli_each) for p in entry.placements]
-                heapq.heappush(events, (now + by_id[job_id].duration_s, 0, "finish", job_id))
+                duration_s = by_id[job_id].duration_s
+                assert duration_s is not None  # small_trace's jobs run for a fixed time
+                heapq.heappush(events, (now + duration_s, 0, "finish", job_id))
     return decided
 
 

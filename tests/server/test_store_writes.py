@@ -119,9 +119,15 @@ def test_a_step_stores_every_launch_in_one_transaction_and_a_failed_launch_fails
 
     commit = store.commit_decisions
 
-    def counted_decisions(binds, pending, changes, events, now_s):  # type: ignore[no-untyped-def]
-        writes.append(len(binds) + len(pending) + len(changes))
-        return commit(binds, pending, changes, events, now_s)
+    def counted_decisions(
+        binds: Sequence[Mapping[str, Any]],
+        pending_changes: Sequence[Mapping[str, Any]],
+        changes: Sequence[Mapping[str, Any]],
+        events: Sequence[Event],
+        now_s: float,
+    ) -> set[int]:
+        writes.append(len(binds) + len(pending_changes) + len(changes))
+        return commit(binds, pending_changes, changes, events, now_s)
 
     store.update_workloads = counted  # type: ignore[method-assign]
     store.commit_decisions = counted_decisions  # type: ignore[method-assign]
