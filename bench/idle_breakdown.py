@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tessera.core.cluster import ClusterState
-from tessera.core.fragmentation import typical_pods
+from tessera.core.fragmentation import TypicalPod, typical_pods
 from tessera.core.gap_prices import packing_lp
 from tessera.core.placement import Placer, make_policy
 from tessera.sim.inflation import inflate_requests
@@ -63,7 +63,7 @@ def main() -> None:
         report_packing(state, shares_on)
 
 
-def report(state: ClusterState, typical: tuple, failed: Counter[str]) -> None:
+def report(state: ClusterState, typical: tuple[TypicalPod, ...], failed: Counter[str]) -> None:
     min_cpu = min(p.cpu_milli for p in typical if p.num_gpus > 0)
     buckets: Counter[str] = Counter()
     leftovers: Counter[int] = Counter()

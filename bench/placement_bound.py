@@ -25,12 +25,14 @@ import argparse
 import math
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from scipy.optimize import linprog
-from scipy.sparse import coo_matrix
+from scipy.sparse import coo_matrix, csr_matrix
 
+from tessera.core.cluster import NodeSpec
 from tessera.core.gap_prices import gpu_arcs
 from tessera.core.workload import MILLI_PER_GPU, Request
 from tessera.sim.inflation import inflate_requests
@@ -56,7 +58,7 @@ def main() -> None:
     seeds = parse_seeds(args.seeds)
     print("| trace | arrived | FGD published | bound (mean of seeds) | max reduction vs published |")
     print("|---|---:|---:|---:|---:|")
-    reductions = {b: [] for b in buckets}
+    reductions: dict[int, list[float]] = {b: [] for b in buckets}
     for trace in traces:
         inputs = load_inputs(SHARED / "openb" / "openb_node_list_gpu_node.csv", SHARED / "openb" / f"{trace}.csv")
         capacity = inputs.gpus * MILLI_PER_GPU
@@ -85,7 +87,14 @@ def _prefix(arrivals: list[Request], limit: float) -> list[Request]:
     return arrivals
 
 
-def max_allocated(nodes: list, requests: list[Request], cpu_first: bool = False) -> float:
+def _sparse(entries: list[tuple[int, int, float]], rows: int, cols: int) -> csr_matrix:
+    """The ``rows`` x ``cols`` matrix of (row, column, value) ``entries`` (repeated positions add up)."""
+    values = np.array([x for _, _, x in entries], dtype=np.float64)
+    at = (np.array([r for r, _, _ in entries], dtype=np.int64), np.array([c for _, c, _ in entries], dtype=np.int64))
+    return coo_matrix((values, at), shape=(rows, cols)).tocsr()
+
+
+def max_allocated(nodes: Sequence[NodeSpec], requests: list[Request], cpu_first: bool = False) -> float:
     """The LP optimum: most GPU milli of ``requests`` that the relaxation can place on ``nodes``.
 
     ``cpu_first``: among the solutions that place the most CPU-only pod CPU (as a scheduler that never holds CPU
@@ -122,7 +131,7 @@ def max_allocated(nodes: list, requests: list[Request], cpu_first: bool = False)
         rows_eq += len(link)
         b_eq.extend([0.0] * len(link))
 
-        def arc(start: int, end: int, share: int | None, base: int = base, link: dict = link) -> None:
+        def arc(start: int, end: int, share: int | None, base: int = base, link: dict[int, int] = link) -> None:
             v = new_var(0.0, None)
             eq.append((base + start, v, 1.0))
             eq.append((base + end, v, -1.0))
@@ -150,31 +159,27 @@ def max_allocated(nodes: list, requests: list[Request], cpu_first: bool = False)
             elif num_gpus > 0:
                 eq.append((link[MILLI_PER_GPU], v, -float(num_gpus)))
     n = len(objective)
-    a_eq = coo_matrix(([x for _, _, x in eq], ([r for r, _, _ in eq], [c for _, c, _ in eq])), shape=(rows_eq, n))
+    a_eq = _sparse(eq, rows_eq, n)
     bounds = list(zip([0.0] * n, upper, strict=True))
     if cpu_first and cpu_only:
         cpu_objective = np.zeros(n)
-        for v, pod_cpu in cpu_only:
-            cpu_objective[v] = -pod_cpu
-        a_eq_csr = a_eq.tocsr()
-        a_ub_csr = coo_matrix(
-            ([x for _, _, x in ub], ([r for r, _, _ in ub], [c for _, c, _ in ub])), shape=(rows_ub, n)
-        ).tocsr()
-        first = linprog(
-            cpu_objective, A_ub=a_ub_csr, b_ub=b_ub, A_eq=a_eq_csr, b_eq=b_eq, bounds=bounds, method="highs"
+        for v, cpu_milli in cpu_only:
+            cpu_objective[v] = -cpu_milli
+        a_ub_first = _sparse(ub, rows_ub, n)
+        first = linprog(  # type: ignore[call-overload]  # HiGHS takes sparse matrices; the stubs list dense ones only
+            cpu_objective, A_ub=a_ub_first, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method="highs"
         )
         if not first.success:
             raise RuntimeError(first.message)
         rows_ub += 1
-        for v, pod_cpu in cpu_only:
-            ub.append((rows_ub - 1, v, -pod_cpu))
+        for v, cpu_milli in cpu_only:
+            ub.append((rows_ub - 1, v, -cpu_milli))
         b_ub.append(float(first.fun) * (1 - 1e-7))
-    a_ub = coo_matrix(([x for _, _, x in ub], ([r for r, _, _ in ub], [c for _, c, _ in ub])), shape=(rows_ub, n))
-    result = linprog(
+    result = linprog(  # type: ignore[call-overload]  # as above
         objective,
-        A_ub=a_ub.tocsr(),
+        A_ub=_sparse(ub, rows_ub, n),
         b_ub=b_ub,
-        A_eq=a_eq.tocsr(),
+        A_eq=a_eq,
         b_eq=b_eq,
         bounds=bounds,
         method="highs",

@@ -13,10 +13,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import tessera.sim.inflation as inflation
+from tessera.core.fragmentation import TypicalPod
+from tessera.core.placement.base import PlacementPolicy
 from tessera.core.placement.tessera import TesseraParams, TesseraPolicy
 from tessera.sim.inflation import bucketize, run_inflation
 from tessera.sim.inputs import load_inputs
@@ -42,10 +45,12 @@ def one_run(task: tuple[str, str, str, int, bool]) -> tuple[str, str, int, tuple
     trace, label, spec, seed, online = task
     _, params = parse_variant(spec)
 
-    def factory(name, typical, model_names, **_kw):  # type: ignore[no-untyped-def]
+    def factory(
+        name: str, typical: Sequence[TypicalPod] = (), model_names: Sequence[str] = (), **_kw: object
+    ) -> PlacementPolicy:
         return TesseraPolicy(typical, model_names, online=online, params=params)
 
-    inflation.make_policy = factory  # type: ignore[assignment]
+    inflation.make_policy = factory  # type: ignore[attr-defined]  # the name inflation imported from placement
     inputs = load_inputs(SHARED / "openb" / "openb_node_list_gpu_node.csv", SHARED / "openb" / f"{trace}.csv")
     curves = bucketize(run_inflation(inputs.nodes, inputs.requests, label, seed))
     return trace, label, seed, tuple(curves.unallocated_pct(b) for b in BUCKETS)

@@ -43,7 +43,8 @@ def main() -> int:
         traces = [t for t in traces if t.removeprefix("openb_pod_list_") in args.traces.split(",")]
     seeds = parse_seeds(args.seeds)
     args.out.mkdir(parents=True, exist_ok=True)
-    rows, curves = [], {}
+    rows: list[Row] = []
+    curves = {}
     for trace in traces:
         inputs = load_inputs(SHARED / "openb" / "openb_node_list_gpu_node.csv", SHARED / "openb" / f"{trace}.csv")
         results = run_sweep(inputs.nodes, inputs.requests, POLICIES, seeds, 1.3, args.jobs)
@@ -64,6 +65,10 @@ def _mean(results: list[RunResult], policy: str, bucket: int) -> float:
     return statistics.mean(r.curves.unallocated_pct(bucket) for r in results if r.policy == policy)
 
 
+# A trace's row: (trace, mean unallocated % per (policy, bucket), FGD's published mean per bucket).
+Row = tuple[str, dict[tuple[str, int], float], dict[int, float]]
+
+
 def _row(trace: str, mean: dict[tuple[str, int], float], pub: dict[int, float]) -> str:
     cells = [
         f"{b}%: tessera {mean[('tessera', b)]:.2f} online {mean[('tessera-online', b)]:.2f} "
@@ -77,7 +82,7 @@ def _relative(ours: float, fgd: float) -> float:
     return 100.0 * (fgd - ours) / fgd
 
 
-def _table(rows: list) -> str:
+def _table(rows: list[Row]) -> str:
     lines = [
         "| trace | arrived | FGD published | fgd (Tessera's) | bestfit | **tessera** | vs published FGD "
         "| vs Tessera's fgd | tessera-online | online vs published FGD |",
@@ -98,7 +103,7 @@ def _table(rows: list) -> str:
     return "\n".join(lines) + "\n\n(relative: how much less unallocated GPU than FGD; positive is better)\n"
 
 
-def _accepted(rows: list) -> bool:
+def _accepted(rows: list[Row]) -> bool:
     ok = True
     rel = []
     for trace, mean, pub in rows:

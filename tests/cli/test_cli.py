@@ -7,8 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from tessera.cli.main import app
 from tessera.sim.synthetic import synthetic_nodes, synthetic_pods

@@ -46,8 +46,8 @@ def job_type_by_queue(request: Request) -> str | None:
     return None if request.queue in ("nobody", "default") else request.queue
 
 
-def hetero(**kwargs: float) -> HeteroPolicy:
-    return HeteroPolicy(THROUGHPUT, job_type_by_queue, **kwargs)
+def hetero(speed_tolerance: float = 0.0) -> HeteroPolicy:
+    return HeteroPolicy(THROUGHPUT, job_type_by_queue, speed_tolerance=speed_tolerance)
 
 
 def mixed_cluster() -> ClusterState:

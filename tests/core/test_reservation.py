@@ -188,6 +188,7 @@ def test_a_backfilled_workload_never_delays_the_head(
     assume(not e.plan([head], rng=rng).binds)  # the property is about a blocked head
     shadow = _shadow(e, head, running)
     assume(shadow is not None)  # some known end lets the head fit: a reservation is made
+    assert shadow is not None  # (for mypy: assume() does not narrow)
     pending = [head] + [
         PendingWorkload(f"w{k}", Request(num_gpus=g, gpu_milli=1000, cpu_milli=1000), 1.0 + k, expected_duration_s=d)
         for k, (g, d) in enumerate(later)

@@ -9,10 +9,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, TypeVar
 
 from tessera.client.http import TesseraClient, wait_healthy
+
+T = TypeVar("T")
 
 ADMIN = "e2e-admin-token"
 
@@ -82,7 +86,7 @@ class LiveServer:
                 self.process.wait()
 
 
-def wait_for(predicate, timeout_s: float = 20.0, interval_s: float = 0.1):  # type: ignore[no-untyped-def]
+def wait_for(predicate: Callable[[], T | Literal[False] | None], timeout_s: float = 20.0, interval_s: float = 0.1) -> T:
     """Poll ``predicate`` until it returns something truthy; returns it (fails the test on timeout)."""
     deadline = time.monotonic() + timeout_s
     while True:

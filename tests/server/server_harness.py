@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fastapi.testclient import TestClient
 
@@ -44,17 +45,17 @@ class Harness:
     def as_(self, token: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {token}"}
 
-    def submit(self, token: str = ADMIN, **body: object) -> dict[str, object]:
+    def submit(self, token: str = ADMIN, **body: object) -> dict[str, Any]:
         body.setdefault("command", ["true"])
         response = self.http.post("/v1/workloads", json=body, headers=self.as_(token))
         assert response.status_code == 201, response.text
-        result: dict[str, object] = response.json()
+        result: dict[str, Any] = response.json()
         return result
 
-    def get(self, workload_id: object, token: str = ADMIN) -> dict[str, object]:
+    def get(self, workload_id: object, token: str = ADMIN) -> dict[str, Any]:
         response = self.http.get(f"/v1/workloads/{workload_id}", headers=self.as_(token))
         assert response.status_code == 200, response.text
-        result: dict[str, object] = response.json()
+        result: dict[str, Any] = response.json()
         return result
 
 

@@ -17,7 +17,7 @@ def test_three_fractional_workloads_share_one_gpu_and_a_fourth_waits_with_a_reas
     h.step()
     running = [h.get(i) for i in ids]
     assert [w["state"] for w in running] == ["running"] * 3
-    assert {w["placement"][0]["uuids"][0] for w in running} == {h.server.ctx.pool.devices[0][0].uuid}  # type: ignore[index]
+    assert {w["placement"][0]["uuids"][0] for w in running} == {h.server.ctx.pool.devices[0][0].uuid}
     waiting = h.get(fourth)
     assert waiting["state"] == "pending"
     assert "300" in str(waiting["reason"]) or "30" in str(waiting["reason"]), waiting["reason"]

@@ -11,10 +11,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 from live_server import ADMIN, LiveServer, alive, wait_for
+
+from tessera.client.http import TesseraClient
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +32,7 @@ def server(tmp_path: Path) -> Iterator[LiveServer]:
     live.stop()
 
 
-def _submit(client, command: str, **spec: object) -> int:  # type: ignore[no-untyped-def]
+def _submit(client: TesseraClient, command: str, **spec: object) -> int:
     created = client.submit({"command": ["bash", "-c", command], **spec})
     return int(created["id"])
 
@@ -43,7 +47,7 @@ def test_fractional_jobs_share_a_gpu_a_fourth_waits_then_starts(server: LiveServ
         waiting = wait_for(lambda: "30% free" in client.workload(fourth)["reason"] and client.workload(fourth))
         assert waiting["state"] == "pending"
         for wid in ids:
-            log = wait_for(lambda wid=wid: client.logs(wid)["data"])
+            log = wait_for(partial(_log_text, client, wid))
             uuid = running[0]["placement"][0]["uuids"][0]
             assert log.strip() == f"env {wid} {uuid} 300"
         done = wait_for(
@@ -107,7 +111,12 @@ def test_server_killed_with_9_loses_nothing_and_readopts_running_processes(tmp_p
         live.stop()
 
 
-def _running(client, ids: list[int]) -> list[dict[str, object]] | None:  # type: ignore[no-untyped-def]
+def _log_text(client: TesseraClient, workload_id: int) -> str:
+    """What the workload has logged so far."""
+    return str(client.logs(workload_id)["data"])
+
+
+def _running(client: TesseraClient, ids: list[int]) -> list[dict[str, Any]] | None:
     """The workloads of ``ids`` when all of them run at once, else None."""
     running = [w for w in client.workloads(["running"]) if w["id"] in ids]
     return running if len(running) == len(ids) else None

@@ -3,16 +3,21 @@ them, a preemptor starts only after its victims have exited, and a preempted wor
 
 from __future__ import annotations
 
-from server_harness import ADMIN, MakeHarness
+from pathlib import Path
+from typing import Any
+
+from server_harness import ADMIN, Harness, MakeHarness
+
+from tessera.core.scheduler import StepPlan
 
 
-def _queue(h, name: str, gpus: float, cohort: str = "lab") -> None:  # type: ignore[no-untyped-def]
+def _queue(h: Harness, name: str, gpus: float, cohort: str = "lab") -> None:
     body = {"name": name, "tenant": name, "cohort": cohort, "nominal": {"*": {"gpus": gpus}}}
     response = h.http.post("/v1/queues", json=body, headers=h.as_(ADMIN))
     assert response.status_code == 201, response.text
 
 
-def _token(h, tenant: str) -> str:  # type: ignore[no-untyped-def]
+def _token(h: Harness, tenant: str) -> str:
     return str(h.http.post("/v1/tokens", json={"tenant": tenant}, headers=h.as_(ADMIN)).json()["token"])
 
 
@@ -48,9 +53,9 @@ def test_a_cancel_that_arrives_while_the_step_plans_wins(make_harness: MakeHarne
     wid = h.submit(gpus=1, gpu_fraction=0.5)["id"]
     loop = h.server.ctx.loop
     plan = loop.scheduler.plan
-    cancelled: list[int] = []
+    cancelled: list[object] = []
 
-    def plan_then_cancel(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def plan_then_cancel(*args: Any, **kwargs: Any) -> StepPlan:
         result = plan(*args, **kwargs)  # the step has chosen to bind it; the user cancels before the write
         h.http.post(f"/v1/workloads/{wid}/cancel", headers=h.as_(ADMIN))
         cancelled.append(wid)
@@ -68,7 +73,7 @@ def test_a_cancel_that_arrives_while_the_step_plans_wins(make_harness: MakeHarne
     ]
 
 
-def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path: Path) -> None:
     from server_harness import HOST, FakeClock
 
     from tessera.backends.fake import FakeBackend, fake_pid
@@ -97,7 +102,11 @@ def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path) ->
         )
         ids.append(store.add_workload(row, clock()).id)
     loop.step()
-    pids = {s.workload_id: fake_pid(loop.running[int(s.workload_id)].handle) for s in backend.launched}
+    pids: dict[str, int] = {}
+    for s in backend.launched:
+        handle = loop.running[int(s.workload_id)].handle
+        assert handle is not None
+        pids[s.workload_id] = fake_pid(handle)
     # 0.25 of 80 GiB is 20 GiB: the first uses 19 GiB, the second 30 GiB.
     gpu.processes = [(pids[str(ids[0])], 19 * 1024), (pids[str(ids[1])], 30 * 1024)]
     clock.advance(5)

@@ -180,7 +180,9 @@ def fake_finish(h: Harness, workload_id: int) -> None:
 
 
 @pytest.mark.parametrize("policy", PRESET_NAMES)
-def test_simulator_and_server_make_the_same_decisions_in_the_default_queue(make_harness: MakeHarness, policy: str) -> None:
+def test_simulator_and_server_make_the_same_decisions_in_the_default_queue(
+    make_harness: MakeHarness, policy: str
+) -> None:
     h = make_harness(GPUS, policy=policy)
     h.step()
     queues = list(h.server.ctx.loop.queue_specs)  # the server's own default queue, without a quota

@@ -65,7 +65,7 @@ def _row(state: str = "pending", **columns: object) -> WorkloadRow:
 def test_changes_with_different_columns_apply_in_one_call(store: Store) -> None:
     a = store.add_workload(_row(placement=[{"node": "n"}], admission={"queue": "q"}), 1.0)
     b = store.add_workload(_row(), 1.0)
-    changes = [
+    changes: list[WorkloadChange] = [
         RequeueChange(a.id, "requeued"),
         ReasonChange(b.id, "waiting"),
         BindChange(b.id, [{"node": "n"}], None, 4.0, 2),
@@ -147,12 +147,18 @@ def test_a_step_stores_every_launch_in_one_transaction_and_a_failed_launch_fails
 
     commit = store.commit_decisions
 
-    def counted_decisions(binds, pending, changes, events, now_s):  # type: ignore[no-untyped-def]
-        writes.append(len(binds) + len(pending) + len(changes))
-        return commit(binds, pending, changes, events, now_s)
+    def counted_decisions(
+        binds: Sequence[BindChange],
+        pending_changes: Sequence[ReasonChange],
+        changes: Sequence[WorkloadChange],
+        events: Sequence[Event],
+        now_s: float,
+    ) -> set[int]:
+        writes.append(len(binds) + len(pending_changes) + len(changes))
+        return commit(binds, pending_changes, changes, events, now_s)
 
     store.update_workloads = counted  # type: ignore[method-assign]
-    store.commit_decisions = counted_decisions  # type: ignore[method-assign]
+    store.commit_decisions = counted_decisions  # type: ignore[method-assign,assignment]
     h.step()
     # The decisions (6 binds), the failed launch (1) and the refs of the five that started (5): three transactions.
     assert writes == [6, 1, 5]

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tessera.core.cluster import NodeSpec
 from tessera.core.workload import Request
 from tessera.sim.events import EventLoop
 from tessera.sim.inflation import RunSamples, bucketize, inflate_requests, run_inflation
@@ -12,7 +13,7 @@ from tessera.sim.synthetic import synthetic_nodes, synthetic_pods
 from tessera.sim.traces import write_nodes_csv, write_pods_csv
 
 
-def small_inputs() -> tuple[list, list[Request]]:
+def small_inputs() -> tuple[list[NodeSpec], list[Request]]:
     nodes = synthetic_nodes(40, seed=3)
     pods = synthetic_pods(300, seed=3, nodes=nodes)
     return nodes, [p.request for p in sorted(pods, key=lambda p: p.name)]

@@ -19,16 +19,12 @@ grows only when the step saw what every pending job waits for (the first job of 
 still waits), and with nothing pending plans a step for growth alone. Under LAS a ``recheck`` event at each
 threshold crossing and guard expiry of a running job triggers a step.
 
-**Queues** (``run_timeline(..., queues=...)``, the ``tenants`` workload): the scheduler admits against the queues'
-quotas as its preset says (``core.presets.preset_queues``). Per queue the replay integrates, over the times the queue
-has pending or running demand, the GPU it received and its entitlement (``core.queueing.fairshare.entitlement`` of
-the original quotas, so every policy is judged against the same promise); ``queue_shares`` is received / entitled,
-``jain_index`` Jain's index over those shares. ``reclaim_latency_max_s`` measures "borrowed capacity is returned
-within one scheduling step" and ``blocked_by_borrowers_max_s`` how long quota-fitting work waited for borrowers
-(``tessera.sim.timeline_reclaim``).
+**Queues** (``queues=...``, the ``tenants`` workload): the scheduler admits against their quotas as its preset
+says. Per queue the replay integrates the GPU it received and its entitlement over its busy times
+(``sim.timeline_accounts``: ``queue_shares``, ``jain_index``); ``sim.timeline_reclaim`` measures how long borrowed
+capacity kept its owner waiting (``reclaim_latency_max_s``, ``blocked_by_borrowers_max_s``).
 
-Called by ``tessera simulate timeline`` and the benchmarks; what it reads and returns is in
-``tessera.sim.timeline_result``.
+Called by ``tessera simulate timeline`` and the benchmarks; its types are in ``tessera.sim.timeline_result``.
 """
 
 from __future__ import annotations
