@@ -12,6 +12,7 @@ equal, decision by decision.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -54,13 +55,16 @@ def trace(seed: int, count: int, teams: Sequence[str] = ("default",)) -> list[Ti
     jobs = []
     for i in range(count):
         cls = BUILTIN_PRIORITY_CLASSES[CLASSES[int(rng.integers(len(CLASSES)))]]
+        queue = teams[int(rng.integers(len(teams)))]
+        shape = SHAPES[int(rng.integers(len(SHAPES)))]
         jobs.append(
             TimelineJob(
                 id=f"job-{i}",
                 arrival_s=float(arrivals[i]),
-                request=SHAPES[int(rng.integers(len(SHAPES)))],
+                # The server's requests carry their workload's priority and queue (server.records.request_of).
+                request=dataclasses.replace(shape, priority=cls.value, queue=queue),
                 duration_s=float(rng.integers(60, 600)),
-                queue=teams[int(rng.integers(len(teams)))],
+                queue=queue,
                 priority=cls.value,
                 preemptible=cls.preemptible,
                 checkpointed=cls.preemptible,  # the server requeues a preempted workload: it resumes (see loop.py)
@@ -164,7 +168,10 @@ def compare(
     h: Harness, policy: str, jobs: list[TimelineJob], queues: list[QueueSpec], tokens: dict[str, str], **replay: object
 ) -> tuple[list[Decision], list[Decision]]:
     nodes = [n.name for n in h.server.ctx.pool.nodes]
-    simulated = run_timeline(h.server.ctx.pool.nodes, jobs, policy, queues=queues, record_decisions=True)
+    # Workloads submitted to the server declare no runtime: the simulator's scheduler is not told them either.
+    simulated = run_timeline(
+        h.server.ctx.pool.nodes, jobs, policy, queues=queues, record_decisions=True, runtimes_known=False
+    )
     assert simulated.unfinished == 0
     h.server.ctx.loop.scheduler.journal = []
     driver = ServerReplay(h, jobs, **replay)  # type: ignore[arg-type]

@@ -205,11 +205,12 @@ class Scheduler:
             applied(grow, books.running[grow.workload_id], grow.admission)
 
     def observe(self, ended: Iterable[str], now_s: float, *, finished: bool = True) -> None:
-        """Running workloads that stopped outside a plan: release their capacity, quota and LAS service.
-        ``finished``: they are done, so the guard forgets them; False: they will run again (a restart)."""
-        ended = [w for w in ended if w in self.books.running]
+        """Workloads that stopped outside a plan: those still running give back their capacity, quota and LAS
+        service. ``finished``: they are done, so the guard forgets them; False: they will run again (a restart)."""
+        ended = list(ended)
         for workload_id in ended:
-            self.books.remove(workload_id, now_s)
+            if workload_id in self.books.running:
+                self.books.remove(workload_id, now_s)
         if finished:
             self.books.guard = self.books.guard.forget(ended)
 

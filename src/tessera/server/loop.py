@@ -17,16 +17,19 @@ hold one GPU share at once. The simulator runs the same ``Scheduler``; only the 
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from tessera.backends.base import Backend, ExitStatus
+from tessera.core.allocation import gpus_held
 from tessera.core.cluster import ClusterState
+from tessera.core.pending import PendingOffer, Shape, schedule_instant
 from tessera.core.presets import ONE_QUEUE, build_scheduler, resolve_preset, scheduler_config
 from tessera.core.queueing import QueueSpec
-from tessera.core.scheduler import Bind, PendingWorkload, StepPlan
+from tessera.core.scheduler import Bind, PendingWorkload, QueueDiscipline, StepPlan
 from tessera.core.workload import WorkloadState
 from tessera.gpu.gpus import ProcessMemoryProbe
 from tessera.server.launcher import Launcher
@@ -96,6 +99,10 @@ class SchedulerLoop:
             MemoryWatch(memory_probe, self._stop_for_memory, backend.pids) if memory_probe is not None else None
         )
         self._pending: dict[int, PendingWorkload] = {}  # built once per workload; whole rows are read at bind
+        self._now = 0.0  # the current tick's time
+        self._counts = [0, 0]  # binds and preemptions of the current tick
+        self._rechecks: list[tuple[float, str, float]] = []  # LAS: (when, workload, its run's start) to step again
+        self.offer = self._new_offer()
         self._reasons: dict[int, str] = {}
         self.queue_specs: tuple[QueueSpec, ...] = ()
         self.snapshot = self._snapshot()
@@ -117,31 +124,70 @@ class SchedulerLoop:
     # ----------------------------------------------------------------------------------------------- the step
 
     def step(self) -> StepReport:
+        """One tick: ends, cancels, the watchdog, held launches, then every scheduling step of this instant
+        (``core.pending.schedule_instant``, as the simulator runs them)."""
         started = time.perf_counter()
         now = self.clock()
+        self._now = now
         self._refresh_queues()
         ended = self._collect_exits(now)
         self._send_cancels(now)
         if self.memory_watch is not None:
             self.memory_watch.check(now, self._watched())
+        self._recheck(now)
         self.launcher.launch_ready(self.running, now)
-        pending = self._pending_workloads()
-        plan = self.scheduler.plan(pending, now)
-        self._apply(plan, now)
+        pending = self._sync_pending()
+        self._counts = [0, 0]
+        reclaim = self.preset.borrowing
+        schedule_instant(self.scheduler, self.offer, now, self._offered, self._apply, reclaim)
         self.snapshot = self._snapshot()
-        report = StepReport(len(plan.binds), len(plan.preempts), ended, len(pending), time.perf_counter() - started)
+        binds, preempts = self._counts
+        report = StepReport(binds, preempts, ended, pending, time.perf_counter() - started)
         if self.on_step is not None:
             self.on_step(report)
         return report
 
-    def _pending_workloads(self) -> list[PendingWorkload]:
+    def _sync_pending(self) -> int:
+        """The offer holds exactly the stored pending workloads (new ones added in submission order); how many."""
         ids = set(self.store.ids_in(PENDING))
         for gone in self._pending.keys() - ids:
+            self.offer.remove(str(gone))
             del self._pending[gone]
             self._reasons.pop(gone, None)
         for r in self.store.pending_requests(sorted(ids - self._pending.keys())):
             self._pending[r.id] = self._workload(r)
-        return list(self._pending.values())
+            self.offer.add(str(r.id))
+        return len(ids)
+
+    def _offered(self, workload_id: str) -> PendingWorkload:
+        return self._pending[int(workload_id)]
+
+    def _shape(self, workload_id: str) -> Shape:
+        w = self.scheduler.effective(self._pending[int(workload_id)], self._now)
+        return (w.request, w.gang, w.priority, w.queue, w.preemptible, w.elastic_min)
+
+    def _new_offer(self) -> PendingOffer:
+        strict = self.preset.discipline is QueueDiscipline.STRICT_FIFO
+        return PendingOffer(strict, self._shape, lambda w: self._pending[int(w)].queue)
+
+    def _recheck(self, now: float) -> None:
+        """LAS: a running workload whose level dropped or whose guard expired since the last tick may now be a
+        victim: failed shapes are tried again (the simulator's recheck events)."""
+        while self._rechecks and self._rechecks[0][0] <= now:
+            _, workload_id, started_s = heapq.heappop(self._rechecks)
+            running = self.scheduler.books.running.get(workload_id)
+            if running is not None and running.started_s == started_s:
+                self.offer.released()
+
+    def _schedule_rechecks(self, workload_id: str, now: float) -> None:
+        las = self.scheduler.books.las
+        if las is None:
+            return
+        running = self.scheduler.books.running[workload_id]
+        delays = las.recheck_delays(workload_id, gpus_held(running.placements))
+        delays.append(self.scheduler.config.preemption_min_runtime_s)
+        for delay in delays:
+            heapq.heappush(self._rechecks, (now + delay, workload_id, now))
 
     def _workload(self, row: WorkloadRow | PendingRow) -> PendingWorkload:
         """A stored workload as the scheduler is handed it: its request as the preset places it, without queues in
@@ -161,8 +207,9 @@ class SchedulerLoop:
             checkpointed=preemptible,
         )
 
-    def _apply(self, plan: StepPlan, now: float) -> None:
+    def _apply(self, plan: StepPlan) -> None:
         """Plan, store, commit, backend: the decisions are durable before the books change and anything acts."""
+        now = self._now
         changes: list[WorkloadChange] = []
         events: list[Event] = []
         victims = [int(p.workload_id) for p in plan.preempts]
@@ -175,7 +222,7 @@ class SchedulerLoop:
         bind_changes = [self._bind_change(entry, now) for entry in bound]
         events += [Event(entry.row.id, "bound", describe(entry, self.pool)) for entry in bound]
         reasons: list[ReasonChange] = []
-        for wid_text, reason in plan.waiting.items():
+        for wid_text, reason in self.offer.reasons(plan.waiting).items():
             wid = int(wid_text)
             if self._reasons.get(wid) != reason:
                 self._reasons[wid] = reason
@@ -185,13 +232,22 @@ class SchedulerLoop:
         bound = [entry for entry in bound if entry.row.id not in lost]
         binds = tuple(b for b in plan.binds if int(b.workload_id) not in lost)
         self.scheduler.commit(StepPlan(binds, plan.waiting, plan.preempts), now)
+        self._counts[0] += len(binds)
+        self._counts[1] += len(plan.preempts)
         for preempt, change in zip(plan.preempts, changes, strict=True):
+            self.offer.released()
             entry = self.running[int(preempt.workload_id)]
             entry.placements, entry.admission = (), None  # its capacity went to the preemptor
             entry.stop_sent = change.stop if isinstance(change, StopChange) else None
+        for wid in lost:
+            if wid in self._pending:
+                self.offer.remove(str(wid))
+                del self._pending[wid]
         for entry in bound:
+            self.offer.remove(str(entry.row.id))
             del self._pending[entry.row.id]
             self._reasons.pop(entry.row.id, None)
+            self._schedule_rechecks(str(entry.row.id), now)
             entry.admission = self.scheduler.books.running[str(entry.row.id)].admission
             self.running[entry.row.id] = entry
         for wid in victims:
@@ -281,10 +337,16 @@ class SchedulerLoop:
 
     def _finish(self, entry: RunningEntry, state: WorkloadState, code: int | None, reason: str, now: float) -> None:
         wid = entry.row.id
-        self.scheduler.observe([str(wid)], now)
-        self.running.pop(wid, None)
+        self._observe(wid, now, finished=True)
         change = EndChange(wid, state, code, now, reason)
         self.store.update_workloads([change], [Event(wid, state.value, reason)], now)
+
+    def _observe(self, wid: int, now: float, finished: bool) -> None:
+        """``wid`` stopped: its capacity (if it still held any) goes back, and failed shapes are tried again."""
+        if str(wid) in self.scheduler.books.running:
+            self.offer.released()
+        self.scheduler.observe([str(wid)], now, finished=finished)
+        self.running.pop(wid, None)
 
     def _launch_failed(self, entry: RunningEntry, reason: str, now: float) -> None:
         self._finish(entry, WorkloadState.FAILED, None, reason, now)
@@ -292,8 +354,7 @@ class SchedulerLoop:
     def requeue(self, entry: RunningEntry, reason: str, now: float) -> None:
         """``entry`` waits again: its capacity and quota are given back."""
         wid = entry.row.id
-        self.scheduler.observe([str(wid)], now, finished=False)
-        self.running.pop(wid, None)
+        self._observe(wid, now, finished=False)
         self.store.update_workloads([RequeueChange(wid, reason)], [Event(wid, "requeued", reason)], now)
 
     def _snapshot(self) -> ClusterSnapshot:
@@ -324,6 +385,7 @@ class SchedulerLoop:
             return
         self.queue_specs = specs
         self._pending.clear()  # their queue may change (the preset's one queue, or their own)
+        self.offer = self._new_offer()
         config = scheduler_config(self.preset, self.state, specs, self.config.max_tries_per_step)
         self.scheduler.reconfigure(config)
         for wid, entry in self.running.items():

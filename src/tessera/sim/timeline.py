@@ -5,9 +5,8 @@ Each event time (arrivals, then departures that free capacity) is followed by sc
 (``tessera.core.presets``: static, fifo-share, tiresias, gavel, tessera and reference variants), until a step binds
 nothing. Every plan is applied to the scheduler's books by ``Scheduler.commit`` and every departure reported with
 ``Scheduler.observe``, exactly as the server does; the replay adds only physics and measurements. Pending workloads
-are kept grouped by request shape (``sim.timeline_pending``): within a step a shape that did not fit is not retried,
-and after a failure it is retried only once capacity has been released since (binds alone never make a failed request
-fit).
+are offered and the steps of an instant run as in the control plane (``core.pending``: the first workload of each
+request shape, a failed shape again only after a release).
 
 **Physics, the same under every policy.** A running job's speed (``sim.timeline_progress.Progress``) is its
 isolated speed on its GPU model times ``workers / gang`` times its co-location factor: with ``colocation`` given,
@@ -42,6 +41,7 @@ from tessera.core.cluster import ClusterState, NodeSpec
 from tessera.core.decisions import Bind, Decision, Grow, PendingWorkload, Preempt, RunningWorkload, Shrink, StepPlan
 from tessera.core.fragmentation import typical_pods
 from tessera.core.invariants import check_charges, check_cluster, check_quotas
+from tessera.core.pending import PendingOffer, Shape, schedule_instant
 from tessera.core.placement.base import TieBreak
 from tessera.core.presets import ONE_QUEUE, PREEMPTION_MIN_RUNTIME_S, Preset, build_scheduler, resolve_preset
 from tessera.core.queueing import QueueSpec
@@ -50,7 +50,6 @@ from tessera.core.throughput import ColocationModel, ThroughputModel
 from tessera.core.workload import MILLI_PER_GPU, Request
 from tessera.sim.events import EventLoop
 from tessera.sim.timeline_accounts import QueueAccounts, jain_index
-from tessera.sim.timeline_pending import PendingJobs, Shape
 from tessera.sim.timeline_reclaim import ReclaimTracker
 from tessera.sim.timeline_result import StartRecord, TimelineJobLike, TimelineResult
 from tessera.sim.timeline_runs import RunClock
@@ -76,17 +75,20 @@ def run_timeline(
     colocation: ColocationModel | None = None,
     check_invariants: bool = False,
     record_decisions: bool = False,
+    runtimes_known: bool = True,
 ) -> TimelineResult:
     """Replay ``jobs`` on ``nodes`` under one policy; every job either finishes or never fits.
 
     A job without ``duration_s`` runs ``work_steps / throughput(job_type, model)`` seconds on the GPU model it got.
     With ``queues`` every job's ``queue`` must name one of them (module docstring). ``check_invariants`` (debug
     mode, for tests) checks the cluster and the quota ledger after every step (``core.invariants``);
-    ``record_decisions`` keeps every applied decision (``TimelineResult.decisions``, ``Scheduler.journal``).
+    ``record_decisions`` keeps every applied decision (``TimelineResult.decisions``, ``Scheduler.journal``);
+    ``runtimes_known=False`` hides the jobs' runtimes from the scheduler (as from a server whose workloads declare none).
     """
     preset = resolve_preset(policy_name, "--policies")
     replay = _Replay(nodes, jobs, preset, seed, throughput or ThroughputModel({}), tuple(queues), colocation)
     replay.check_invariants = check_invariants
+    replay.runtimes_known = runtimes_known
     if record_decisions:
         replay.scheduler.journal = []
     return replay.run()
@@ -140,14 +142,14 @@ class _Replay:
         self.clock = RunClock(self.jobs, self.state, throughput, colocation, self._retimed)
         self.loop: EventLoop[Event] = EventLoop()
         strict = preset.discipline is QueueDiscipline.STRICT_FIFO
-        self.pending = PendingJobs(strict, self._shape, self._queue)
-        self.releases = 0
+        self.pending = PendingOffer(strict, self._shape, lambda w: self._queue(int(w)))
         self.preemptions = 0
         self.reclaims = 0
         self.shrunk_workers = 0
         self.grown_workers = 0
         self.reclaim = ReclaimTracker(self.scheduler, seed)
         self.check_invariants = False
+        self.runtimes_known = True  # the scheduler is told how long jobs run (head reservation reads it)
         self.allocated_milli = 0
         self.alloc_integral = 0.0
         self.last_s = 0.0
@@ -202,19 +204,16 @@ class _Replay:
                     self.accounts.demand_milli[self._queue(i)] -= self._milli(i)
         elif kind is EventKind.RECHECK:
             if token == self.tokens[i]:  # a running job's LAS queue dropped or its guard expired: retry the waiting
-                self.releases += 1
+                self.pending.released()
         else:
-            self.pending.add(i)
+            self.pending.add(str(i))
             if self.accounts:
                 self.accounts.demand_milli[self._queue(i)] += self._milli(i)
         upcoming = self.loop.next_time_s()
         if upcoming is None or upcoming > now:  # schedule once all events of this instant are in
-            self._schedule(now)
-            if self.preset.borrowing and self.accounts:
-                blocked = self.reclaim.blocked_queues(self.pending.heads(self._pending_of))
-                if blocked:  # borrowers took quota after the owner's shapes failed: retry them (reclaim) now
-                    self.pending.retry_queues(blocked)
-                    self._schedule(now)
+            reclaim = self.preset.borrowing and self.accounts is not None
+            schedule_instant(self.scheduler, self.pending, now, self._pending_of, self._apply, reclaim)
+            if reclaim:
                 running = lambda: self.books.candidates(self.last_s)  # noqa: E731
                 self.reclaim.track(now, self.pending.heads(self._pending_of), running)
             self.alloc_times.append(now)
@@ -237,58 +236,37 @@ class _Replay:
             return ONE_QUEUE
         return str(getattr(self.jobs[i], "queue", "default"))
 
-    def _pending_of(self, i: int) -> PendingWorkload:
+    def _pending_of(self, workload_id: str) -> PendingWorkload:
         """Job ``i`` as the scheduler is handed it: as the workload describes it (the scheduler applies LAS and the
         preset's preemptibility rule)."""
+        i = int(workload_id)
         job = self.jobs[i]
         low, high = self.preset.elastic_bounds(
             getattr(job, "elastic_min", None), getattr(job, "elastic_max", None), job.work_steps is None
         )
         return PendingWorkload(
-            str(i),
+            workload_id,
             self.requests[i],
             job.arrival_s,
             job.priority,
             queue=self._queue(i),
             gang=job.gang,
             preemptible=bool(getattr(job, "preemptible", False)),
-            expected_duration_s=self.clock.known_duration(i),
+            expected_duration_s=self.clock.known_duration(i) if self.runtimes_known else None,
             elastic_min=low,
             elastic_max=high,
             checkpointed=bool(getattr(job, "checkpointed", False)),
         )
 
-    def _shape(self, i: int) -> Shape:
-        w = self.scheduler.effective(self._pending_of(i), self.last_s)
+    def _shape(self, workload_id: str) -> Shape:
+        w = self.scheduler.effective(self._pending_of(workload_id), self.last_s)
         return (w.request, w.gang, w.priority, w.queue, w.preemptible, w.elastic_min)
 
     # ------------------------------------------------------------------------------------------- scheduling
 
-    def _schedule(self, now: float) -> None:
-        while True:
-            candidates = self.pending.candidates(self.releases)
-            if not candidates:
-                if self.pending.no_shapes and self._growable():  # nothing waits: elastic jobs may grow
-                    self._commit(now, self.scheduler.plan([], now))
-                    self._check()
-                return
-            plan = self.scheduler.plan([self._pending_of(i) for i in candidates], now)
-            self._commit(now, dataclasses.replace(plan, grows=()))
-            for job_id in plan.waiting:
-                self.pending.failed(int(job_id), self.releases)
-            if plan.grows and self.pending.all_waiting_seen(plan.waiting):
-                self._commit(now, StepPlan(grows=plan.grows))
-            self._check()
-            if not plan.binds:
-                return
-
-    def _growable(self) -> bool:
-        """Whether a running, preemptible elastic job is below its maximum (a step with nothing pending may grow
-        it; only those that can give workers back grow)."""
-        return any(
-            r.preemptible and r.elastic_max is not None and len(r.placements) < r.elastic_max
-            for r in self.books.running.values()
-        )
+    def _apply(self, plan: StepPlan) -> None:
+        self._commit(self.last_s, plan)
+        self._check()
 
     def _commit(self, now: float, plan: StepPlan) -> None:
         """Apply ``plan`` to the books (``Scheduler.commit``), each decision followed by its physics."""
@@ -320,11 +298,12 @@ class _Replay:
         where = tuple((self.state.nodes[p.node].name, p.gpu_indices, p.gpu_milli_each) for p in placements)
         self.starts.append(StartRecord(now, self.jobs[i].id, where))
         end, partners = self.clock.begin(now, i, placements)
-        self.books.set_expected_end(bind.workload_id, end)
+        if self.runtimes_known:
+            self.books.set_expected_end(bind.workload_id, end)
         self.run_started_s[i] = now
         if self.accounts:
             self.accounts.received_milli[self._queue(i)] += self.jobs[i].request.total_gpu_milli * len(placements)
-        self.pending.remove(i)
+        self.pending.remove(bind.workload_id)
         if np.isnan(self.start_s[i]):  # waiting time counts until the first start
             self.start_s[i] = now
         self.finish_s[i] = end
@@ -341,7 +320,7 @@ class _Replay:
         self.allocated_milli -= sum(p.total_gpu_milli for p in ended.placements)
         self.run_started_s.pop(i, None)
         self.clock.end(now, i)
-        self.releases += 1
+        self.pending.released()
 
     def _preempted(self, now: float, preempt: Preempt, victim: RunningWorkload) -> None:
         """A preempted job returns to pending: with the share of its work still to do if checkpointed (it may restart
@@ -355,7 +334,7 @@ class _Replay:
         self.tokens[i] += 1
         self.finish_s[i] = np.nan
         self.preemptions += 1
-        self.pending.add(i)
+        self.pending.add(preempt.workload_id)
 
     def _resized(self, now: float, resize: Shrink | Grow, workers: int) -> None:
         """An elastic job gave back (``Shrink``) or got (``Grow``) workers and runs ``workers`` now: its progress
@@ -368,7 +347,7 @@ class _Replay:
             self.accounts.received_milli[self._queue(i)] += sign * per_worker * len(resize.placements)
         if sign < 0:
             self.shrunk_workers += len(resize.placements)
-            self.releases += 1  # capacity was freed: shapes that failed may fit now
+            self.pending.released()  # capacity was freed: shapes that failed may fit now
         else:
             self.grown_workers += len(resize.placements)
         self.clock.resized(now, i, workers)
@@ -381,7 +360,8 @@ class _Replay:
         if end < math.inf:
             self.loop.schedule(end, Event(EventKind.DEPART, i, self.tokens[i]), priority=0)
         if self.scheduler.ledger is not None and i in self.run_started_s:
-            self.books.set_expected_end(str(i), end)
+            if self.runtimes_known:
+                self.books.set_expected_end(str(i), end)
             guard_left = self.run_started_s[i] + PREEMPTION_MIN_RUNTIME_S - now
             self._schedule_rechecks(now, i, end - now, guard_left if guard_left > 0 else None)
 

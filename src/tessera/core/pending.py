@@ -1,0 +1,151 @@
+"""What a runtime offers the scheduler, and the scheduling of one instant: ``PendingOffer``.
+
+Both runtimes (the timeline simulator and the control plane's loop) keep their waiting workloads here and schedule
+with ``schedule_instant``, so that the twin and the live system offer the scheduler the same workloads in the same
+order. Under StrictFIFO workloads wait per queue in arrival order, and a step is offered the first 64 of each queue.
+Otherwise (backfill) they are grouped by request shape: a step is offered only the first workload of each shape,
+since a shape that did not fit would not fit for the workloads behind it either, and a shape that failed is offered
+again only once capacity has been released since (``released``: a workload ended or was preempted or shrunk, or a
+running workload's LAS level or preemption guard changed, which may let a waiting one preempt it); binds alone never
+make a failed request fit. Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+
+from tessera.core.decisions import PendingWorkload, StepPlan
+from tessera.core.scheduler import Scheduler
+from tessera.core.workload import Request
+
+Shape = tuple[Request, int, int, str, bool, int | None]  # request, gang, priority, queue, preemptible, elastic_min
+STRICT_FIFO_WINDOW = 64  # workloads per queue a StrictFIFO step is offered
+
+
+class PendingOffer:
+    """The waiting workloads of one runtime, by id, and the count of capacity releases so far."""
+
+    def __init__(self, strict_fifo: bool, shape_of: Callable[[str], Shape], fifo_key: Callable[[str], str]) -> None:
+        self.strict_fifo = strict_fifo
+        self.shape_of = shape_of  # a workload's shape (its priority as of now)
+        self.fifo_key = fifo_key  # the StrictFIFO line a workload waits in
+        self.fifo: dict[str, deque[str]] = {}
+        self.groups: OrderedDict[Shape, deque[str]] = OrderedDict()
+        self.failed_at_release: dict[Shape, int] = {}  # shape -> the release count when it last failed
+        self.releases = 0
+
+    def released(self) -> None:
+        """Capacity was released (or a running workload may have become a victim): failed shapes are tried again."""
+        self.releases += 1
+
+    def add(self, workload_id: str) -> None:
+        if self.strict_fifo:
+            self.fifo.setdefault(self.fifo_key(workload_id), deque()).append(workload_id)
+        else:
+            self.groups.setdefault(self.shape_of(workload_id), deque()).append(workload_id)
+
+    def remove(self, workload_id: str) -> None:
+        if self.strict_fifo:
+            self.fifo[self.fifo_key(workload_id)].remove(workload_id)
+            return
+        shape = self.shape_of(workload_id)
+        members = self.groups[shape]
+        members.remove(workload_id)
+        if not members:
+            del self.groups[shape]
+
+    def candidates(self) -> list[str]:
+        """The workloads to offer the next step."""
+        if self.strict_fifo:
+            return [w for members in self.fifo.values() for w in list(members)[:STRICT_FIFO_WINDOW]]
+        releases = self.releases
+        return [members[0] for shape, members in self.groups.items() if self.failed_at_release.get(shape) != releases]
+
+    def failed(self, workload_id: str) -> None:
+        """``workload_id`` did not fit: its shape waits for the next release."""
+        self.failed_at_release[self.shape_of(workload_id)] = self.releases
+
+    def retry_queues(self, queues: Iterable[str]) -> None:
+        """Offer the failed shapes of ``queues`` again at once (a reclaim may now let them run)."""
+        names = set(queues)
+        for shape in [s for s in self.failed_at_release if s[3] in names]:
+            del self.failed_at_release[shape]
+
+    def heads(self, workload_of: Callable[[str], PendingWorkload]) -> list[PendingWorkload]:
+        """The first pending workload of each request shape (what the reclaim measure looks at)."""
+        return [workload_of(members[0]) for members in self.groups.values()]
+
+    def all_waiting_seen(self, waiting: dict[str, str]) -> bool:
+        """True when a step saw what every pending workload waits for: each shape's first workload was in it and
+        waits (a grow takes only capacity nobody waits for, and the step knows only the workloads it was given)."""
+        return all(m[0] in waiting for m in self.groups.values()) and not any(self.fifo.values())
+
+    def reasons(self, waiting: dict[str, str]) -> dict[str, str]:
+        """``waiting`` with each reason given to the workloads behind the one it was given for (same shape)."""
+        spread = dict(waiting)
+        for members in self.groups.values():
+            reason = waiting.get(members[0])
+            if reason is not None:
+                for workload_id in list(members)[1:]:
+                    spread.setdefault(workload_id, reason)
+        return spread
+
+    @property
+    def no_shapes(self) -> bool:
+        """Nothing waits in a backfill group."""
+        return not self.groups
+
+
+def growable(scheduler: Scheduler) -> bool:
+    """Whether a running, preemptible elastic workload is below its maximum (a step with nothing pending may grow it;
+    only those that can give workers back grow)."""
+    return scheduler.config.elastic and any(
+        r.preemptible and r.elastic_max is not None and len(r.placements) < r.elastic_max
+        for r in scheduler.books.running.values()
+    )
+
+
+def schedule_instant(
+    scheduler: Scheduler,
+    offer: PendingOffer,
+    now_s: float,
+    workload_of: Callable[[str], PendingWorkload],
+    apply: Callable[[StepPlan], None],
+    reclaim_retry: bool,
+) -> None:
+    """Every scheduling step of one instant: steps over the offered workloads until one binds nothing (each plan
+    handed to ``apply``, which commits it and removes bound workloads from the offer); a plan's grows only when the
+    step saw what every pending workload waits for, and with nothing pending a step for growth alone. With
+    ``reclaim_retry`` (a preset that borrows), queues whose work is blocked by borrowers after that get their failed
+    shapes offered again at once, and the steps run once more."""
+    _steps(scheduler, offer, now_s, workload_of, apply)
+    if reclaim_retry:
+        blocked = {h.queue for h in offer.heads(workload_of) if scheduler.blocked_by_borrowers(h)}
+        if blocked:  # borrowers took quota after the owner's shapes failed: retry them (reclaim) now
+            offer.retry_queues(blocked)
+            _steps(scheduler, offer, now_s, workload_of, apply)
+
+
+def _steps(
+    scheduler: Scheduler,
+    offer: PendingOffer,
+    now_s: float,
+    workload_of: Callable[[str], PendingWorkload],
+    apply: Callable[[StepPlan], None],
+) -> None:
+    while True:
+        candidates = offer.candidates()
+        if not candidates:
+            if offer.no_shapes and growable(scheduler):  # nothing waits: elastic workloads may grow
+                apply(scheduler.plan([], now_s))
+            return
+        plan = scheduler.plan([workload_of(w) for w in candidates], now_s)
+        apply(dataclasses.replace(plan, grows=()))
+        for workload_id in plan.waiting:
+            offer.failed(workload_id)
+        if plan.grows and offer.all_waiting_seen(plan.waiting):
+            apply(StepPlan(grows=plan.grows))
+        if not plan.binds:
+            return
