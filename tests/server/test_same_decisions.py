@@ -48,7 +48,9 @@ QUEUES = [{"name": team, "tenant": team, "cohort": "org", "nominal": {"*": {"gpu
 Decision = tuple[float, str, str, tuple[tuple[str, tuple[int, ...], int], ...], tuple[object, ...] | None]
 
 
-def trace(seed: int, count: int, teams: Sequence[str] = ("default",)) -> list[TimelineJob]:
+def trace(
+    seed: int, count: int, teams: Sequence[str] = ("default",), durations_s: tuple[int, int] = (60, 600)
+) -> list[TimelineJob]:
     """Jobs of mixed shapes, priority classes and queues, arriving faster than the pool drains them."""
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(12.0, count)).round(3)
@@ -63,7 +65,7 @@ def trace(seed: int, count: int, teams: Sequence[str] = ("default",)) -> list[Ti
                 arrival_s=float(arrivals[i]),
                 # The server's requests carry their workload's priority and queue (server.records.request_of).
                 request=dataclasses.replace(shape, priority=cls.value, queue=queue),
-                duration_s=float(rng.integers(60, 600)),
+                duration_s=float(rng.integers(*durations_s)),
                 queue=queue,
                 priority=cls.value,
                 preemptible=cls.preemptible,
@@ -208,6 +210,22 @@ def test_simulator_and_server_make_the_same_decisions_and_quota_charges_with_ten
     jobs = trace(2, 60, TEAMS)
     sim, served = compare(h, policy, jobs, queues, tokens, finish=fake_finish)
     assert all(quota is not None for *_, quota in sim)  # every decision moved quota
+    assert served == sim
+
+
+@pytest.mark.parametrize("policy", PRESET_NAMES)
+def test_simulator_and_server_make_the_same_decisions_when_las_ages_and_preempts(
+    make_harness: MakeHarness, policy: str
+) -> None:
+    """Runs of up to four hours: LAS levels drop (1 and 10 GPU-hours) and guards expire while jobs run, so tiresias
+    and tessera preempt by LAS; the server steps at the simulator's recheck instants like at any other."""
+    h = make_harness(GPUS, policy=policy)
+    h.step()
+    queues = list(h.server.ctx.loop.queue_specs)
+    jobs = trace(3, 40, durations_s=(600, 14_400))
+    sim, served = compare(h, policy, jobs, queues, {}, finish=fake_finish)
+    if policy.startswith(("tiresias", "tessera")):
+        assert any(kind == "preempt" for _, kind, *_ in sim)
     assert served == sim
 
 

@@ -1,18 +1,21 @@
 """The scheduler loop: the core's scheduling step on a wall clock, with the store as the source of truth.
 
-One ``step()``: collect the workloads that ended (``Backend.poll``; ``Scheduler.observe`` returns their capacity), stop
-those whose cancel was requested, plan with ``core.scheduler.Scheduler`` over the pending workloads, **write every
-decision to the store in one transaction** (typed changes, ``server.store.changes``), apply the plan to the scheduler's
-books with ``Scheduler.commit`` (the very call the simulator makes), and only then act on it (stop victims, launch
-through ``server.launcher``): plan, store, commit, backend. The scheduler is built from a named preset
+One ``step()`` (a tick): collect the workloads that ended (``Backend.poll``; ``Scheduler.observe`` returns their
+capacity), stop those whose cancel was requested, run the memory watchdog, then every scheduling step of this instant
+exactly as the simulator runs them (``core.pending.schedule_instant`` over the same ``PendingOffer``: the first
+workload of each request shape, a failed shape again only after a release). Each plan is applied to the scheduler's
+books with ``Scheduler.commit``, the very call the simulator makes, so the next plan of the tick builds on it; then
+**all the tick's decisions are written to the store in one transaction** (typed changes, ``server.store.changes``)
+and only then acted on (stop victims, launch through ``server.launcher``). Nothing acts before it is durable; a bind
+that lost the race with a cancel is taken back out of the books. The scheduler is built from a named preset
 (``LoopConfig.policy``, ``core.presets``: ``tessera`` by default, or static, fifo-share, tiresias, gavel and the
-reference variants), with the store's queues; without queues a workload runs in the preset's one queue. A restarted
-server calls ``recover()`` first (``server.recovery``): it rebinds the stored placements into the scheduler's books
-(``Scheduler.adopt``), re-charges the quotas and re-adopts the workloads that outlived the crash. Why a stop was sent is
-a typed ``StopReason`` (cancel, preempted, watchdog), which decides what the workload's end means.
+reference variants) with the store's queues.
 
-A bind that needs preempted victims to go first is launched only once they have exited (``held``): two processes never
-hold one GPU share at once. The simulator runs the same ``Scheduler``; only the clock and the backend differ.
+A restarted server calls ``recover()`` first (``server.recovery``): it takes the stored placements back into the
+scheduler's books (``Scheduler.adopt``), re-charges the quotas and re-adopts the workloads that outlived the crash.
+Why a stop was sent is a typed ``StopReason`` (cancel, preempted, watchdog), which decides what the workload's end
+means. A bind that needs preempted victims to go first is launched only once they have exited (``waits_for``): two
+processes never hold one GPU share at once.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import heapq
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tessera.backends.base import Backend, ExitStatus
@@ -29,7 +33,7 @@ from tessera.core.cluster import ClusterState
 from tessera.core.pending import PendingOffer, Shape, schedule_instant
 from tessera.core.presets import ONE_QUEUE, build_scheduler, resolve_preset, scheduler_config
 from tessera.core.queueing import QueueSpec
-from tessera.core.scheduler import Bind, PendingWorkload, QueueDiscipline, StepPlan
+from tessera.core.scheduler import Bind, PendingWorkload, Preempt, QueueDiscipline, StepPlan
 from tessera.core.workload import WorkloadState
 from tessera.gpu.gpus import ProcessMemoryProbe
 from tessera.server.launcher import Launcher
@@ -100,7 +104,7 @@ class SchedulerLoop:
         )
         self._pending: dict[int, PendingWorkload] = {}  # built once per workload; whole rows are read at bind
         self._now = 0.0  # the current tick's time
-        self._counts = [0, 0]  # binds and preemptions of the current tick
+        self._tick = _Tick()  # the current tick's decisions, stored together by _flush
         self._rechecks: list[tuple[float, str, float]] = []  # LAS: (when, workload, its run's start) to step again
         self.offer = self._new_offer()
         self._reasons: dict[int, str] = {}
@@ -137,11 +141,9 @@ class SchedulerLoop:
         self._recheck(now)
         self.launcher.launch_ready(self.running, now)
         pending = self._sync_pending()
-        self._counts = [0, 0]
-        reclaim = self.preset.borrowing
-        schedule_instant(self.scheduler, self.offer, now, self._offered, self._apply, reclaim)
+        schedule_instant(self.scheduler, self.offer, now, self._offered, self._apply, self.preset.borrowing)
+        binds, preempts = self._flush(now)
         self.snapshot = self._snapshot()
-        binds, preempts = self._counts
         report = StepReport(binds, preempts, ended, pending, time.perf_counter() - started)
         if self.on_step is not None:
             self.on_step(report)
@@ -208,59 +210,65 @@ class SchedulerLoop:
         )
 
     def _apply(self, plan: StepPlan) -> None:
-        """Plan, store, commit, backend: the decisions are durable before the books change and anything acts."""
-        now = self._now
-        changes: list[WorkloadChange] = []
-        events: list[Event] = []
-        victims = [int(p.workload_id) for p in plan.preempts]
+        """One plan of this tick: committed to the scheduler's books at once (the next plan of the tick builds on
+        it), recorded for ``_flush``, which makes the tick's decisions durable in one transaction before anything
+        acts on them."""
+        self.scheduler.commit(plan, self._now)
+        tick = self._tick
         for preempt in plan.preempts:
-            wid = int(preempt.workload_id)
-            changes.append(StopChange(wid, StopReason.preempted(preempt.reason)))
-            events.append(Event(wid, "preempted", f"{preempt.reason} (for workload {preempt.preemptor})"))
-        rows = {row.id: row for row in self.store.workloads_by_id(int(b.workload_id) for b in plan.binds)}
-        bound = [self._entry(bind, rows[int(bind.workload_id)], now, victims) for bind in plan.binds]
-        bind_changes = [self._bind_change(entry, now) for entry in bound]
-        events += [Event(entry.row.id, "bound", describe(entry, self.pool)) for entry in bound]
-        reasons: list[ReasonChange] = []
-        for wid_text, reason in self.offer.reasons(plan.waiting).items():
-            wid = int(wid_text)
-            if self._reasons.get(wid) != reason:
-                self._reasons[wid] = reason
-                reasons.append(ReasonChange(wid, reason))
-        # A bind that lost the race with a cancel is dropped from the plan before it is committed.
-        lost = self.store.commit_decisions(bind_changes, reasons, changes, events, now)
-        bound = [entry for entry in bound if entry.row.id not in lost]
-        binds = tuple(b for b in plan.binds if int(b.workload_id) not in lost)
-        self.scheduler.commit(StepPlan(binds, plan.waiting, plan.preempts), now)
-        self._counts[0] += len(binds)
-        self._counts[1] += len(plan.preempts)
-        for preempt, change in zip(plan.preempts, changes, strict=True):
             self.offer.released()
             entry = self.running[int(preempt.workload_id)]
             entry.placements, entry.admission = (), None  # its capacity went to the preemptor
-            entry.stop_sent = change.stop if isinstance(change, StopChange) else None
-        for wid in lost:
-            if wid in self._pending:
-                self.offer.remove(str(wid))
-                del self._pending[wid]
+            entry.stop_sent = StopReason.preempted(preempt.reason)
+            tick.preempts.append(preempt)
+        for bind in plan.binds:
+            self.offer.remove(bind.workload_id)
+            del self._pending[int(bind.workload_id)]
+            waits = {int(p.workload_id) for p in tick.preempts}  # victims decided so far must exit first
+            tick.binds.append((bind, waits))
+        tick.waiting.update(self.offer.reasons(plan.waiting))
+
+    def _flush(self, now: float) -> tuple[int, int]:
+        """Store the tick's decisions in one transaction, then act: stop victims, launch what need not wait. A bind
+        that lost the race with a cancel is taken back out of the books. Returns (binds, preemptions)."""
+        tick, self._tick = self._tick, _Tick()
+        changes: list[WorkloadChange] = []
+        events: list[Event] = []
+        for preempt in tick.preempts:
+            wid = int(preempt.workload_id)
+            changes.append(StopChange(wid, StopReason.preempted(preempt.reason)))
+            events.append(Event(wid, "preempted", f"{preempt.reason} (for workload {preempt.preemptor})"))
+        rows = {row.id: row for row in self.store.workloads_by_id(int(b.workload_id) for b, _ in tick.binds)}
+        bound = [self._entry(bind, rows[int(bind.workload_id)], now, waits) for bind, waits in tick.binds]
+        bind_changes = [self._bind_change(entry, now) for entry in bound]
+        events += [Event(entry.row.id, "bound", describe(entry, self.pool)) for entry in bound]
+        reasons: list[ReasonChange] = []
+        for wid_text, reason in tick.waiting.items():
+            wid = int(wid_text)
+            if wid in self._pending and self._reasons.get(wid) != reason:
+                self._reasons[wid] = reason
+                reasons.append(ReasonChange(wid, reason))
+        lost = self.store.commit_decisions(bind_changes, reasons, changes, events, now)
+        self.scheduler.observe([str(wid) for wid in lost], now, finished=False)
+        bound = [entry for entry in bound if entry.row.id not in lost]
         for entry in bound:
-            self.offer.remove(str(entry.row.id))
-            del self._pending[entry.row.id]
             self._reasons.pop(entry.row.id, None)
             self._schedule_rechecks(str(entry.row.id), now)
-            entry.admission = self.scheduler.books.running[str(entry.row.id)].admission
             self.running[entry.row.id] = entry
-        for wid in victims:
-            self.backend.stop(str(wid), self.config.stop_grace_s)
+        for preempt in tick.preempts:
+            self.backend.stop(preempt.workload_id, self.config.stop_grace_s)
         if self.on_start is not None:
             for entry in bound:
                 self.on_start(entry.row, now - entry.row.submitted_at)
         self.launcher.launch_all([entry for entry in bound if not entry.waits_for], now)
+        return len(bound), len(tick.preempts)
 
-    def _entry(self, bind: Bind, row: WorkloadRow, now: float, victims: list[int]) -> RunningEntry:
+    def _entry(self, bind: Bind, row: WorkloadRow, now: float, waits: set[int]) -> RunningEntry:
         """The server's entry of a bound workload, launched once the victims still running have exited."""
-        waits = {v for v in victims if v in self.running}
-        return RunningEntry(row, bind.placements, bind.admission, now, launched=False, waits_for=waits)
+        admission = self.scheduler.books.running[bind.workload_id].admission
+        charged = None if str(row.id) in self.scheduler.books.uncharged else admission
+        waits = {v for v in waits if v in self.running}
+        return RunningEntry(row, bind.placements, charged, now, launched=False, waits_for=waits)
 
     def _bind_change(self, entry: RunningEntry, now: float) -> BindChange:
         row = entry.row
@@ -352,10 +360,14 @@ class SchedulerLoop:
         self._finish(entry, WorkloadState.FAILED, None, reason, now)
 
     def requeue(self, entry: RunningEntry, reason: str, now: float) -> None:
-        """``entry`` waits again: its capacity and quota are given back."""
+        """``entry`` waits again: its capacity and quota are given back, and it joins the offer now (workloads
+        requeued together join in the order they stopped, as the simulator's preempted jobs do)."""
         wid = entry.row.id
         self._observe(wid, now, finished=False)
         self.store.update_workloads([RequeueChange(wid, reason)], [Event(wid, "requeued", reason)], now)
+        if wid not in self._pending:
+            self._pending[wid] = self._workload(entry.row)
+            self.offer.add(str(wid))
 
     def _snapshot(self) -> ClusterSnapshot:
         on_gpu: dict[tuple[int, int], list[int]] = {}
@@ -430,3 +442,12 @@ class SchedulerLoop:
             except Exception:
                 log.exception("scheduling step failed; retrying")
             time.sleep(self.config.interval_s)
+
+
+@dataclass(slots=True)
+class _Tick:
+    """The decisions of one tick's plans, already in the books, not yet stored."""
+
+    preempts: list[Preempt] = field(default_factory=list)
+    binds: list[tuple[Bind, set[int]]] = field(default_factory=list)  # with the victims each must wait for
+    waiting: dict[str, str] = field(default_factory=dict)  # workload id -> why it still waits

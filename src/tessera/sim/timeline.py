@@ -83,7 +83,7 @@ def run_timeline(
     With ``queues`` every job's ``queue`` must name one of them (module docstring). ``check_invariants`` (debug
     mode, for tests) checks the cluster and the quota ledger after every step (``core.invariants``);
     ``record_decisions`` keeps every applied decision (``TimelineResult.decisions``, ``Scheduler.journal``);
-    ``runtimes_known=False`` hides the jobs' runtimes from the scheduler (as from a server whose workloads declare none).
+    ``runtimes_known=False`` hides the runtimes from the scheduler (a server's workloads declare none).
     """
     preset = resolve_preset(policy_name, "--policies")
     replay = _Replay(nodes, jobs, preset, seed, throughput or ThroughputModel({}), tuple(queues), colocation)
