@@ -97,6 +97,7 @@ class ServerReplay:
     jobs: Sequence[TimelineJob]
     finish: Callable[[Harness, int], None]  # end workload id's run (its process exits with code 0)
     wait_for_exits: Callable[[Harness], None] = lambda h: None
+    command: list[str] | None = None  # each workload's command (None: the harness's, which exits at once)
     workload_of: dict[str, int] = field(default_factory=dict)
     job_of: dict[int, str] = field(default_factory=dict)
 
@@ -145,6 +146,8 @@ class ServerReplay:
         cls = next(name for name, c in BUILTIN_PRIORITY_CLASSES.items() if c.value == job.priority)
         body: dict[str, object] = {"gpus": r.num_gpus, "cpu": f"{r.cpu_milli}m", "mem": r.mem_mib, "name": job.id}
         body["priority"] = cls
+        if self.command is not None:
+            body["command"] = self.command
         if r.num_gpus:
             body["gpu_milli"] = r.gpu_milli
             body["gpu_types"] = sorted(r.gpu_types)
@@ -243,3 +246,45 @@ def test_the_comparison_sees_a_different_policy(make_harness: MakeHarness, tmp_p
     sim = normalised(simulated.decisions, lambda i: jobs[int(i)].id, sorted(nodes))
     served = normalised(h.server.ctx.loop.scheduler.journal, lambda w: driver.job_of[int(w)], nodes)
     assert served != sim
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("policy", ["tessera", "tiresias"])
+def test_the_same_decisions_with_real_processes(make_harness: MakeHarness, tmp_path: Path, policy: str) -> None:
+    """As above through the local backend: every workload is a real process that runs until the test lets it end
+    (a flag file), and a preempted one is stopped by a real signal."""
+    import os
+    import time
+
+    from tessera.backends.local import LocalBackend
+
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    backend = LocalBackend(tmp_path / "procs")
+    h = make_harness(GPUS, policy=policy, backend=backend)
+    h.step()
+    queues, tokens = make_queues(h)
+    jobs = trace(4, 24, TEAMS, durations_s=(600, 14_400))
+    command = ["sh", "-c", f'while [ ! -e "{flags}/$TESSERA_WORKLOAD_ID" ]; do sleep 0.02; done']
+
+    def finish(harness: Harness, workload_id: int) -> None:
+        (flags / str(workload_id)).touch()
+
+    def wait_for_exits(harness: Harness) -> None:
+        """Until every workload told to end (flag or signal) has ended whole, so that the next poll reports it: its
+        exit code written and no process of its group left (what ``LocalBackend.poll`` waits for)."""
+        deadline = time.monotonic() + 60
+        for entry in list(harness.server.ctx.loop.running.values()):
+            told = entry.stop_sent is not None or (flags / str(entry.row.id)).exists()
+            handle = entry.handle
+            if told and handle is not None:
+                exit_file = str(handle.data["exit_file"])
+                while not os.path.exists(exit_file) or backend.pids(handle):
+                    assert time.monotonic() < deadline, f"workload {entry.row.id} did not end"
+                    time.sleep(0.01)
+
+    sim, served = compare(
+        h, policy, jobs, queues, tokens, finish=finish, wait_for_exits=wait_for_exits, command=command
+    )
+    assert any(kind == "preempt" for _, kind, *_ in sim)
+    assert served == sim

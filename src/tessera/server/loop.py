@@ -21,6 +21,7 @@ processes never hold one GPU share at once.
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -105,6 +106,8 @@ class SchedulerLoop:
         self._pending: dict[int, PendingWorkload] = {}  # built once per workload; whole rows are read at bind
         self._now = 0.0  # the current tick's time
         self._tick = _Tick()  # the current tick's decisions, stored together by _flush
+        self._preemptions = itertools.count(1)
+        self._preempted_order: dict[int, int] = {}  # preempted workloads not yet ended -> in which order
         self._rechecks: list[tuple[float, str, float]] = []  # LAS: (when, workload, its run's start) to step again
         self.offer = self._new_offer()
         self._reasons: dict[int, str] = {}
@@ -221,6 +224,7 @@ class SchedulerLoop:
             entry.placements, entry.admission = (), None  # its capacity went to the preemptor
             entry.stop_sent = StopReason.preempted(preempt.reason)
             tick.preempts.append(preempt)
+            self._preempted_order[entry.row.id] = next(self._preemptions)
         for bind in plan.binds:
             self.offer.remove(bind.workload_id)
             del self._pending[int(bind.workload_id)]
@@ -314,8 +318,11 @@ class SchedulerLoop:
             self.backend.stop(str(wid), self.config.stop_grace_s)
 
     def _collect_exits(self, now: float) -> int:
-        statuses = self.backend.poll()
+        """Ends the backend reports; preempted workloads that ended together are requeued in the order they were
+        preempted (their processes may exit in any order), as the simulator requeues them."""
+        statuses = sorted(self.backend.poll(), key=lambda s: self._preempted_order.get(int(s.workload_id), 0))
         for status in statuses:
+            self._preempted_order.pop(int(status.workload_id), None)
             entry = self.running.get(int(status.workload_id))
             if entry is None:
                 log.warning("backend reported the end of unknown workload %s", status.workload_id)
