@@ -1,4 +1,4 @@
-"""Elastic jobs in the timeline simulator (``TimelinePolicy.elastic``, ``tessera`` only): growth into idle GPUs,
+"""Elastic jobs in the timeline simulator (``Preset.elastic``, ``tessera`` only): growth into idle GPUs,
 shrinking for higher priority and for a queue reclaiming its quota, runtime that follows the worker count, and the
 books (allocation, quota charge) kept through every resize; every run checks the invariants after each step."""
 

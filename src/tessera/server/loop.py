@@ -20,7 +20,6 @@ processes never hold one GPU share at once.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
 import time
@@ -29,14 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tessera.backends.base import Backend, ExitStatus
-from tessera.core.allocation import gpus_held
 from tessera.core.cluster import ClusterState
-from tessera.core.pending import PendingOffer, Shape, schedule_instant
-from tessera.core.presets import ONE_QUEUE, build_scheduler, resolve_preset, scheduler_config
+from tessera.core.pending import schedule_instant
+from tessera.core.presets import build_scheduler, resolve_preset, scheduler_config
 from tessera.core.queueing import QueueSpec
-from tessera.core.scheduler import Bind, PendingWorkload, Preempt, QueueDiscipline, StepPlan
+from tessera.core.scheduler import Bind, Preempt, StepPlan
 from tessera.core.workload import WorkloadState
 from tessera.gpu.gpus import ProcessMemoryProbe
+from tessera.server.intake import Intake
 from tessera.server.launcher import Launcher
 from tessera.server.loop_values import (
     ClusterSnapshot,
@@ -49,7 +48,7 @@ from tessera.server.loop_values import (
 )
 from tessera.server.memory_watch import MemoryWatch, Watched
 from tessera.server.pool import Pool
-from tessera.server.records import admission_record, placement_record, queue_spec, request_of
+from tessera.server.records import admission_record, placement_record, queue_spec
 from tessera.server.recovery import recover_running
 from tessera.server.store.changes import (
     BindChange,
@@ -62,7 +61,7 @@ from tessera.server.store.changes import (
     WorkloadChange,
 )
 from tessera.server.store.models import WorkloadRow
-from tessera.server.store.store import Event, PendingRow, Store
+from tessera.server.store.store import Event, Store
 
 log = logging.getLogger(__name__)
 
@@ -103,13 +102,11 @@ class SchedulerLoop:
         self.memory_watch = (
             MemoryWatch(memory_probe, self._stop_for_memory, backend.pids) if memory_probe is not None else None
         )
-        self._pending: dict[int, PendingWorkload] = {}  # built once per workload; whole rows are read at bind
+        self.intake = Intake(self.preset, lambda: self.scheduler)
         self._now = 0.0  # the current tick's time
         self._tick = _Tick()  # the current tick's decisions, stored together by _flush
         self._preemptions = itertools.count(1)
         self._preempted_order: dict[int, int] = {}  # preempted workloads not yet ended -> in which order
-        self._rechecks: list[tuple[float, str, float]] = []  # LAS: (when, workload, its run's start) to step again
-        self.offer = self._new_offer()
         self._reasons: dict[int, str] = {}
         self.queue_specs: tuple[QueueSpec, ...] = ()
         self.snapshot = self._snapshot()
@@ -135,82 +132,25 @@ class SchedulerLoop:
         (``core.pending.schedule_instant``, as the simulator runs them)."""
         started = time.perf_counter()
         now = self.clock()
-        self._now = now
+        self._now = self.intake.now_s = now
         self._refresh_queues()
         ended = self._collect_exits(now)
         self._send_cancels(now)
         if self.memory_watch is not None:
             self.memory_watch.check(now, self._watched())
-        self._recheck(now)
+        self.intake.recheck(now)
         self.launcher.launch_ready(self.running, now)
-        pending = self._sync_pending()
-        schedule_instant(self.scheduler, self.offer, now, self._offered, self._apply, self.preset.borrowing)
+        stored = set(self.store.ids_in(PENDING))
+        for gone in self.intake.sync(stored, self.store.pending_requests):
+            self._reasons.pop(gone, None)
+        intake = self.intake
+        schedule_instant(self.scheduler, intake.offer, now, intake.offered, self._apply, self.preset.borrowing)
         binds, preempts = self._flush(now)
         self.snapshot = self._snapshot()
-        report = StepReport(binds, preempts, ended, pending, time.perf_counter() - started)
+        report = StepReport(binds, preempts, ended, len(stored), time.perf_counter() - started)
         if self.on_step is not None:
             self.on_step(report)
         return report
-
-    def _sync_pending(self) -> int:
-        """The offer holds exactly the stored pending workloads (new ones added in submission order); how many."""
-        ids = set(self.store.ids_in(PENDING))
-        for gone in self._pending.keys() - ids:
-            self.offer.remove(str(gone))
-            del self._pending[gone]
-            self._reasons.pop(gone, None)
-        for r in self.store.pending_requests(sorted(ids - self._pending.keys())):
-            self._pending[r.id] = self._workload(r)
-            self.offer.add(str(r.id))
-        return len(ids)
-
-    def _offered(self, workload_id: str) -> PendingWorkload:
-        return self._pending[int(workload_id)]
-
-    def _shape(self, workload_id: str) -> Shape:
-        w = self.scheduler.effective(self._pending[int(workload_id)], self._now)
-        return (w.request, w.gang, w.priority, w.queue, w.preemptible, w.elastic_min)
-
-    def _new_offer(self) -> PendingOffer:
-        strict = self.preset.discipline is QueueDiscipline.STRICT_FIFO
-        return PendingOffer(strict, self._shape, lambda w: self._pending[int(w)].queue)
-
-    def _recheck(self, now: float) -> None:
-        """LAS: a running workload whose level dropped or whose guard expired since the last tick may now be a
-        victim: failed shapes are tried again (the simulator's recheck events)."""
-        while self._rechecks and self._rechecks[0][0] <= now:
-            _, workload_id, started_s = heapq.heappop(self._rechecks)
-            running = self.scheduler.books.running.get(workload_id)
-            if running is not None and running.started_s == started_s:
-                self.offer.released()
-
-    def _schedule_rechecks(self, workload_id: str, now: float) -> None:
-        las = self.scheduler.books.las
-        if las is None:
-            return
-        running = self.scheduler.books.running[workload_id]
-        delays = las.recheck_delays(workload_id, gpus_held(running.placements))
-        delays.append(self.scheduler.config.preemption_min_runtime_s)
-        for delay in delays:
-            heapq.heappush(self._rechecks, (now + delay, workload_id, now))
-
-    def _workload(self, row: WorkloadRow | PendingRow) -> PendingWorkload:
-        """A stored workload as the scheduler is handed it: its request as the preset places it, without queues in
-        the preset's one queue. A workload its priority class makes preemptible is stopped and requeued when
-        preempted, so it must resume from its own checkpoints: to the scheduler it is preemptible and checkpointed
-        (presets that preempt only resumable work, e.g. LAS, treat it so)."""
-        request = self.preset.request_of(request_of(row))
-        queue = row.queue if self.queue_specs else ONE_QUEUE
-        preemptible = bool(row.preemptible)
-        return PendingWorkload(
-            str(row.id),
-            request,
-            row.submitted_at,
-            row.priority,
-            queue,
-            preemptible=preemptible,
-            checkpointed=preemptible,
-        )
 
     def _apply(self, plan: StepPlan) -> None:
         """One plan of this tick: committed to the scheduler's books at once (the next plan of the tick builds on
@@ -219,18 +159,17 @@ class SchedulerLoop:
         self.scheduler.commit(plan, self._now)
         tick = self._tick
         for preempt in plan.preempts:
-            self.offer.released()
+            self.intake.offer.released()
             entry = self.running[int(preempt.workload_id)]
             entry.placements, entry.admission = (), None  # its capacity went to the preemptor
             entry.stop_sent = StopReason.preempted(preempt.reason)
             tick.preempts.append(preempt)
             self._preempted_order[entry.row.id] = next(self._preemptions)
         for bind in plan.binds:
-            self.offer.remove(bind.workload_id)
-            del self._pending[int(bind.workload_id)]
+            self.intake.bound(bind.workload_id)
             waits = {int(p.workload_id) for p in tick.preempts}  # victims decided so far must exit first
             tick.binds.append((bind, waits))
-        tick.waiting.update(self.offer.reasons(plan.waiting))
+        tick.waiting.update(self.intake.offer.reasons(plan.waiting))
 
     def _flush(self, now: float) -> tuple[int, int]:
         """Store the tick's decisions in one transaction, then act: stop victims, launch what need not wait. A bind
@@ -249,7 +188,7 @@ class SchedulerLoop:
         reasons: list[ReasonChange] = []
         for wid_text, reason in tick.waiting.items():
             wid = int(wid_text)
-            if wid in self._pending and self._reasons.get(wid) != reason:
+            if wid in self.intake.pending and self._reasons.get(wid) != reason:
                 self._reasons[wid] = reason
                 reasons.append(ReasonChange(wid, reason))
         lost = self.store.commit_decisions(bind_changes, reasons, changes, events, now)
@@ -257,7 +196,7 @@ class SchedulerLoop:
         bound = [entry for entry in bound if entry.row.id not in lost]
         for entry in bound:
             self._reasons.pop(entry.row.id, None)
-            self._schedule_rechecks(str(entry.row.id), now)
+            self.intake.started(str(entry.row.id), now)
             self.running[entry.row.id] = entry
         for preempt in tick.preempts:
             self.backend.stop(preempt.workload_id, self.config.stop_grace_s)
@@ -359,7 +298,7 @@ class SchedulerLoop:
     def _observe(self, wid: int, now: float, finished: bool) -> None:
         """``wid`` stopped: its capacity (if it still held any) goes back, and failed shapes are tried again."""
         if str(wid) in self.scheduler.books.running:
-            self.offer.released()
+            self.intake.offer.released()
         self.scheduler.observe([str(wid)], now, finished=finished)
         self.running.pop(wid, None)
 
@@ -372,9 +311,7 @@ class SchedulerLoop:
         wid = entry.row.id
         self._observe(wid, now, finished=False)
         self.store.update_workloads([RequeueChange(wid, reason)], [Event(wid, "requeued", reason)], now)
-        if wid not in self._pending:
-            self._pending[wid] = self._workload(entry.row)
-            self.offer.add(str(wid))
+        self.intake.add(entry.row)
 
     def _snapshot(self) -> ClusterSnapshot:
         on_gpu: dict[tuple[int, int], list[int]] = {}
@@ -403,8 +340,7 @@ class SchedulerLoop:
         if specs == self.queue_specs:
             return
         self.queue_specs = specs
-        self._pending.clear()  # their queue may change (the preset's one queue, or their own)
-        self.offer = self._new_offer()
+        self.intake.reset(own_queues=bool(specs))
         config = scheduler_config(self.preset, self.state, specs, self.config.max_tries_per_step)
         self.scheduler.reconfigure(config)
         for wid, entry in self.running.items():
@@ -417,7 +353,7 @@ class SchedulerLoop:
         when its placements no longer fit the pool."""
         wid = str(entry.row.id)
         if entry.placements:
-            workload = self._workload(entry.row)
+            workload = self.intake.workload(entry.row)
             if not self.scheduler.adopt(workload, entry.placements, entry.admission, entry.started_s):
                 return False
             if wid in self.scheduler.books.uncharged:
