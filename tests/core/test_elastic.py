@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tessera.core.cluster import ClusterState, NodeSpec
+from tessera.core.demand import IMPLICIT_QUEUE
 from tessera.core.elastic import grown_admission, placements_charge, shrunk_admission
 from tessera.core.invariants import check_cluster, check_quotas
 from tessera.core.placement import Placer, make_policy
@@ -15,7 +16,6 @@ from tessera.core.preemption import PreemptionPolicy
 from tessera.core.queueing import ResourceVector
 from tessera.core.queueing.quotas import Admission, QueueSpec
 from tessera.core.scheduler import PendingWorkload, RunningWorkload, Scheduler, SchedulerConfig, StepPlan
-from tessera.core.step import IMPLICIT_QUEUE
 from tessera.core.workload import Placement, Request
 
 WORKER = Request(num_gpus=1, gpu_milli=1000, cpu_milli=1000)

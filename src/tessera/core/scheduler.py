@@ -59,11 +59,12 @@ from tessera.core.decisions import (
     Shrink,
     StepPlan,
 )
+from tessera.core.demand import demand_of, flavor_of
 from tessera.core.placement.base import Placer
 from tessera.core.preemption import PreemptionGuard
 from tessera.core.queueing.las import LasService
 from tessera.core.queueing.quotas import Admission, QuotaLedger
-from tessera.core.step import QuotaStep, demand_of, flavor_of
+from tessera.core.step import QuotaStep
 from tessera.core.workload import Placement
 
 __all__ = [

@@ -3,9 +3,9 @@ preemption when a workload cannot be admitted. Without configured queues the sam
 with an unlimited quota (``implicit_ledger``): admission never limits, the configured discipline orders it, and a
 preemption policy acts within it by priority.
 
-Placements and victims' releases are tried on the live ``ClusterState`` and undone before ``run`` returns, so the
-returned plan is consistent and the state is left untouched. Pure: no clock (``now_s`` comes in), randomness only
-from the given generator.
+Placements, victims' releases and resizes are tried on the live ``ClusterState`` through one ``core.trial.Trial``
+(one undo log, with the step's copy of the ledger), undone before ``run`` returns: the plan is consistent and the
+state is left untouched. Pure: no clock (``now_s`` comes in), randomness only from the given generator.
 """
 
 from __future__ import annotations
@@ -26,36 +26,19 @@ from tessera.core.decisions import (
     SchedulerConfig,
     StepPlan,
 )
-from tessera.core.elastic import placements_charge
+from tessera.core.demand import IMPLICIT_QUEUE, amount_text, demand_of, flavor_of, implicit_ledger, no_fit_reason
 from tessera.core.placement.base import Placer
 from tessera.core.placement.gang import place_gang
 from tessera.core.preemption import Candidate, PreemptionGuard, select_victims, select_victims_to_fit
 from tessera.core.queueing.fairshare import drf_order
 from tessera.core.queueing.priority import order_pending
-from tessera.core.queueing.quotas import Admission, QueueSpec, QuotaLedger
-from tessera.core.queueing.resources import ANY_FLAVOR, Flavor, ResourceVector
+from tessera.core.queueing.quotas import Admission, QuotaLedger
+from tessera.core.queueing.resources import Flavor, ResourceVector
 from tessera.core.reservation import Reservation, find_reservation
 from tessera.core.step_resize import StepResizes
+from tessera.core.trial import Trial
 from tessera.core.victim_fit import VictimFit
 from tessera.core.workload import Placement, Request
-
-IMPLICIT_QUEUE = "(all)"  # the one queue of a scheduler configured without queues
-_UNLIMITED = ResourceVector(2**62, 2**62, 2**62)
-
-
-def implicit_ledger(
-    config: SchedulerConfig, running: Sequence[RunningWorkload]
-) -> tuple[QuotaLedger, list[RunningWorkload]]:
-    """The ledger of the one implicit queue, charged with ``running`` (re-labelled into that queue)."""
-    spec = QueueSpec(IMPLICIT_QUEUE, None, {ANY_FLAVOR: _UNLIMITED}, strategy=config.discipline.value)
-    ledger = QuotaLedger([spec])
-    relabelled = []
-    for r in running:
-        charge = placements_charge(r.placements)
-        ledger.admit(IMPLICIT_QUEUE, ANY_FLAVOR, charge)
-        admission = Admission(IMPLICIT_QUEUE, ANY_FLAVOR, charge, ResourceVector.zero())
-        relabelled.append(dataclasses.replace(r, queue=IMPLICIT_QUEUE, admission=admission))
-    return ledger, relabelled
 
 
 class QuotaStep:
@@ -79,7 +62,7 @@ class QuotaStep:
         self.implicit = ledger is None  # no configured queues: one implicit, unlimited queue
         if ledger is None:
             ledger, running = implicit_ledger(config, running)
-        self.ledger = ledger
+        self.trial = Trial(self.state, ledger)  # every tentative change, undone before run returns
         self.rng = rng
         self.running = {r.workload_id: r for r in running}
         self.now_s = now_s
@@ -88,8 +71,6 @@ class QuotaStep:
         self.capacity = ResourceVector(
             self.state.gpu_capacity_milli, sum(n.cpu_milli for n in nodes), sum(n.mem_mib for n in nodes)
         )
-        self.tried: list[Placement] = []  # binds of this step, bound on the state
-        self.stopped: list[RunningWorkload] = []  # victims of this step, released on the state
         self.binds: list[Bind] = []
         self.preempts: list[Preempt] = []
         self.waiting: dict[str, str] = {}
@@ -106,6 +87,11 @@ class QuotaStep:
         # Elastic (``core.elastic``): resizes of running workloads, charged to their queues' quotas.
         self.elastic = config.elastic
         self.resizes = StepResizes(self)
+
+    @property
+    def ledger(self) -> QuotaLedger:
+        """The step's copy of the quota ledger (the trial's: a rollback may restore an earlier copy)."""
+        return self.trial.ledger
 
     def run(self, pending: Sequence[PendingWorkload]) -> StepPlan:
         queues: dict[str, deque[PendingWorkload]] = {}
@@ -124,13 +110,7 @@ class QuotaStep:
             self._drain(borrowing, None)
             grows = self.resizes.grow() if self.elastic and not self.preempts else []
         finally:
-            for placement in reversed(self.tried):
-                self.state.release(placement)
-            for victim in reversed(self.stopped):
-                for placement in victim.placements:
-                    self.state.bind(placement)
-            for placement in reversed(self.resizes.given_back):
-                self.state.bind(placement)
+            self.trial.rollback()
         shrinks = tuple(self.resizes.shrinks)
         return StepPlan(tuple(self.binds), self.waiting, tuple(self.preempts), shrinks, tuple(grows))
 
@@ -232,7 +212,7 @@ class QuotaStep:
         shape = (workload.queue, priority, workload.request, workload.gang, workload.preemptible, elastic_min)
         self.last_failure = "fit"
         if shape in self.blocked_shapes:
-            self.waiting[workload.workload_id] = _no_fit(workload)
+            self.waiting[workload.workload_id] = no_fit_reason(workload)
             return False
         if self.attempts >= self.config.max_attempts_per_step:
             self.last_failure = "limit"
@@ -254,8 +234,8 @@ class QuotaStep:
         self.last_failure = "fit" if admission is not None else "quota"
         if self.elastic and self._quota_only(workload, flavor):  # only growth asks (StepResizes.grow)
             self.resizes.quota_waits.add(workload.workload_id)
-        no_quota = f"queue {workload.queue} has no quota left for {_amount(demand)}"
-        self.waiting[workload.workload_id] = _no_fit(workload) if admission is not None else no_quota
+        no_quota = f"queue {workload.queue} has no quota left for {amount_text(demand)}"
+        self.waiting[workload.workload_id] = no_fit_reason(workload) if admission is not None else no_quota
         return False
 
     def _admission(self, workload: PendingWorkload, flavor: Flavor, demand: ResourceVector) -> Admission | None:
@@ -277,7 +257,7 @@ class QuotaStep:
         fewest = dataclasses.replace(workload, gang=self._fewest(workload))
         return self._admission(fewest, flavor, demand_of(fewest)) is None
 
-    def _place_elastic(
+    def place_elastic(
         self, workload: PendingWorkload, flavor: Flavor, fewer: bool = True, within_nominal: bool = False
     ) -> bool:
         """Bind the whole gang if it is admitted and fits; else (with ``fewer``), for an elastic workload, the most
@@ -298,19 +278,17 @@ class QuotaStep:
 
     def _place_gang(self, workload: PendingWorkload) -> tuple[Placement, ...] | None:
         """Place every worker (all or nothing, on one node when one can hold them all: ``placement.gang``), bound
-        on the state and recorded in ``tried``."""
+        on the state through the trial."""
         placed: list[Placement] = []
+        mark = self.trial.mark()
 
         def bind(placement: Placement) -> None:
-            self.state.bind(placement)
-            self.tried.append(placement)
+            self.trial.bind(placement)
             placed.append(placement)
 
         one_node = self.config.gang_one_node
         if place_gang(self.placer, workload.request, workload.gang, self.rng, bind, one_node) is None:
-            for placement in reversed(placed):
-                self.state.release(placement)
-                self.tried.remove(placement)
+            self.trial.rollback(mark)
             return None
         return tuple(placed)
 
@@ -343,7 +321,7 @@ class QuotaStep:
         if victim_ids and self._stop_and_place(workload, flavor, demand, victim_ids):
             return True
         search = VictimFit(
-            self.state, workload.request, workload.gang, self.running, lambda: self._place_gang(workload), self.tried
+            self.state, workload.request, workload.gang, self.running, lambda: self._place_gang(workload), self.trial
         )
         try:
             victim_ids = select_victims_to_fit(
@@ -366,23 +344,19 @@ class QuotaStep:
     ) -> bool:
         """Release ``victim_ids`` and place ``workload``; keep the result if it was admitted and placed, else undo."""
         victims = [self.running[v] for v in victim_ids]
-        snapshot = self.ledger.copy()
+        mark = self.trial.mark(with_ledger=True)
         for victim in victims:
             for placement in victim.placements:
-                self.state.release(placement)
+                self.trial.release(placement)
             self.ledger.release(victim.queue, victim.admission.flavor_key, victim.admission.charged)
         placements = None
         if self._admission(workload, flavor, demand) is not None:
             placements = self._place_gang(workload)
         if placements is None:  # stopping them would not make it fit: undo
-            self.ledger = snapshot
-            for victim in reversed(victims):
-                for placement in victim.placements:
-                    self.state.bind(placement)
+            self.trial.rollback(mark)
             return False
         for victim in victims:
             del self.running[victim.workload_id]
-            self.stopped.append(victim)
             kind = "priority" if victim.queue == workload.queue else f"reclaim by queue {workload.queue}"
             reason = f"{kind} for {workload.workload_id}"
             self.preempts.append(Preempt(victim.workload_id, reason, workload.workload_id))
@@ -424,42 +398,3 @@ class QuotaStep:
             )
         self.candidate_cache[(workload.queue, key)] = (self.changes, found)
         return found
-
-
-def demand_of(workload: PendingWorkload) -> ResourceVector:
-    """What a workload is charged to its queue: GPU milli, CPU and memory of all its workers."""
-    r = workload.request
-    return ResourceVector(r.total_gpu_milli * workload.gang, r.cpu_milli * workload.gang, r.mem_mib * workload.gang)
-
-
-def flavor_of(spec: QueueSpec, request: Request) -> Flavor:
-    """The GPU model the request is limited to when the queue has a quota for exactly that model, else ``"*"``."""
-    if len(request.gpu_types) == 1:
-        (model,) = request.gpu_types
-        if model in spec.nominal:
-            return model
-    return ANY_FLAVOR
-
-
-def _no_fit(workload: PendingWorkload) -> str:
-    r = workload.request
-    if r.num_gpus == 0:
-        what = f"{r.cpu_milli / 1000:g} CPUs free"
-    elif r.is_sharing:
-        what = f"a GPU with {r.gpu_milli / 10:g}% free"
-    else:
-        what = f"{r.num_gpus} free GPU{'s' if r.num_gpus > 1 else ''}"
-    types = f" of type {'/'.join(sorted(r.gpu_types))}" if r.gpu_types and r.num_gpus else ""
-    gang = f" for each of {workload.gang} workers" if workload.gang > 1 else ""
-    cpus = f" and {r.cpu_milli / 1000:g} CPUs free" if r.num_gpus and r.cpu_milli else ""
-    return f"no node has {what}{types}{cpus}{gang}"
-
-
-def _amount(demand: ResourceVector) -> str:
-    """A quota demand in words: "0.3 GPU, 2 CPUs, 4096 MiB"."""
-    parts = [f"{demand.gpu_milli / 1000:g} GPU"] if demand.gpu_milli else []
-    if demand.cpu_milli:
-        parts.append(f"{demand.cpu_milli / 1000:g} CPUs")
-    if demand.mem_mib:
-        parts.append(f"{demand.mem_mib} MiB")
-    return ", ".join(parts) or "nothing"

@@ -1,18 +1,21 @@
 """The elastic part of one scheduling step (``SchedulerConfig.elastic``; the rules are in ``core.elastic``).
 
-``StepResizes`` works on its ``QuotaStep``'s state, ledger and running workloads: a pending workload is placed with
-the workers other elastic workloads grew above their gang counted as free (``place_over_growth``), elastic workloads
-give workers back before anything is preempted whole (``shrink_for``), and running elastic workloads grow into the
-capacity left idle (``grow``). Shrinks are recorded with the charge they give back; the step undoes every try on
-the state before it returns, as for binds.
+``StepResizes`` works on its step (``ResizingStep``: the trial with the state and the step's ledger, the running
+workloads, and the step's placement of a pending workload), never on its private parts: a pending workload is placed
+with the workers other elastic workloads grew above their gang counted as free (``place_over_growth``), elastic
+workloads give workers back before anything is preempted whole (``shrink_for``), and running elastic workloads grow into
+the capacity left idle (``grow``). Shrinks are recorded with the charge they give back; every change goes through the
+step's ``Trial``, which undoes them before the step returns, as for binds.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from tessera.core.decisions import Grow, PendingWorkload, RunningWorkload, Shrink
+import numpy as np
+
+from tessera.core.decisions import Grow, PendingWorkload, RunningWorkload, SchedulerConfig, Shrink
 from tessera.core.elastic import (
     grow_into_idle,
     grown_admission,
@@ -23,21 +26,40 @@ from tessera.core.elastic import (
     worker_charge,
 )
 from tessera.core.errors import InvalidRequestError
-from tessera.core.queueing.quotas import Admission
+from tessera.core.placement.base import Placer
+from tessera.core.queueing.quotas import Admission, QuotaLedger
 from tessera.core.queueing.resources import Flavor
+from tessera.core.trial import Trial
 from tessera.core.workload import Placement
 
-if TYPE_CHECKING:
-    from tessera.core.step import QuotaStep
+
+class ResizingStep(Protocol):
+    """What the resizes read and change of their step (``core.step.QuotaStep``)."""
+
+    trial: Trial  # the state and the step's ledger, with the undo log
+    running: dict[str, RunningWorkload]
+    implicit: bool  # no configured queues
+    elastic: bool
+    config: SchedulerConfig
+    placer: Placer
+    rng: np.random.Generator
+    waiting: dict[str, str]
+    changes: int  # binds, preemptions and shrinks so far (invalidates cached candidates)
+
+    @property
+    def ledger(self) -> QuotaLedger: ...
+
+    def place_elastic(
+        self, workload: PendingWorkload, flavor: Flavor, fewer: bool = True, within_nominal: bool = False
+    ) -> bool: ...
 
 
 class StepResizes:
     """Shrinks and grows of elastic workloads within one ``QuotaStep``."""
 
-    def __init__(self, step: QuotaStep) -> None:
+    def __init__(self, step: ResizingStep) -> None:
         self.step = step
         self.shrinks: list[Shrink] = []
-        self.given_back: list[Placement] = []  # workers of shrinks, released on the state
         self.queue_of: dict[str, str] = {}  # pending workload id -> queue
         self.quota_waits: set[str] = set()  # pending workloads that wait only for quota (not for capacity)
 
@@ -50,16 +72,14 @@ class StepResizes:
         if not step.implicit:
             grown = [(w, p) for w, p in grown if step.running[w].queue == workload.queue]
         if not grown:
-            return step._place_elastic(workload, flavor)
-        snapshot = step.ledger.copy()
+            return step.place_elastic(workload, flavor)
+        mark = step.trial.mark(with_ledger=True)
         for workload_id, placement in grown:
             owner = step.running[workload_id]
-            step.state.release(placement)
+            step.trial.release(placement)
             step.ledger.release(owner.queue, owner.admission.flavor_key, worker_charge(placement))
-        if not step._place_elastic(workload, flavor):
-            step.ledger = snapshot
-            for _, placement in reversed(grown):
-                step.state.bind(placement)
+        if not step.place_elastic(workload, flavor):
+            step.trial.rollback(mark)
             return False
         taken = []
         for workload_id, placement in reversed(grown):  # in the order they were grown
@@ -68,7 +88,7 @@ class StepResizes:
             kept = step.ledger.can_admit(owner.queue, owner.admission.flavor_key, charge) is not None
             if kept:
                 try:
-                    step.state.bind(placement)
+                    step.trial.bind(placement)
                 except InvalidRequestError:
                     kept = False
             if kept:
@@ -90,7 +110,7 @@ class StepResizes:
         workers = shrinkable_workers(step.running.values(), workload.priority, queue, self.reclaim_queues(workload))
         passes = (False, True) if workload.elastic_min is not None else (False,)  # only called with elastic on
         for fewer in passes if workers else ():
-            snapshot = step.ledger.copy()
+            mark = step.trial.mark(with_ledger=True)
             released: list[tuple[str, Placement]] = []
             reclaiming = False
             for workload_id, placement in workers:
@@ -100,15 +120,13 @@ class StepResizes:
                     if owner.admission.flavor_key != key or step.ledger.borrowed(*pool).is_zero():
                         continue
                     reclaiming = True
-                step.state.release(placement)
+                step.trial.release(placement)
                 step.ledger.release(*pool, worker_charge(placement))
                 released.append((workload_id, placement))
-                if step._place_elastic(workload, flavor, fewer, within_nominal=reclaiming):
+                if step.place_elastic(workload, flavor, fewer, within_nominal=reclaiming):
                     self.record_shrinks(workload, released)
                     return True
-            step.ledger = snapshot
-            for _, placement in reversed(released):
-                step.state.bind(placement)
+            step.trial.rollback(mark)
         return False
 
     def reclaim_queues(self, workload: PendingWorkload) -> set[str]:
@@ -127,7 +145,6 @@ class StepResizes:
         by_workload: dict[str, list[Placement]] = {}
         for workload_id, placement in released:
             by_workload.setdefault(workload_id, []).append(placement)
-            self.given_back.append(placement)
         for workload_id, placements in by_workload.items():
             running = step.running[workload_id]
             kept = list(running.placements)
@@ -164,8 +181,7 @@ class StepResizes:
             return admission is not None and (r.preemptible or not admission.is_borrowing)
 
         def bind(r: RunningWorkload, placement: Placement) -> None:
-            step.state.bind(placement)
-            step.tried.append(placement)
+            step.trial.bind(placement)
             admission = step.ledger.admit(r.queue, r.admission.flavor_key, worker_charge(placement))
             before = added.get(r.workload_id)
             added[r.workload_id] = admission if before is None else grown_admission(before, admission)

@@ -16,6 +16,7 @@ from tessera.core.cluster import ClusterState
 from tessera.core.decisions import RunningWorkload
 from tessera.core.placement.gang import gpu_worker_slots
 from tessera.core.preemption import Candidate
+from tessera.core.trial import Trial
 from tessera.core.workload import MILLI_PER_GPU, Placement, Request
 
 
@@ -29,27 +30,25 @@ class VictimFit:
         gang: int,
         running: Mapping[str, RunningWorkload],
         place: Callable[[], tuple[Placement, ...] | None],
-        tried: list[Placement],
+        trial: Trial,
     ) -> None:
-        """``place`` places the gang on the state (recording the placements in ``tried``), or returns None."""
+        """``place`` places the gang on the state through ``trial`` (undone here), or returns None."""
         self.state = state
         self.request = request
         self.gang = gang
         self.running = running
         self.place = place
-        self.tried = tried
+        self.trial = trial
         self.released: dict[str, RunningWorkload] = {}
         self.allowed = state.allowed_models(request)
         self.need_milli = state.milli_by_model(request)
 
     def fits(self, victims: Sequence[Candidate]) -> bool:
         self._sync(victims)
-        placements = self.place()
-        if placements is None:
+        mark = self.trial.mark()
+        if self.place() is None:
             return False
-        for placement in reversed(placements):
-            self.state.release(placement)
-            self.tried.remove(placement)
+        self.trial.rollback(mark)
         return True
 
     def usefulness(self, candidate: Candidate, chosen: Sequence[Candidate]) -> float:

@@ -28,8 +28,9 @@ from tessera.gpu.dcgm import GpuUsageCollector
 from tessera.gpu.discovery import detect_gpus
 from tessera.gpu.gpus import GpuProbe, ProcessMemoryProbe
 from tessera.gpu.isolation import mps_available
-from tessera.server.api.app import ServerContext, create_app
+from tessera.server.api.app import create_app
 from tessera.server.auth import create_tenant_token, new_secret
+from tessera.server.context import ServerContext
 from tessera.server.demo import DEMO_TENANT, submit_demo
 from tessera.server.loop import SchedulerLoop
 from tessera.server.loop_values import LoopConfig

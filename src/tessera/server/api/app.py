@@ -7,8 +7,6 @@ Errors are JSON: ``{"detail": "...", "field": "..."}`` with 400 (a body that is 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -21,20 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from tessera.api import API_VERSION, ErrorOut, Health
 from tessera.errors import InvalidRequestError
 from tessera.server.api import routes
-from tessera.server.loop import SchedulerLoop
-from tessera.server.metrics import ServerMetrics
-from tessera.server.pool import Pool
-from tessera.server.store.store import Store
-
-
-@dataclass
-class ServerContext:
-    store: Store
-    loop: SchedulerLoop
-    pool: Pool
-    metrics: ServerMetrics
-    clock: Callable[[], float]
-    ready: bool = False
+from tessera.server.context import ServerContext
 
 
 def create_app(ctx: ServerContext) -> FastAPI:

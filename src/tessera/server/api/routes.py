@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
 from fastapi import Path as PathParam
@@ -23,13 +23,11 @@ from tessera.api import (
     WorkloadSpec,
 )
 from tessera.server.auth import create_tenant_token, principal_for
+from tessera.server.context import ServerContext
 from tessera.server.records import gpu_types_of
 from tessera.server.store.models import QueueRow, WorkloadRow
 from tessera.server.store.store import TERMINAL_STATES
 from tessera.server.submit import Principal, queue_row, workload_row
-
-if TYPE_CHECKING:
-    from tessera.server.api.app import ServerContext
 
 StateName = Literal["pending", "running", "succeeded", "failed", "cancelled", "preempted"]
 MAX_LOG_CHUNK = 1 << 20

@@ -1,0 +1,21 @@
+"""``ServerContext``: what the API's routes read of one running server (store, loop, pool, metrics, clock)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tessera.server.loop import SchedulerLoop
+from tessera.server.metrics import ServerMetrics
+from tessera.server.pool import Pool
+from tessera.server.store.store import Store
+
+
+@dataclass
+class ServerContext:
+    store: Store
+    loop: SchedulerLoop
+    pool: Pool
+    metrics: ServerMetrics
+    clock: Callable[[], float]
+    ready: bool = False  # the store is migrated and running workloads are re-adopted
