@@ -8,6 +8,11 @@ since a shape that did not fit would not fit for the workloads behind it either,
 again only once capacity has been released since (``released``: a workload ended or was preempted or shrunk, or a
 running workload's LAS level or preemption guard changed, which may let a waiting one preempt it); binds alone never
 make a failed request fit. Pure: no clock, no I/O.
+
+Known limit (open): since one step sees one workload per shape, the second workload of a shape is placed only in the
+next step of the instant, after lower-priority shapes of the first step; under LAS the guard then keeps it from
+preempting them for ``preemption_min_runtime_s``. The simulator's published results were measured with this offer,
+so changing it needs them re-measured.
 """
 
 from __future__ import annotations

@@ -87,18 +87,31 @@ def submit_demo(url: str, token: str, gpus: int, announce: Callable[[str], None]
             response = http.post("/v1/workloads", json=body)
             response.raise_for_status()
             ids.append(int(response.json()["id"]))
-    announce(_instructions(url, token, ids))
+        waiting = _a_waiting_one(http, ids)
+    announce(_instructions(url, token, ids, waiting))
     return ids
 
 
-def _instructions(url: str, token: str, ids: list[int]) -> str:
+def _a_waiting_one(http: httpx.Client, ids: list[int], timeout_s: float = 3.0) -> int:
+    """The demo workload that still waits once the scheduler has seen the mix (the last one if none is found)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        rows = {int(w["id"]): w for w in http.get("/v1/workloads").json()}
+        states = [rows[i]["state"] for i in ids if i in rows]
+        if len(states) == len(ids) and states.count("pending") == 1:
+            return next(i for i in ids if rows[i]["state"] == "pending")
+        time.sleep(0.2)
+    return ids[-1]
+
+
+def _instructions(url: str, token: str, ids: list[int], waiting: int) -> str:
     return "\n".join(
         [
             f"demo: submitted workloads {ids[0]}..{ids[-1]} as tenant '{DEMO_TENANT}'. Try, in another terminal:",
             f"  export TESSERA_URL={url} TESSERA_TOKEN={token}",
             "  .venv/bin/tessera jobs            # what runs and what waits (and why)",
             "  .venv/bin/tessera nodes           # per-GPU allocation (simulated GPUs are labelled)",
-            f"  .venv/bin/tessera show {ids[-1]}          # why the last one is pending",
+            f"  .venv/bin/tessera show {waiting}          # why this one waits",
             f"  .venv/bin/tessera logs {ids[0]} -f       # a replica's output as it comes",
             "  .venv/bin/tessera submit --gpu-fraction 0.2 -- python3 -c 'print(42)'",
             f"  curl -s {url}/metrics | grep tessera_   # Prometheus metrics;  API docs: {url}/docs",
