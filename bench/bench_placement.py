@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from tessera.core.errors import TesseraError
-from tessera.sim.benchmark import measure_placement
-from tessera.sim.inputs import ExperimentInputs, default_inputs, load_inputs
+from tessera.sim.placement_study.benchmark import measure_placement
+from tessera.sim.placement_study.inputs import ExperimentInputs, default_inputs, load_inputs
 
 OPENB = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "openb"
 NODES = OPENB / "openb_node_list_gpu_node.csv"

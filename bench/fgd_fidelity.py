@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from tessera.core.placement import FGD_STUDY_POLICIES
-from tessera.sim.inputs import load_inputs
-from tessera.sim.published import FidelityRow, fidelity_tolerance_pp, load_published
-from tessera.sim.sweep import parse_seeds, run_sweep
+from tessera.sim.placement_study.inputs import load_inputs
+from tessera.sim.placement_study.published import FidelityRow, fidelity_tolerance_pp, load_published
+from tessera.sim.placement_study.sweep import parse_seeds, run_sweep
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 

@@ -22,8 +22,8 @@ from tessera.core.cluster import ClusterState
 from tessera.core.fragmentation import TypicalPod, typical_pods
 from tessera.core.gap_prices import packing_lp
 from tessera.core.placement import Placer, make_policy
-from tessera.sim.inflation import inflate_requests
-from tessera.sim.inputs import load_inputs
+from tessera.sim.placement_study.inflation import inflate_requests
+from tessera.sim.placement_study.inputs import load_inputs
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 

@@ -35,10 +35,10 @@ from scipy.sparse import coo_matrix, csr_matrix
 from tessera.core.cluster import NodeSpec
 from tessera.core.gap_prices import gpu_arcs
 from tessera.core.workload import MILLI_PER_GPU, Request
-from tessera.sim.inflation import inflate_requests
-from tessera.sim.inputs import load_inputs
-from tessera.sim.published import load_published
-from tessera.sim.sweep import parse_seeds
+from tessera.sim.placement_study.inflation import inflate_requests
+from tessera.sim.placement_study.inputs import load_inputs
+from tessera.sim.placement_study.published import load_published
+from tessera.sim.placement_study.sweep import parse_seeds
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 

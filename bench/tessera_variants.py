@@ -17,14 +17,14 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import tessera.sim.inflation as inflation
+import tessera.sim.placement_study.inflation as inflation
 from tessera.core.fragmentation import TypicalPod
 from tessera.core.placement.base import PlacementPolicy
 from tessera.core.placement.tessera import TesseraParams, TesseraPolicy
-from tessera.sim.inflation import bucketize, run_inflation
-from tessera.sim.inputs import load_inputs
-from tessera.sim.published import load_published
-from tessera.sim.sweep import parse_seeds
+from tessera.sim.placement_study.inflation import bucketize, run_inflation
+from tessera.sim.placement_study.inputs import load_inputs
+from tessera.sim.placement_study.published import load_published
+from tessera.sim.placement_study.sweep import parse_seeds
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 BUCKETS = (100, 130)

@@ -21,9 +21,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from tessera.sim.inputs import load_inputs  # noqa: E402
-from tessera.sim.published import load_published  # noqa: E402
-from tessera.sim.sweep import RunResult, parse_seeds, run_sweep  # noqa: E402
+from tessera.sim.placement_study.inputs import load_inputs  # noqa: E402
+from tessera.sim.placement_study.published import load_published  # noqa: E402
+from tessera.sim.placement_study.sweep import RunResult, parse_seeds, run_sweep  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 POLICIES = ("tessera", "tessera-online", "fgd", "bestfit")

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from tessera.core.presets import PRESETS
-from tessera.sim.timeline import run_timeline
-from tessera.sim.timeline_inputs import timeline_inputs
+from tessera.sim.replay.timeline import run_timeline
+from tessera.sim.workloads.inputs import timeline_inputs
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 HOUR_S = 3600.0

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from tessera.cli.main import app
-from tessera.sim.synthetic import synthetic_nodes, synthetic_pods
-from tessera.sim.traces import write_nodes_csv, write_pods_csv
+from tessera.sim.traces.openb import write_nodes_csv, write_pods_csv
+from tessera.sim.workloads.synthetic import synthetic_nodes, synthetic_pods
 
 runner = CliRunner()
 

@@ -28,8 +28,8 @@ from tessera.core.queueing import QueueSpec
 from tessera.core.queueing.priority import BUILTIN_PRIORITY_CLASSES
 from tessera.core.scheduler import Applied
 from tessera.core.workload import Request
-from tessera.sim.jobs import TimelineJob
-from tessera.sim.timeline import run_timeline
+from tessera.sim.replay.timeline import run_timeline
+from tessera.sim.workloads.jobs import TimelineJob
 
 GPUS = "4xA100-80GB,2xT4"
 SHAPES = (

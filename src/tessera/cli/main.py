@@ -35,9 +35,9 @@ from tessera.core.presets import PRESETS
 # The simulator (matplotlib) and the server (FastAPI, SQLAlchemy) load only in the commands that use them, so that
 # the API commands (tessera jobs, submit, ...) start quickly.
 if TYPE_CHECKING:
-    from tessera.sim.inputs import ExperimentInputs
-    from tessera.sim.report import PolicySummary, ReportFiles
-    from tessera.sim.sweep import RunResult
+    from tessera.sim.placement_study.inputs import ExperimentInputs
+    from tessera.sim.placement_study.sweep import RunResult
+    from tessera.sim.reports.placement_study import PolicySummary, ReportFiles
 
 ALL_POLICIES = ",".join(FGD_STUDY_POLICIES)
 
@@ -76,9 +76,9 @@ def simulate_fgd(
     jobs: Annotated[int | None, typer.Option("--jobs", help="Worker processes (default: the number of CPUs).")] = None,
 ) -> None:
     """The FGD paper's arrival-inflation experiment: unallocated GPU % per policy, mean over seeds."""
-    from tessera.sim.inputs import load_inputs
-    from tessera.sim.report import format_seeds, summarize, write_report
-    from tessera.sim.sweep import check_inflate, parse_policies, parse_seeds
+    from tessera.sim.placement_study.inputs import load_inputs
+    from tessera.sim.placement_study.sweep import check_inflate, parse_policies, parse_seeds
+    from tessera.sim.reports.placement_study import format_seeds, summarize, write_report
 
     with one_line_errors():
         policy_names = parse_policies(policies)
@@ -104,7 +104,7 @@ def simulate_fgd(
 def _sweep_with_progress(
     inputs: ExperimentInputs, policies: Sequence[str], seeds: Sequence[int], inflate: float, jobs: int
 ) -> list[RunResult]:
-    from tessera.sim.sweep import run_sweep
+    from tessera.sim.placement_study.sweep import run_sweep
 
     progress = Progress(
         TextColumn("[progress.description]{task.description}"),
@@ -123,7 +123,7 @@ def _sweep_with_progress(
 
 
 def _summary_table(inputs: ExperimentInputs, seeds: Sequence[int], summaries: Sequence[PolicySummary]) -> Table:
-    from tessera.sim.report import format_mean_std, format_seeds
+    from tessera.sim.reports.placement_study import format_mean_std, format_seeds
 
     table = Table(
         title=f"{escape(inputs.trace)}: {inputs.gpus:,} GPUs, seeds {format_seeds(seeds)} (mean ± std)",
@@ -172,10 +172,10 @@ def simulate_timeline(
 ) -> None:
     """Replay a workload over time: arrivals, queueing, departures; JCT, waiting and GPU allocation per policy."""
     from tessera.core.presets import resolve_preset
-    from tessera.sim.sweep import parse_seeds
-    from tessera.sim.timeline import run_timeline
-    from tessera.sim.timeline_inputs import timeline_inputs
-    from tessera.sim.timeline_report import write_timeline_report
+    from tessera.sim.placement_study.sweep import parse_seeds
+    from tessera.sim.replay.timeline import run_timeline
+    from tessera.sim.reports.timeline import write_timeline_report
+    from tessera.sim.workloads.inputs import timeline_inputs
 
     with one_line_errors():
         names = [resolve_preset(n.strip(), "--policies").name for n in policies.split(",") if n.strip()]
@@ -217,9 +217,9 @@ def bench_placement(
     inflate: InflateOption = 1.3,
 ) -> None:
     """Placement speed on the inflated arrival sequence, printed as one JSON line."""
-    from tessera.sim.benchmark import measure_placement
-    from tessera.sim.inputs import load_inputs
-    from tessera.sim.sweep import check_inflate, parse_policies
+    from tessera.sim.placement_study.benchmark import measure_placement
+    from tessera.sim.placement_study.inputs import load_inputs
+    from tessera.sim.placement_study.sweep import check_inflate, parse_policies
 
     with one_line_errors():
         names = parse_policies(policy, "--policy")

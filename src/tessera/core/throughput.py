@@ -12,8 +12,8 @@ answer for every (job type, GPU type) pair, measured or not:
   throughput divided by the isolated throughput. Sharing one GPU is worth it only when ``net_gain`` =
   factor_a + factor_b − 1 > 0.
 
-The measured tables come from Gavel (``tessera.sim.gavel`` loads them); this module does no I/O. GPU model names
-are canonicalised through the catalog (``v100`` → ``V100M16``, ``p100`` → ``P100``; ``k80`` → ``K80``).
+The measured tables come from Gavel (``tessera.sim.workloads.gavel`` loads them); this module does no I/O. GPU model
+names are canonicalised through the catalog (``v100`` → ``V100M16``, ``p100`` → ``P100``; ``k80`` → ``K80``).
 """
 
 from __future__ import annotations
