@@ -115,9 +115,17 @@ def submit_pending(server: Server, count: int, seed: int, first_s: float) -> flo
 def instrument(loop: SchedulerLoop) -> Timers:
     timers = Timers()
     loop._refresh_queues()  # builds the scheduler once; later steps keep it (the queues do not change)
-    timers.wrap(loop, "_pending_workloads", "read_pending_s")
+    # Reading the new pending workloads: the loop's intake (before it was split out, ``_pending_workloads``).
+    if hasattr(loop, "intake"):
+        timers.wrap(loop.intake, "sync", "read_pending_s")
+    else:
+        timers.wrap(loop, "_pending_workloads", "read_pending_s")
     timers.wrap(loop.scheduler, "plan", "plan_s")
+    # Applying: each plan committed to the books (``_apply``), then the tick stored and acted on (``_flush``; before
+    # ticks were batched, all of it in ``_apply``).
     timers.wrap(loop, "_apply", "apply_s")
+    if hasattr(loop, "_flush"):
+        timers.wrap(loop, "_flush", "flush_s")
     # Launching, with the store writes of the handles: ``Launcher.launch_all`` (before the loop was split, its own
     # ``_launch_all``; before launches were batched, ``_launch`` per workload).
     if hasattr(loop, "launcher"):

@@ -55,7 +55,11 @@ class Allocation:
         # Running workloads being stopped outside a plan (cancel, watchdog): they hold capacity until they end, but
         # no step may choose them as victims or resize them.
         self.stopping: set[str] = set()
-        self._las_class: dict[str, tuple[int, bool]] = {}  # running: (priority class, preemptible as asked)
+        # Running, LAS within classes: whether each asked to be preemptible (its entry's ``preemptible`` is the
+        # policy's verdict, which also needs a checkpoint).
+        self._asked_preemptible: dict[str, bool] = {}
+        # LAS: each running entry aged to a time, kept while neither changes (the steps of one instant reuse it).
+        self._aged: dict[str, tuple[float, RunningWorkload, RunningWorkload]] = {}
 
     # ------------------------------------------------------------------------------------------------ reading
 
@@ -71,12 +75,20 @@ class Allocation:
         running = [r for wid, r in self.running.items() if wid not in excluded]
         if self.las is None:
             return running
-        return [dataclasses.replace(r, priority=self.las_priority(r, now_s)) for r in running]
+        return [self._aged_to(r, now_s) for r in running]
+
+    def _aged_to(self, r: RunningWorkload, now_s: float) -> RunningWorkload:
+        cached = self._aged.get(r.workload_id)
+        if cached is not None and cached[0] == now_s and cached[1] is r:
+            return cached[2]
+        aged = dataclasses.replace(r, priority=self.las_priority(r, now_s))
+        self._aged[r.workload_id] = (now_s, r, aged)
+        return aged
 
     def las_priority(self, r: RunningWorkload, now_s: float) -> int:
         assert self.las is not None
-        base, preemptible = self._las_class[r.workload_id]
-        return self.las.priority(r.workload_id, now_s, gpus_held(r.placements), base, preemptible)
+        asked = self._asked_preemptible[r.workload_id]
+        return self.las.priority(r.workload_id, now_s, gpus_held(r.placements), r.priority, asked)
 
     # ----------------------------------------------------------------------------------------------- applying
 
@@ -97,7 +109,9 @@ class Allocation:
         self.guard = self.guard.record([preempt.workload_id])
         return victim
 
-    def bind(self, bind: Bind, running: RunningWorkload, record_guard: bool) -> None:
+    def bind(self, bind: Bind, running: RunningWorkload, asked_preemptible: bool) -> None:
+        """Start ``running`` on the bind's placements, charged with its admission; under LAS its service starts and
+        the guard protects the run for its first minimum run time."""
         for placement in bind.placements:
             self.state.bind(placement)
         self.running[bind.workload_id] = running
@@ -107,9 +121,8 @@ class Allocation:
             admission = bind.admission
             charged = self.ledger.admit(admission.queue, admission.flavor_key, admission.charged)
             self.running[bind.workload_id] = dataclasses.replace(running, admission=charged)
+        self._start_service(running, asked_preemptible)
         if self.las is not None:
-            self.las.start(bind.workload_id, running.started_s)
-        if record_guard:  # LAS: every run is protected for its first minimum run time
             self.guard = self.guard.record([bind.workload_id])
 
     def grow(self, grow: Grow, now_s: float) -> None:
@@ -135,11 +148,9 @@ class Allocation:
             self._release(running.admission)
         self.uncharged.discard(workload_id)
         self.stopping.discard(workload_id)
-        self._las_class.pop(workload_id, None)
+        self._asked_preemptible.pop(workload_id, None)
+        self._aged.pop(workload_id, None)
         return running
-
-    def set_las_class(self, workload_id: str, base_priority: int, preemptible: bool) -> None:
-        self._las_class[workload_id] = (base_priority, preemptible)
 
     def set_expected_end(self, workload_id: str, end_s: float) -> None:
         """A runtime's estimate of when a running workload ends (head reservation reads it)."""
@@ -147,10 +158,10 @@ class Allocation:
         if running is not None:
             self.running[workload_id] = dataclasses.replace(running, expected_end_s=end_s)
 
-    def adopt(self, running: RunningWorkload) -> bool:
-        """Take a workload that already runs into the books (a restarted server): bind its placements and charge its
-        admission; when its queue's quota no longer admits it, it keeps running uncharged. False, with nothing
-        changed, when its placements do not fit the state."""
+    def adopt(self, running: RunningWorkload, asked_preemptible: bool) -> bool:
+        """Take a workload that already runs into the books (a restarted server): bind its placements, charge its
+        admission (when its queue's quota no longer admits it, it keeps running uncharged) and, under LAS, count
+        its service from its start. False, with nothing changed, when its placements do not fit the state."""
         bound: list[Placement] = []
         try:
             for placement in running.placements:
@@ -162,6 +173,7 @@ class Allocation:
             return False
         self.running[running.workload_id] = running
         self.recharge(running.workload_id)
+        self._start_service(running, asked_preemptible)
         return True
 
     def recharge(self, workload_id: str) -> bool:
@@ -179,6 +191,11 @@ class Allocation:
         self.running[workload_id] = dataclasses.replace(running, admission=charged)
         self.uncharged.discard(workload_id)
         return True
+
+    def _start_service(self, running: RunningWorkload, asked_preemptible: bool) -> None:
+        if self.las is not None:
+            self.las.start(running.workload_id, running.started_s)
+            self._asked_preemptible[running.workload_id] = asked_preemptible
 
     def _fold(self, running: RunningWorkload, now_s: float) -> None:
         if self.las is not None:  # LAS: service so far at the old worker count

@@ -119,18 +119,21 @@ def schedule_instant(
     workload_of: Callable[[str], PendingWorkload],
     apply: Callable[[StepPlan], None],
     reclaim_retry: bool,
+    max_offered: int | None = None,
 ) -> None:
     """Every scheduling step of one instant: steps over the offered workloads until one binds nothing (each plan
     handed to ``apply``, which commits it and removes bound workloads from the offer); a plan's grows only when the
     step saw what every pending workload waits for, and with nothing pending a step for growth alone. With
     ``reclaim_retry`` (a preset that borrows), queues whose work is blocked by borrowers after that get their failed
-    shapes offered again at once, and the steps run once more."""
-    _steps(scheduler, offer, now_s, workload_of, apply)
+    shapes offered again at once, and the steps run once more. ``max_offered`` bounds the workloads offered over
+    all the steps (a live tick stays short; what is left waits for the next one); None: no bound."""
+    budget = [max_offered]
+    _steps(scheduler, offer, now_s, workload_of, apply, budget)
     if reclaim_retry:
         blocked = {h.queue for h in offer.heads(workload_of) if scheduler.blocked_by_borrowers(h)}
         if blocked:  # borrowers took quota after the owner's shapes failed: retry them (reclaim) now
             offer.retry_queues(blocked)
-            _steps(scheduler, offer, now_s, workload_of, apply)
+            _steps(scheduler, offer, now_s, workload_of, apply, budget)
 
 
 def _steps(
@@ -139,9 +142,16 @@ def _steps(
     now_s: float,
     workload_of: Callable[[str], PendingWorkload],
     apply: Callable[[StepPlan], None],
+    budget: list[int | None],
 ) -> None:
     while True:
         candidates = offer.candidates()
+        left = budget[0]
+        if left is not None:
+            if left <= 0:
+                return
+            candidates = candidates[:left]
+            budget[0] = left - len(candidates)
         if not candidates:
             if offer.no_shapes and growable(scheduler):  # nothing waits: elastic workloads may grow
                 apply(scheduler.plan([], now_s))

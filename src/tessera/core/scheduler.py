@@ -184,21 +184,11 @@ class Scheduler:
         for preempt in plan.preempts:
             victim = books.preempt(preempt, now_s)
             applied(preempt, victim, victim.admission)
-        las = bool(self.config.las_thresholds_gpu_s)
         for bind in plan.binds:
             workload = bind.workload
             if workload is None:
                 raise ValueError(f"bind of {bind.workload_id} names no pending workload: plan it with Scheduler.plan")
-            running = running_of(
-                workload,
-                bind.placements,
-                now_s,
-                preemptible=self.preemptible(workload),
-                checkpointed=self.checkpointed(workload),
-                elastic=self.config.elastic,
-            )
-            books.set_las_class(bind.workload_id, workload.priority, workload.preemptible)
-            books.bind(bind, running, record_guard=las)
+            books.bind(bind, self._entry(workload, bind.placements, now_s), workload.preemptible)
             entry = books.running[bind.workload_id]
             applied(bind, entry, entry.admission)
         for grow in plan.grows:
@@ -225,7 +215,15 @@ class Scheduler:
         """Take a workload that already runs on ``placements`` into the books (a restarted server rebuilding them):
         bound on the state, its ``admission`` charged again (uncharged when None or when its queue's quota no longer
         admits it). False, with nothing changed, when the placements no longer fit the cluster."""
-        running = running_of(
+        running = self._entry(workload, placements, started_s)
+        if admission is not None:
+            running = dataclasses.replace(running, admission=admission)
+        return self.books.adopt(running, workload.preemptible)
+
+    def _entry(self, workload: PendingWorkload, placements: tuple[Placement, ...], started_s: float) -> RunningWorkload:
+        """The running entry of ``workload`` on ``placements`` from ``started_s``, with the policy's preemptibility
+        and checkpointing (its admission is set by the books)."""
+        return running_of(
             workload,
             placements,
             started_s,
@@ -233,14 +231,6 @@ class Scheduler:
             checkpointed=self.checkpointed(workload),
             elastic=self.config.elastic,
         )
-        if admission is not None:
-            running = dataclasses.replace(running, admission=admission)
-        if not self.books.adopt(running):
-            return False
-        self.books.set_las_class(workload.workload_id, workload.priority, workload.preemptible)
-        if self.books.las is not None:
-            self.books.las.start(workload.workload_id, started_s)
-        return True
 
     def reconfigure(self, config: SchedulerConfig) -> None:
         """New queues or policy options (the server's queues changed): a new ledger, charged with every running

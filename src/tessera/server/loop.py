@@ -144,7 +144,8 @@ class SchedulerLoop:
         for gone in self.intake.sync(stored, self.store.pending_requests):
             self._reasons.pop(gone, None)
         intake = self.intake
-        schedule_instant(self.scheduler, intake.offer, now, intake.offered, self._apply, self.preset.borrowing)
+        limit = self.config.max_tries_per_step
+        schedule_instant(self.scheduler, intake.offer, now, intake.offered, self._apply, self.preset.borrowing, limit)
         binds, preempts = self._flush(now)
         self.snapshot = self._snapshot()
         report = StepReport(binds, preempts, ended, len(stored), time.perf_counter() - started)

@@ -21,7 +21,7 @@ the free capacity and the borrowers' shares are fractions of GPUs shared with wo
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -34,14 +34,6 @@ class ReclaimTracker:
         self.rng = np.random.default_rng(seed)  # for the probing steps only: the replay's own stream is untouched
         self.since: dict[str, dict[str, float]] = {"quota_blocked": {}, "reclaim_missed": {}}
         self.longest: dict[str, float] = {"quota_blocked": 0.0, "reclaim_missed": 0.0}
-
-    def blocked_queues(self, heads: Iterable[PendingWorkload]) -> set[str]:
-        """Queues with a pending workload blocked by borrowers (quota only)."""
-        blocked: set[str] = set()
-        for head in heads:
-            if head.queue not in blocked and self.scheduler.blocked_by_borrowers(head):
-                blocked.add(head.queue)
-        return blocked
 
     def track(
         self,

@@ -86,9 +86,10 @@ def run_timeline(
     ``runtimes_known=False`` hides the runtimes from the scheduler (a server's workloads declare none).
     """
     preset = resolve_preset(policy_name, "--policies")
-    replay = _Replay(nodes, jobs, preset, seed, throughput or ThroughputModel({}), tuple(queues), colocation)
+    replay = _Replay(
+        nodes, jobs, preset, seed, throughput or ThroughputModel({}), tuple(queues), colocation, runtimes_known
+    )
     replay.check_invariants = check_invariants
-    replay.runtimes_known = runtimes_known
     if record_decisions:
         replay.scheduler.journal = []
     return replay.run()
@@ -116,6 +117,7 @@ class _Replay:
         throughput: ThroughputModel,
         queues: tuple[QueueSpec, ...] = (),
         colocation: ColocationModel | None = None,
+        runtimes_known: bool = True,
     ):
         self.preset = preset
         self.jobs = [j for j in jobs if j.duration_s is not None or j.work_steps is not None]
@@ -149,7 +151,7 @@ class _Replay:
         self.grown_workers = 0
         self.reclaim = ReclaimTracker(self.scheduler, seed)
         self.check_invariants = False
-        self.runtimes_known = True  # the scheduler is told how long jobs run (head reservation reads it)
+        self.runtimes_known = runtimes_known  # the scheduler is told how long jobs run (head reservation reads it)
         self.allocated_milli = 0
         self.alloc_integral = 0.0
         self.last_s = 0.0
@@ -237,7 +239,7 @@ class _Replay:
         return str(getattr(self.jobs[i], "queue", "default"))
 
     def _pending_of(self, workload_id: str) -> PendingWorkload:
-        """Job ``i`` as the scheduler is handed it: as the workload describes it (the scheduler applies LAS and the
+        """The job as the scheduler is handed it: as the workload describes it (the scheduler applies LAS and the
         preset's preemptibility rule)."""
         i = int(workload_id)
         job = self.jobs[i]
