@@ -1,0 +1,1 @@
+"""Pure serving policies, unit-tested in virtual time (no I/O, no clock, no global randomness)."""
