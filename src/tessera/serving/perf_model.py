@@ -1,0 +1,1 @@
+"""Engine timing (placeholder: the calibrated performance model lands here)."""
