@@ -1,0 +1,132 @@
+"""The serving twin's GPU fleet: model replicas placed by the core placement engine, the GPUs they share, the
+slowdown that sharing costs, and the GPU-hours they hold.
+
+A replica is an ordinary core ``Request``: a share of one GPU sized by memory (weights plus a KV-cache reserve) for
+a model that fits on one GPU, or whole GPUs for a tensor-parallel one. ``Placer.decide`` picks the node and GPUs
+exactly as it does for any other workload, so several small models pack onto one GPU.
+
+**Sharing a GPU.** Replicas on one GPU share its compute and memory bandwidth. The fleet counts the *busy*
+replicas (engine not idle) on each GPU and stretches each busy replica's iterations by that count (processor
+sharing: two busy replicas each run at half speed). An idle neighbour costs nothing. This is the conservative
+reading of time-slicing and MPS alike; it never credits sharing with overlap it may not get.
+
+**GPU-hours.** A GPU counts as in use while at least one replica (loading, ready or draining) holds a share of it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+import numpy as np
+
+from tessera.core.cluster import ClusterState, NodeSpec
+from tessera.core.placement import Placer, make_policy
+from tessera.core.workload import Placement, Request
+from tessera.serving.policies.engine import Engine
+
+GpuKey = tuple[int, int]  # (node, GPU index)
+
+
+class ReplicaState(enum.Enum):
+    LOADING = "loading"  # placed, weights loading; not routable yet
+    READY = "ready"
+    DRAINING = "draining"  # finishing its requests; removed when idle
+
+
+class Replica:
+    __slots__ = ("id", "model", "engine", "placement", "gpus", "state", "ready_s", "started_s", "event_s", "tier")
+
+    def __init__(
+        self, replica_id: int, model: str, engine: Engine, placement: Placement, ready_s: float, started_s: float
+    ) -> None:
+        self.id = replica_id
+        self.model = model
+        self.engine = engine
+        self.placement = placement
+        self.gpus: tuple[GpuKey, ...] = tuple((placement.node, g) for g in placement.gpu_indices)
+        self.state = ReplicaState.LOADING
+        self.ready_s = ready_s
+        self.started_s = started_s
+        self.event_s = float("inf")  # the engine event the twin has queued for it
+        self.tier = ""  # where its weights came from: "preloaded", "warm" or "cold"
+
+    @property
+    def node(self) -> int:
+        return self.placement.node
+
+
+class Fleet:
+    """Replicas on a simulated cluster (see the module docstring)."""
+
+    def __init__(self, nodes: Sequence[NodeSpec], placement: str = "bestfit", seed: int = 0) -> None:
+        self.nodes = list(nodes)
+        self.state = ClusterState(self.nodes)
+        self.placer = Placer(self.state, make_policy(placement))
+        self.rng = np.random.default_rng(seed)
+        self.replicas: dict[int, Replica] = {}
+        self._next_id = 0
+        self._on_gpu: dict[GpuKey, list[Replica]] = {}
+        self._busy: dict[GpuKey, int] = {}
+        self.gpus_in_use = 0
+        self.peak_gpus = 0
+        self.gpu_seconds = 0.0
+        self._accounted_to = 0.0
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.gpu_count for n in self.nodes)
+
+    def new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1
+
+    def place(self, request: Request) -> Placement | None:
+        placement = self.placer.decide(request, self.rng)
+        if placement is not None:
+            self.state.bind(placement)
+        return placement
+
+    def account(self, now_s: float, horizon_s: float) -> None:
+        """Add the GPU-seconds held since the last call, counting only time before ``horizon_s``."""
+        end = min(now_s, horizon_s)
+        if end > self._accounted_to:
+            self.gpu_seconds += self.gpus_in_use * (end - self._accounted_to)
+            self._accounted_to = end
+
+    def add(self, replica: Replica) -> None:
+        self.replicas[replica.id] = replica
+        for key in replica.gpus:
+            members = self._on_gpu.setdefault(key, [])
+            if not members:
+                self.gpus_in_use += 1
+            members.append(replica)
+        self.peak_gpus = max(self.peak_gpus, self.gpus_in_use)
+
+    def remove(self, replica: Replica) -> None:
+        del self.replicas[replica.id]
+        self.state.release(replica.placement)
+        for key in replica.gpus:
+            members = self._on_gpu[key]
+            members.remove(replica)
+            if not members:
+                self.gpus_in_use -= 1
+                del self._on_gpu[key]
+
+    def neighbours(self, replica: Replica) -> list[Replica]:
+        """The other replicas sharing a GPU with ``replica``."""
+        seen: dict[int, Replica] = {}
+        for key in replica.gpus:
+            for other in self._on_gpu.get(key, ()):
+                if other is not replica:
+                    seen[other.id] = other
+        return list(seen.values())
+
+    def set_busy(self, replica: Replica, busy: bool) -> None:
+        step = 1 if busy else -1
+        for key in replica.gpus:
+            self._busy[key] = self._busy.get(key, 0) + step
+
+    def slowdown(self, replica: Replica) -> float:
+        """How much sharing stretches ``replica``'s iterations now: the busy replicas on its busiest GPU."""
+        return float(max(1, max(self._busy.get(key, 0) for key in replica.gpus)))

@@ -1,0 +1,87 @@
+"""What the serving twin measures per request and per model, folded into a ``PolicyRun`` at the end.
+
+A request **meets its SLO** when it was served with TTFT <= its class's TTFT target and TPOT <= its class's TPOT
+target; a dropped (refused or shed) request misses it. Attainment is the share of a model's requests that met it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.serving.policies.engine_parts import Completion
+from tessera.serving.policies.requests import InferenceRequest, SloClass, SloTarget
+from tessera.sim.serving.result import ModelOutcome
+
+
+class ModelStats:
+    __slots__ = ("model", "requests", "dropped", "met", "ttft", "tpot", "drop_reasons")
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.requests = 0
+        self.dropped = 0
+        self.met = 0
+        self.ttft: list[float] = []
+        self.tpot: list[float] = []
+        self.drop_reasons: dict[str, int] = {}
+
+    def outcome(self) -> ModelOutcome:
+        return ModelOutcome(
+            model=self.model,
+            requests=self.requests,
+            served=len(self.ttft),
+            dropped=self.dropped,
+            slo_met=self.met,
+            ttft_p99_s=_p99(self.ttft),
+            tpot_p99_s=_p99(self.tpot),
+        )
+
+
+class Outcomes:
+    def __init__(self, models: list[str], targets: dict[SloClass, SloTarget]) -> None:
+        self.stats = {m: ModelStats(m) for m in models}
+        self.targets = targets
+
+    def arrived(self, request: InferenceRequest) -> None:
+        self.stats[request.model].requests += 1
+
+    def served(self, c: Completion) -> None:
+        stats = self.stats[c.request.model]
+        if c.refused:
+            self.dropped(c.request, c.refused)
+            return
+        ttft, tpot = c.ttft_s, c.tpot_s
+        stats.ttft.append(ttft)
+        stats.tpot.append(tpot)
+        target = self.targets[c.request.slo]
+        if ttft <= target.ttft_s and tpot <= target.tpot_s:
+            stats.met += 1
+
+    def dropped(self, request: InferenceRequest, reason: str) -> None:
+        stats = self.stats[request.model]
+        stats.dropped += 1
+        key = reason.split(":")[0]
+        stats.drop_reasons[key] = stats.drop_reasons.get(key, 0) + 1
+
+    def recent_ttft(self, model: str, last: int = 50) -> float | None:
+        """The worst of the model's last ``last`` TTFTs (None before any)."""
+        ttft = self.stats[model].ttft
+        return max(ttft[-last:]) if ttft else None
+
+    def recent_tpot(self, model: str, last: int = 50) -> float | None:
+        tpot = self.stats[model].tpot
+        return max(tpot[-last:]) if tpot else None
+
+    def all_ttft(self) -> np.ndarray:
+        return np.concatenate([np.asarray(s.ttft, dtype=np.float64) for s in self.stats.values()] or [np.zeros(0)])
+
+    def all_tpot(self) -> np.ndarray:
+        return np.concatenate([np.asarray(s.tpot, dtype=np.float64) for s in self.stats.values()] or [np.zeros(0)])
+
+
+def _p99(values: list[float] | np.ndarray) -> float:
+    return float(np.percentile(values, 99)) if len(values) else 0.0
+
+
+def p99(values: np.ndarray) -> float:
+    return _p99(values)

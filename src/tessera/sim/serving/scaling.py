@@ -1,0 +1,77 @@
+"""The twin's side of autoscaling: the signals each model's autoscaler sees, and its decision as a replica count.
+
+The decision itself is ``tessera.serving.policies.autoscaler.decide`` (pure, shared with the live controller);
+this module only gathers its inputs from the twin's replicas and measurements. ``zero_ok`` (may the model go to
+zero?) is judged here: a model may scale to zero only when a replica can come back from the warm tier within half
+of the interactive TTFT target (the other half is left for queueing and prefill).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from tessera.serving.policies.autoscaler import (
+    AutoscalerConfig,
+    AutoscalerState,
+    ModelSignals,
+    decide,
+    knative_defaults,
+    tessera_defaults,
+)
+from tessera.serving.policies.model_cache import Tier, ready_time_s
+from tessera.serving.policies.requests import SloClass, SloTarget
+from tessera.sim.serving.fleet import Replica, ReplicaState
+from tessera.sim.serving.setups import PolicySetup
+
+if TYPE_CHECKING:  # annotations only: the twin imports this module
+    from tessera.sim.serving.twin import ModelRuntime
+
+
+def autoscaler_config(setup: PolicySetup, targets: dict[SloClass, SloTarget]) -> AutoscalerConfig:
+    if setup.autoscaler == "knative":
+        config = knative_defaults()
+    elif setup.autoscaler == "tessera":
+        interactive = targets[SloClass.INTERACTIVE]
+        config = tessera_defaults(ttft_target_s=interactive.ttft_s, tpot_target_s=interactive.tpot_s)
+    else:
+        raise ValueError(f"unknown autoscaler {setup.autoscaler!r}")
+    return dataclasses.replace(config, metrics_interval_s=setup.tick_s)
+
+
+class Scaler:
+    def __init__(self, setup: PolicySetup, targets: dict[SloClass, SloTarget]) -> None:
+        self.config = autoscaler_config(setup, targets)
+        self.states: dict[str, AutoscalerState] = {}
+        self.zero_budget_s = targets[SloClass.INTERACTIVE].ttft_s / 2
+
+    def desired(
+        self, m: ModelRuntime, active: Sequence[Replica], now_s: float, ttft_s: float | None, tpot_s: float | None
+    ) -> int:
+        queued = in_flight = ready = starting = 0
+        for r in active:
+            if r.state is ReplicaState.READY:
+                ready += 1
+                load = r.engine.load()
+                queued += load.queued
+                in_flight += load.queued + load.running
+            else:
+                starting += 1
+        held = len(m.held)
+        signals = ModelSignals(
+            model=m.name,
+            now_s=now_s,
+            arrivals=m.arrivals,
+            queued=queued + held,
+            in_flight=in_flight + held,
+            ready=ready,
+            starting=starting,
+            ttft_recent_s=ttft_s,
+            tpot_recent_s=tpot_s,
+            idle_s=now_s - m.last_arrival_s,
+            zero_ok=ready_time_s(m.spec.weights_bytes, Tier.WARM, gpus=m.shape.gpus) <= self.zero_budget_s,
+        )
+        state = self.states.setdefault(m.name, AutoscalerState())
+        decision, self.states[m.name] = decide(signals, state, self.config)
+        return decision.desired

@@ -1,0 +1,56 @@
+"""How big a replica of a model is on a GPU model: the core request the placement engine places, and the KV
+cache its engine gets.
+
+- A **shared** replica (a model that fits on one GPU, under a sharing policy) asks for weights + a KV reserve of
+  ``kv_reserve_tokens`` + ``overhead_gib`` of the GPU's memory, which the core turns into a GPU share; several
+  such replicas pack onto one GPU.
+- A **whole-GPU** replica (every replica of a static policy, and every tensor-parallel one) takes
+  ``tensor_parallel`` whole GPUs; its engine may use ``gpu_memory_utilization`` of their memory, and what the
+  weight shards leave is KV cache (as an engine sized by ``--gpu-memory-utilization`` does).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tessera.core.catalog import resolve_model
+from tessera.core.workload import MILLI_PER_GPU, Request
+from tessera.serving.models import GIB, MIB, ModelSpec
+from tessera.sim.serving.setups import ReplicaSizing
+
+BLOCK_TOKENS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaShape:
+    request: Request  # what the core placement engine places
+    kv_blocks: int  # the engine's KV cache, in blocks of BLOCK_TOKENS tokens
+    gpus: int  # GPUs it spans
+    shared: bool
+
+
+class ModelDoesNotFitError(ValueError):
+    pass
+
+
+def replica_shape(spec: ModelSpec, gpu_model: str, sizing: ReplicaSizing) -> ReplicaShape:
+    gpu = resolve_model(gpu_model)
+    gpu_bytes = gpu.mem_mib * MIB
+    usable = gpu_bytes * sizing.gpu_memory_utilization
+    tp = spec.tensor_parallel
+    kind = frozenset({gpu.name})
+    if sizing.shared and tp == 1:
+        kv_bytes = sizing.kv_reserve_tokens * spec.kv_bytes_per_token
+        need = spec.weights_bytes + kv_bytes + sizing.overhead_gib * GIB
+        if need <= usable:
+            request = Request(num_gpus=1, gpu_mem_mib=math.ceil(need / MIB), gpu_types=kind)
+            return ReplicaShape(request, sizing.kv_reserve_tokens // BLOCK_TOKENS, 1, shared=True)
+    per_gpu_kv = usable - spec.weights_bytes / tp - sizing.overhead_gib * GIB
+    if per_gpu_kv <= 0:
+        raise ModelDoesNotFitError(
+            f"{spec.name} does not fit on {tp} x {gpu.name}: its weight shards leave no room for a KV cache"
+        )
+    kv_tokens = int(per_gpu_kv * tp // spec.kv_bytes_per_token)
+    request = Request(num_gpus=tp, gpu_milli=MILLI_PER_GPU, gpu_types=kind)
+    return ReplicaShape(request, kv_tokens // BLOCK_TOKENS, tp, shared=False)

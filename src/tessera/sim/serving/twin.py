@@ -1,0 +1,325 @@
+"""The serving twin: one policy replaying one request trace on a simulated GPU cluster, in virtual time.
+
+Events, earliest first: request arrivals (from the sorted trace), engine segment ends (``Engine.next_event_s``),
+replicas becoming ready (weights loaded), and the control loop's tick (autoscaling, held requests, samples).
+
+An arrival is admitted (or, ``batch`` only, shed), then routed to a ready replica of its model by the policy's
+router, or held while a replica starts (scale from zero); held requests are never dropped before ``max_hold_s``.
+Every engine call returns what completed, which is recorded; when a replica turns busy or idle the replicas that
+share its GPUs get a new slowdown (``fleet``). A draining replica leaves when its engine is idle; under a model
+cache its weights stay warm in the node's host memory.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tessera.core.cluster import NodeSpec
+from tessera.serving.models import ModelSpec
+from tessera.serving.policies.engine import Engine
+from tessera.serving.policies.engine_parts import Completion, EngineConfig, IterationTimes
+from tessera.serving.policies.model_cache import (
+    NodeCacheState,
+    Tier,
+    admit_warm,
+    ready_time_s,
+    tier_of,
+)
+from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass, SloTarget
+from tessera.serving.policies.router import ReplicaView, RouterState, make_router
+from tessera.sim.serving.admission_shell import Admission
+from tessera.sim.serving.fleet import Fleet, Replica, ReplicaState
+from tessera.sim.serving.outcomes import Outcomes, p99
+from tessera.sim.serving.result import PolicyRun
+from tessera.sim.serving.scaling import Scaler
+from tessera.sim.serving.setups import PolicySetup
+from tessera.sim.serving.sizing import ReplicaShape, replica_shape
+
+PerfFactory = Callable[[ModelSpec, str, int], IterationTimes]
+_ENGINE, _READY, _TICK = 0, 1, 2
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class TwinInputs:
+    requests: list[InferenceRequest]  # sorted by arrival
+    models: dict[str, ModelSpec]  # served model name -> its architecture
+    duration_s: float  # the horizon GPU-hours are counted over
+    nodes: list[NodeSpec]
+    perf: PerfFactory  # engine timing of (model, GPU model, tensor parallel)
+    fixed_replicas: dict[str, int] = field(default_factory=dict)  # static: replicas per model
+    targets: dict[SloClass, SloTarget] = field(default_factory=lambda: dict(DEFAULT_SLO_TARGETS))
+    sample_s: float = 10.0
+
+
+class ModelRuntime:
+    """One served model's replicas, router and control state inside the twin."""
+
+    def __init__(self, name: str, spec: ModelSpec, shape: ReplicaShape, perf: IterationTimes, router_name: str) -> None:
+        self.name = name
+        self.spec = spec
+        self.shape = shape
+        self.perf = perf
+        self.router = make_router(router_name)
+        self.router_state: RouterState = self.router.initial_state()
+        self.replicas: list[Replica] = []
+        self.held: deque[InferenceRequest] = deque()
+        self.arrivals = 0  # since the last tick
+        self.last_arrival_s = -math.inf
+
+    def ready(self) -> list[Replica]:
+        return [r for r in self.replicas if r.state is ReplicaState.READY]
+
+    def active(self) -> list[Replica]:
+        return [r for r in self.replicas if r.state is not ReplicaState.DRAINING]
+
+
+class Twin:
+    def __init__(self, inputs: TwinInputs, setup: PolicySetup, seed: int = 0) -> None:
+        self.inputs = inputs
+        self.setup = setup
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.fleet = Fleet(inputs.nodes, setup.placement, seed)
+        gpu_model = next(n.gpu_model for n in inputs.nodes if n.gpu_model)
+        assert gpu_model is not None
+        self.models: dict[str, ModelRuntime] = {}
+        for name, spec in inputs.models.items():
+            shape = replica_shape(spec, gpu_model, setup.sizing)
+            perf = inputs.perf(spec, gpu_model, shape.gpus)
+            self.models[name] = ModelRuntime(name, spec, shape, perf, setup.router)
+        self.outcomes = Outcomes(list(self.models), inputs.targets)
+        self.scaler = Scaler(setup, inputs.targets) if setup.autoscaler else None
+        self.admission = Admission(inputs.targets) if setup.admission else None
+        self.caches = [NodeCacheState(int(setup.host_cache_gib * GIB)) for _ in inputs.nodes]
+        self.busy: set[int] = set()
+        self.heap: list[tuple[float, int, int, object]] = []
+        self._seq = 0
+        self.cold_starts = 0
+        self.start_failures = 0
+        self.samples: list[tuple[float, int, int]] = []  # (time, GPUs in use, arrivals in the interval)
+        self._arrivals_in_sample = 0
+        self.now = 0.0
+
+    # ---------------------------------------------------------------------------------------------- the loop
+    def run(self) -> PolicyRun:
+        wall = time.perf_counter()
+        self._provision()
+        requests = self.inputs.requests
+        n, i = len(requests), 0
+        self._push(0.0, _TICK, None)
+        next_sample = 0.0
+        while True:
+            t_arrival = requests[i].arrival_s if i < n else math.inf
+            t_event = self.heap[0][0] if self.heap else math.inf
+            if t_arrival == math.inf and t_event == math.inf:
+                break
+            if t_arrival <= t_event:
+                self.now = t_arrival
+                self._arrive(requests[i])
+                i += 1
+                continue
+            t, _, kind, obj = heapq.heappop(self.heap)
+            self.now = t
+            if kind == _ENGINE:
+                assert isinstance(obj, Replica)
+                if obj.event_s == t and obj.id in self.fleet.replicas:
+                    obj.event_s = math.inf
+                    self._settle(obj, obj.engine.advance(t))
+            elif kind == _READY:
+                assert isinstance(obj, Replica)
+                if obj.id in self.fleet.replicas and obj.state is ReplicaState.LOADING:
+                    self._ready(obj)
+            else:
+                if t >= next_sample:
+                    self._sample(t)
+                    next_sample = t + self.inputs.sample_s
+                self._tick(t)
+                if i < n or self._work_left():
+                    self._push(t + self.setup.tick_s, _TICK, None)
+        self.fleet.account(self.inputs.duration_s, self.inputs.duration_s)
+        return self._result(time.perf_counter() - wall)
+
+    def _push(self, t: float, kind: int, obj: object) -> None:
+        self._seq += 1
+        heapq.heappush(self.heap, (t, self._seq, kind, obj))
+
+    def _work_left(self) -> bool:
+        return bool(self.busy) or any(m.held for m in self.models.values()) or any(
+            r.state is ReplicaState.LOADING for r in self.fleet.replicas.values()
+        )
+
+    # ------------------------------------------------------------------------------------------------ requests
+    def _arrive(self, request: InferenceRequest) -> None:
+        m = self.models[request.model]
+        self.outcomes.arrived(request)
+        m.arrivals += 1
+        m.last_arrival_s = request.arrival_s
+        self._arrivals_in_sample += 1
+        if self.admission is not None:
+            reason = self.admission.shed_reason(request, m, self.now)
+            if reason:
+                self.outcomes.dropped(request, reason)
+                return
+        if m.ready():
+            self._route(m, request)
+            return
+        m.held.append(request)
+        if self.scaler is not None and not m.active():
+            self._scale(m)  # scale from zero now, not at the next tick
+
+    def _route(self, m: ModelRuntime, request: InferenceRequest) -> None:
+        ready = m.ready()
+        views = []
+        for r in ready:
+            load = r.engine.load()
+            views.append(ReplicaView(r.id, load.queued, load.running, load.predicted_tokens, load.kv_free_frac))
+        decision, m.router_state = m.router.route(request, views, m.router_state, self.now, self.rng)
+        replica = self.fleet.replicas[decision.replica] if decision.replica is not None else ready[0]
+        self._settle(replica, replica.engine.submit(request, self.now))
+
+    def _settle(self, replica: Replica, completions: list[Completion]) -> None:
+        """Record what completed, and propagate a busy/idle change to the replicas sharing its GPUs."""
+        work = [(replica, completions)]
+        while work:
+            r, done = work.pop()
+            for c in done:
+                self.outcomes.served(c)
+            busy = not r.engine.idle
+            if busy != (r.id in self.busy):
+                (self.busy.add if busy else self.busy.discard)(r.id)
+                self.fleet.set_busy(r, busy)
+                for other in [r, *self.fleet.neighbours(r)]:
+                    if other.id in self.busy:
+                        work.append((other, other.engine.set_slowdown(self.fleet.slowdown(other), self.now)))
+            self._reschedule(r)
+            if r.state is ReplicaState.DRAINING and r.engine.idle and r.id in self.fleet.replicas:
+                self._retire(r)
+
+    def _reschedule(self, replica: Replica) -> None:
+        t = replica.engine.next_event_s
+        if t != replica.event_s:
+            replica.event_s = t
+            if t < math.inf:
+                self._push(t, _ENGINE, replica)
+
+    # ------------------------------------------------------------------------------------------------ replicas
+    def _provision(self) -> None:
+        """The replicas that are up when the trace starts: static's fixed counts, else one per model."""
+        for m in self.models.values():
+            count = self.inputs.fixed_replicas.get(m.name, 1) if self.scaler is None else 1
+            for _ in range(count):
+                replica = self._start(m, preloaded=True)
+                if replica is None:
+                    raise ValueError(
+                        f"{self.setup.name}: the cluster ({self.fleet.total_gpus} GPUs) cannot hold the initial "
+                        f"replicas; give more GPUs"
+                    )
+
+    def _start(self, m: ModelRuntime, preloaded: bool = False) -> Replica | None:
+        placement = self.fleet.place(m.shape.request)
+        if placement is None:
+            self.start_failures += 1
+            return None
+        cache = self.caches[placement.node]
+        tier = Tier.WARM if self.setup.model_cache and tier_of(cache, m.name) is Tier.WARM else Tier.COLD
+        delay = 0.0 if preloaded else ready_time_s(m.spec.weights_bytes, tier, gpus=m.shape.gpus)
+        config = EngineConfig(kv_blocks=m.shape.kv_blocks, priority=self.setup.engine_priority)
+        replica = Replica(self.fleet.new_id(), m.name, Engine(config, m.perf), placement, self.now + delay, self.now)
+        replica.tier = "preloaded" if preloaded else tier.value
+        self.fleet.account(self.now, self.inputs.duration_s)
+        self.fleet.add(replica)
+        m.replicas.append(replica)
+        if preloaded:
+            self._ready(replica)
+        else:
+            self.cold_starts += 1
+            self._push(replica.ready_s, _READY, replica)
+        return replica
+
+    def _ready(self, replica: Replica) -> None:
+        replica.state = ReplicaState.READY
+        m = self.models[replica.model]
+        while m.held:
+            self._route(m, m.held.popleft())
+
+    def _drain(self, replica: Replica) -> None:
+        if replica.state is ReplicaState.LOADING or replica.engine.idle:
+            self._retire(replica)
+        else:
+            replica.state = ReplicaState.DRAINING
+
+    def _retire(self, replica: Replica) -> None:
+        m = self.models[replica.model]
+        self.fleet.account(self.now, self.inputs.duration_s)
+        if replica.id in self.busy:
+            self.busy.discard(replica.id)
+            self.fleet.set_busy(replica, False)
+        self.fleet.remove(replica)
+        m.replicas.remove(replica)
+        if self.setup.model_cache:
+            admit_warm(self.caches[replica.node], m.name, m.spec.weights_bytes, 0, self.now)
+
+    # --------------------------------------------------------------------------------------------- control loop
+    def _tick(self, now: float) -> None:
+        for m in self.models.values():
+            while m.held and now - m.held[0].arrival_s > self.setup.max_hold_s:
+                request = m.held.popleft()
+                reason = f"held: no replica of {m.name} became ready within {self.setup.max_hold_s:g} s"
+                self.outcomes.dropped(request, reason)
+            if self.scaler is not None:
+                self._scale(m)
+            m.arrivals = 0
+
+    def _scale(self, m: ModelRuntime) -> None:
+        assert self.scaler is not None
+        active = m.active()
+        ttft, tpot = self.outcomes.recent_ttft(m.name), self.outcomes.recent_tpot(m.name)
+        desired = self.scaler.desired(m, active, self.now, ttft, tpot)
+        for _ in range(desired - len(active)):
+            if self._start(m) is None:
+                break
+        excess = len(active) - desired
+        if excess > 0:
+            order = sorted(active, key=lambda r: (r.state is ReplicaState.READY, r.engine.in_flight(), -r.id))
+            for replica in order[:excess]:
+                self._drain(replica)
+
+    def _sample(self, now: float) -> None:
+        self.fleet.account(now, self.inputs.duration_s)
+        self.samples.append((now, self.fleet.gpus_in_use, self._arrivals_in_sample))
+        self._arrivals_in_sample = 0
+
+    def _result(self, wall_s: float) -> PolicyRun:
+        outcomes = [s.outcome() for s in self.outcomes.stats.values()]
+        requests = sum(o.requests for o in outcomes)
+        met = sum(o.slo_met for o in outcomes)
+        ttft = self.outcomes.all_ttft()
+        samples = np.asarray(self.samples, dtype=np.float64).reshape(-1, 3)
+        return PolicyRun(
+            policy=self.setup.name,
+            seed=self.seed,
+            gpus=self.fleet.total_gpus,
+            gpu_hours=self.fleet.gpu_seconds / 3600.0,
+            peak_gpus=self.fleet.peak_gpus,
+            requests=requests,
+            dropped=sum(o.dropped for o in outcomes),
+            cold_starts=self.cold_starts,
+            slo_attainment_pct=100.0 * met / requests if requests else 100.0,
+            worst_model_slo_attainment_pct=min((o.slo_attainment_pct for o in outcomes if o.requests), default=100.0),
+            ttft_p99_s=p99(ttft),
+            tpot_p99_s=p99(self.outcomes.all_tpot()),
+            sim_wall_s=wall_s,
+            models=tuple(outcomes),
+            times_s=samples[:, 0].copy(),
+            gpus_in_use=samples[:, 1].copy(),
+            arrival_rate=samples[:, 2] / self.inputs.sample_s,
+            ttft_s=ttft,
+        )
