@@ -22,6 +22,7 @@ import numpy as np
 
 from tessera.core.cluster import ClusterState, NodeSpec
 from tessera.core.placement import Placer, make_policy
+from tessera.core.placement.gang import one_node_candidates
 from tessera.core.workload import Placement, Request
 from tessera.serving.policies.engine import Engine
 
@@ -35,16 +36,22 @@ class ReplicaState(enum.Enum):
 
 
 class Replica:
-    __slots__ = ("id", "model", "engine", "placement", "gpus", "state", "ready_s", "started_s", "event_s", "tier")
+    __slots__ = ("id", "model", "engine", "placements", "gpus", "state", "ready_s", "started_s", "event_s", "tier")
 
     def __init__(
-        self, replica_id: int, model: str, engine: Engine, placement: Placement, ready_s: float, started_s: float
+        self,
+        replica_id: int,
+        model: str,
+        engine: Engine,
+        placements: Sequence[Placement],
+        ready_s: float,
+        started_s: float,
     ) -> None:
         self.id = replica_id
         self.model = model
         self.engine = engine
-        self.placement = placement
-        self.gpus: tuple[GpuKey, ...] = tuple((placement.node, g) for g in placement.gpu_indices)
+        self.placements = tuple(placements)
+        self.gpus: tuple[GpuKey, ...] = tuple((p.node, g) for p in self.placements for g in p.gpu_indices)
         self.state = ReplicaState.LOADING
         self.ready_s = ready_s
         self.started_s = started_s
@@ -53,7 +60,7 @@ class Replica:
 
     @property
     def node(self) -> int:
-        return self.placement.node
+        return self.placements[0].node
 
 
 class Fleet:
@@ -81,11 +88,31 @@ class Fleet:
         self._next_id += 1
         return self._next_id - 1
 
-    def place(self, request: Request) -> Placement | None:
-        placement = self.placer.decide(request, self.rng)
-        if placement is not None:
+    def place(self, request: Request, shards: int = 1) -> list[Placement] | None:
+        """Place and bind ``request`` (``shards`` > 1: that many one-GPU shares on one node, a tensor-parallel
+        replica under sharing), or None with nothing bound."""
+        if shards == 1:
+            placement = self.placer.decide(request, self.rng)
+            if placement is None:
+                return None
             self.state.bind(placement)
-        return placement
+            return [placement]
+        candidates = one_node_candidates(self.state, request, shards)
+        if candidates.size == 0:
+            return None
+        placed: list[Placement] = []
+        for _ in range(shards):
+            among = candidates if not placed else np.array([placed[0].node], dtype=np.int64)
+            placement = self.placer.decide(request, self.rng, among=among)
+            if placement is None:  # cannot happen when the candidate check holds; undo rather than trust it
+                for p in placed:
+                    self.state.release(p)
+                return None
+            self.state.bind(placement)
+            placed.append(placement)
+        gpus = [g for p in placed for g in p.gpu_indices]
+        assert len(set(gpus)) == shards, f"shards share a GPU: {placed}"  # each shard is over half a GPU
+        return placed
 
     def account(self, now_s: float, horizon_s: float) -> None:
         """Add the GPU-seconds held since the last call, counting only time before ``horizon_s``."""
@@ -105,7 +132,8 @@ class Fleet:
 
     def remove(self, replica: Replica) -> None:
         del self.replicas[replica.id]
-        self.state.release(replica.placement)
+        for placement in replica.placements:
+            self.state.release(placement)
         for key in replica.gpus:
             members = self._on_gpu[key]
             members.remove(replica)

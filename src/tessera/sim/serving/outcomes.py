@@ -6,6 +6,8 @@ target; a dropped (refused or shed) request misses it. Attainment is the share o
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from tessera.serving.policies.engine_parts import Completion
@@ -13,8 +15,11 @@ from tessera.serving.policies.requests import InferenceRequest, SloClass, SloTar
 from tessera.sim.serving.result import ModelOutcome
 
 
+RECENT = 50  # completions the autoscaler's latency feedback looks at
+
+
 class ModelStats:
-    __slots__ = ("model", "requests", "dropped", "met", "ttft", "tpot", "drop_reasons")
+    __slots__ = ("model", "requests", "dropped", "met", "ttft", "tpot", "drop_reasons", "recent")
 
     def __init__(self, model: str) -> None:
         self.model = model
@@ -24,6 +29,7 @@ class ModelStats:
         self.ttft: list[float] = []
         self.tpot: list[float] = []
         self.drop_reasons: dict[str, int] = {}
+        self.recent: deque[tuple[float, float]] = deque(maxlen=RECENT)  # (TTFT, TPOT) / their class targets
 
     def outcome(self) -> ModelOutcome:
         return ModelOutcome(
@@ -56,6 +62,7 @@ class Outcomes:
         target = self.targets[c.request.slo]
         if ttft <= target.ttft_s and tpot <= target.tpot_s:
             stats.met += 1
+        stats.recent.append((ttft / target.ttft_s, tpot / target.tpot_s))
 
     def dropped(self, request: InferenceRequest, reason: str) -> None:
         stats = self.stats[request.model]
@@ -63,14 +70,16 @@ class Outcomes:
         key = reason.split(":")[0]
         stats.drop_reasons[key] = stats.drop_reasons.get(key, 0) + 1
 
-    def recent_ttft(self, model: str, last: int = 50) -> float | None:
-        """The worst of the model's last ``last`` TTFTs (None before any)."""
-        ttft = self.stats[model].ttft
-        return max(ttft[-last:]) if ttft else None
-
-    def recent_tpot(self, model: str, last: int = 50) -> float | None:
-        tpot = self.stats[model].tpot
-        return max(tpot[-last:]) if tpot else None
+    def recent_latency(self, model: str, target: SloTarget) -> tuple[float | None, float | None]:
+        """The 90th percentile of the model's last ``RECENT`` TTFTs and TPOTs, each relative to its own class's
+        target and expressed on ``target``'s scale (so a batch request's long TTFT does not look like an
+        interactive miss); None before any."""
+        recent = self.stats[model].recent
+        if not recent:
+            return None, None
+        ratios = np.asarray(recent, dtype=np.float64)
+        ttft, tpot = np.percentile(ratios, 90, axis=0)
+        return float(ttft) * target.ttft_s, float(tpot) * target.tpot_s
 
     def all_ttft(self) -> np.ndarray:
         return np.concatenate([np.asarray(s.ttft, dtype=np.float64) for s in self.stats.values()] or [np.zeros(0)])

@@ -24,6 +24,7 @@ from tessera.serving.policies.model_cache import Tier, ready_time_s
 from tessera.serving.policies.requests import SloClass, SloTarget
 from tessera.sim.serving.fleet import Replica, ReplicaState
 from tessera.sim.serving.setups import PolicySetup
+from tessera.sim.serving.sizing import concurrency_target
 
 if TYPE_CHECKING:  # annotations only: the twin imports this module
     from tessera.sim.serving.twin import ModelRuntime
@@ -44,6 +45,10 @@ class Scaler:
     def __init__(self, setup: PolicySetup, targets: dict[SloClass, SloTarget]) -> None:
         self.config = autoscaler_config(setup, targets)
         self.states: dict[str, AutoscalerState] = {}
+        self.configs: dict[str, AutoscalerConfig] = {}
+        self.sizing = setup.sizing
+        # Tessera sizes each model's target by what its replica's KV cache holds; Knative keeps its one default.
+        self.per_replica_target = setup.autoscaler == "tessera"
         self.zero_budget_s = targets[SloClass.INTERACTIVE].ttft_s / 2
 
     def desired(
@@ -73,5 +78,11 @@ class Scaler:
             zero_ok=ready_time_s(m.spec.weights_bytes, Tier.WARM, gpus=m.shape.gpus) <= self.zero_budget_s,
         )
         state = self.states.setdefault(m.name, AutoscalerState())
-        decision, self.states[m.name] = decide(signals, state, self.config)
+        config = self.configs.get(m.name)
+        if config is None:
+            config = self.config
+            if self.per_replica_target:
+                config = dataclasses.replace(config, target_concurrency=concurrency_target(m.shape, self.sizing))
+            self.configs[m.name] = config
+        decision, self.states[m.name] = decide(signals, state, config)
         return decision.desired

@@ -25,7 +25,9 @@ class ReplicaSizing:
     """How much of a GPU one replica asks for."""
 
     shared: bool  # True: a memory share of one GPU (models that fit on one); False: whole GPUs
-    kv_reserve_tokens: int = 24_576  # KV-cache tokens a shared replica reserves next to its weights
+    kv_reserve_tokens: int = 24_576  # KV-cache tokens a shared replica reserves next to its weights...
+    kv_reserve_max_gib: float = 12.0  # ...at most this much memory (models with full multi-head KV get fewer)
+    tokens_per_sequence: int = 1_260  # a sequence's mean KV footprint (prompt + half its output, conv trace)
     gpu_memory_utilization: float = 0.9  # of a GPU's memory an engine may use (weights + KV), as vLLM's default
     overhead_gib: float = 1.0  # activations, CUDA context and graphs of a shared replica
 

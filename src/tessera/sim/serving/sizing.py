@@ -2,8 +2,10 @@
 cache its engine gets.
 
 - A **shared** replica (a model that fits on one GPU, under a sharing policy) asks for weights + a KV reserve of
-  ``kv_reserve_tokens`` + ``overhead_gib`` of the GPU's memory, which the core turns into a GPU share; several
+  ``kv_reserve_tokens`` (at most ``kv_reserve_max_gib``) + ``overhead_gib`` of the GPU's memory, which the core turns into a GPU share; several
   such replicas pack onto one GPU.
+- A **shared tensor-parallel** replica is a gang of ``tensor_parallel`` one-GPU shares on one node, each over half
+  a GPU's memory (so the shards take distinct GPUs); the rest of those GPUs hosts other replicas.
 - A **whole-GPU** replica (every replica of a static policy, and every tensor-parallel one) takes
   ``tensor_parallel`` whole GPUs; its engine may use ``gpu_memory_utilization`` of their memory, and what the
   weight shards leave is KV cache (as an engine sized by ``--gpu-memory-utilization`` does).
@@ -24,10 +26,10 @@ BLOCK_TOKENS = 16
 
 @dataclass(frozen=True, slots=True)
 class ReplicaShape:
-    request: Request  # what the core placement engine places
+    request: Request  # what the core placement engine places (once per GPU for a shared tensor-parallel replica)
     kv_blocks: int  # the engine's KV cache, in blocks of BLOCK_TOKENS tokens
     gpus: int  # GPUs it spans
-    shared: bool
+    shared: bool  # memory shares (a gang of ``gpus`` one-GPU shares on one node when gpus > 1)
 
 
 class ModelDoesNotFitError(ValueError):
@@ -40,12 +42,25 @@ def replica_shape(spec: ModelSpec, gpu_model: str, sizing: ReplicaSizing) -> Rep
     usable = gpu_bytes * sizing.gpu_memory_utilization
     tp = spec.tensor_parallel
     kind = frozenset({gpu.name})
+    reserve_tokens = min(sizing.kv_reserve_tokens, int(sizing.kv_reserve_max_gib * GIB // spec.kv_bytes_per_token))
     if sizing.shared and tp == 1:
-        kv_bytes = sizing.kv_reserve_tokens * spec.kv_bytes_per_token
+        kv_bytes = reserve_tokens * spec.kv_bytes_per_token
         need = spec.weights_bytes + kv_bytes + sizing.overhead_gib * GIB
         if need <= usable:
             request = Request(num_gpus=1, gpu_mem_mib=math.ceil(need / MIB), gpu_types=kind)
-            return ReplicaShape(request, sizing.kv_reserve_tokens // BLOCK_TOKENS, 1, shared=True)
+            return ReplicaShape(request, reserve_tokens // BLOCK_TOKENS, 1, shared=True)
+    if sizing.shared:
+        # A tensor-parallel replica under sharing: ``tp`` shards of one node, each asking (on its own GPU) for more
+        # than half of a GPU's memory, so that no two shards can ever land on one GPU; what a shard gets beyond
+        # its weights and overhead is KV cache. The rest of each GPU is free for other (smaller) replicas.
+        shard = max(
+            spec.weights_bytes / tp + reserve_tokens * spec.kv_bytes_per_token / tp,
+            gpu_bytes * 0.5 + MIB,
+        ) + sizing.overhead_gib * GIB
+        if shard <= usable:
+            kv_tokens = int((shard - spec.weights_bytes / tp - sizing.overhead_gib * GIB) * tp // spec.kv_bytes_per_token)
+            request = Request(num_gpus=1, gpu_mem_mib=math.ceil(shard / MIB), gpu_types=kind)
+            return ReplicaShape(request, kv_tokens // BLOCK_TOKENS, tp, shared=True)
     per_gpu_kv = usable - spec.weights_bytes / tp - sizing.overhead_gib * GIB
     if per_gpu_kv <= 0:
         raise ModelDoesNotFitError(
@@ -54,3 +69,8 @@ def replica_shape(spec: ModelSpec, gpu_model: str, sizing: ReplicaSizing) -> Rep
     kv_tokens = int(per_gpu_kv * tp // spec.kv_bytes_per_token)
     request = Request(num_gpus=tp, gpu_milli=MILLI_PER_GPU, gpu_types=kind)
     return ReplicaShape(request, kv_tokens // BLOCK_TOKENS, tp, shared=False)
+
+
+def concurrency_target(shape: ReplicaShape, sizing: ReplicaSizing) -> float:
+    """Sequences one replica can hold in its KV cache at the mean footprint: the autoscaler's per-replica target."""
+    return max(2.0, shape.kv_blocks * BLOCK_TOKENS / sizing.tokens_per_sequence)

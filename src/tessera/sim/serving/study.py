@@ -1,72 +1,166 @@
-"""STAND-IN, to be replaced when the serving-io branch is merged: the real ``run_study`` is written on another
-branch. This one builds the real workload of every seed but invents every figure (no engine, no policy), so that
-the command line and the report can be built and tested before the twin exists. Do not read its numbers.
+"""A serving study: every policy on every seed's workload, on a fixed cluster or the smallest one that meets the
+SLOs, through the same twin.
 
-Signature kept by the real module: ``run_study(config, progress) -> list[PolicyRun]``, one run per (policy, seed),
-in the order of ``config.policies`` then ``config.seeds``; ``progress(label, fraction_done)`` with the label
-``"{policy} seed {seed}"`` and the fraction of that run done, in [0, 1].
+Cluster sizes (nodes of 8 GPUs of ``--gpus``'s model, H100-80GB by default):
+
+- ``static`` is sized per model for its own peak: the smallest replica count with which that model alone meets
+  its SLOs for >= 99% of its requests (never below one), found by doubling then bisection on a replay of that
+  model's requests. Its cluster is the nodes those replicas need.
+- With ``--gpus SPEC`` every other policy runs on that cluster. Without it, they run on static's cluster (the
+  cluster a team that provisions statically has).
+- With ``--gpus-for-slo`` each autoscaling policy gets the smallest number of nodes (bisection between one node and
+  twice static's) on which every model meets its SLOs; the run reported is the one on that cluster. A policy that
+  misses the SLOs even on the largest cluster tried is reported there, with its attainment.
+
+GPU-hours are counted over the trace's duration (``fleet``): the GPUs holding a replica, integrated over time.
 """
 
 from __future__ import annotations
 
-import time
+import math
 from collections.abc import Callable
 
-import numpy as np
-
-from tessera.sim.serving.config import StudyConfig
-from tessera.sim.serving.result import ModelOutcome, PolicyRun
-from tessera.sim.serving.workload import build_workload
+from tessera.core.cluster import NodeSpec
+from tessera.sim.serving.config import GpuCluster, StudyConfig, parse_gpu_cluster
+from tessera.sim.serving.perf_choice import make_perf_factory
+from tessera.sim.serving.result import PolicyRun
+from tessera.sim.serving.setups import policy_setup
+from tessera.sim.serving.twin import PerfFactory, Twin, TwinInputs
+from tessera.sim.serving.workload import Workload, build_workload
 
 Progress = Callable[[str, float], None]
+SLO_PCT = 99.0
+DEFAULT_GPUS = "8xH100-80GB"
+MAX_STATIC_REPLICAS = 256
 
-_FAKE_GPUS = {"static": 1.0, "static-autoscale": 0.7, "tessera": 0.45}  # invented GPU-hour factors
+
+def nodes_for(gpus: int, cluster: GpuCluster) -> list[NodeSpec]:
+    per = cluster.gpus_per_node
+    count = max(1, math.ceil(gpus / per))
+    return [NodeSpec(f"node-{i:03d}", 128_000, 2_048_000, per, cluster.model.name) for i in range(count)]
 
 
 def run_study(config: StudyConfig, progress: Progress | None = None) -> list[PolicyRun]:
-    """STAND-IN: fake runs over the real workloads (see the module docstring)."""
+    """One run per (policy, seed), in the order of ``config.policies`` then ``config.seeds``."""
     trace = config.load_trace()
-    runs: list[PolicyRun] = []
+    perf = make_perf_factory(config.perf_profile)
+    kind = parse_gpu_cluster(config.gpus or DEFAULT_GPUS)
+    runs: dict[tuple[str, int], PolicyRun] = {}
     for seed in config.seeds:
         workload = build_workload(trace, config.models, config.zipf, config.load, seed)
-        arrivals = np.array([r.arrival_s for r in workload.requests])
+        study = _SeedStudy(workload, perf, kind, seed, progress)
         for policy in config.policies:
-            label = f"{policy} seed {seed}"
-            started = time.perf_counter()
-            rng = np.random.default_rng([seed, config.policies.index(policy)])
-            for step in range(4):
-                if progress is not None:
-                    progress(label, step / 4)
-            times = np.arange(0.0, workload.duration_s, 60.0)
-            rate = np.histogram(arrivals, np.append(times, workload.duration_s))[0] / 60.0
-            gpus = np.ceil(_FAKE_GPUS.get(policy, 1.0) * (4 + rate))
-            ttft = rng.lognormal(-1.5, 0.8, size=len(workload.requests))
-            outcomes = tuple(
-                ModelOutcome(m.name, n, n, 0, int(0.995 * n), 0.5, 0.05)
-                for m, n in zip(workload.models, workload.requests_per_model.values(), strict=True)
-            )
-            if progress is not None:
-                progress(label, 1.0)
-            runs.append(
-                PolicyRun(
-                    policy,
-                    seed,
-                    int(gpus.max()),
-                    float(gpus.sum() * 60.0 / 3600.0),
-                    int(gpus.max()),
-                    len(workload.requests),
-                    0,
-                    len(workload.models),
-                    99.5,
-                    min((o.slo_attainment_pct for o in outcomes), default=100.0),
-                    float(np.percentile(ttft, 99)),
-                    0.05,
-                    time.perf_counter() - started,
-                    outcomes,
-                    times,
-                    gpus,
-                    rate,
-                    ttft,
-                )
-            )
-    return runs
+            if policy == "static":
+                runs[(policy, seed)] = study.static()
+            elif config.gpus_for_slo:
+                runs[(policy, seed)] = study.smallest(policy)
+            else:
+                gpus = kind.count if config.gpus else study.static_gpus()
+                runs[(policy, seed)] = study.run(policy, nodes_for(gpus, kind))
+    return [runs[(p, s)] for p in config.policies for s in config.seeds]
+
+
+class _SeedStudy:
+    def __init__(
+        self, workload: Workload, perf: PerfFactory, kind: GpuCluster, seed: int, progress: Progress | None
+    ) -> None:
+        self.workload = workload
+        self.perf = perf
+        self.kind = kind
+        self.seed = seed
+        self.progress = progress
+        self._static_sizes: dict[str, int] | None = None
+        self._static_run: PolicyRun | None = None
+
+    def _report(self, policy: str, fraction: float) -> None:
+        if self.progress is not None:
+            self.progress(f"{policy} seed {self.seed}", min(max(fraction, 0.0), 1.0))
+
+    def inputs(self, nodes: list[NodeSpec], fixed: dict[str, int] | None = None, only: str | None = None) -> TwinInputs:
+        w = self.workload
+        models = {m.name: m.spec for m in w.models if only is None or m.name == only}
+        requests = w.requests if only is None else [r for r in w.requests if r.model == only]
+        return TwinInputs(requests, models, w.duration_s, nodes, self.perf, fixed_replicas=fixed or {})
+
+    def run(self, policy: str, nodes: list[NodeSpec], fraction: tuple[float, float] = (0.0, 1.0)) -> PolicyRun:
+        lo, hi = fraction
+        twin = Twin(self.inputs(nodes), policy_setup(policy), self.seed)
+        return twin.run(lambda f: self._report(policy, lo + (hi - lo) * f))
+
+    # ---------------------------------------------------------------------------------------------- static
+    def static_sizes(self) -> dict[str, int]:
+        if self._static_sizes is None:
+            sizes: dict[str, int] = {}
+            for i, m in enumerate(self.workload.models):
+                sizes[m.name] = self._replicas_for_peak(m.name, m.spec.tensor_parallel)
+                self._report("static", 0.5 * (i + 1) / len(self.workload.models))
+            self._static_sizes = sizes
+        return self._static_sizes
+
+    def static_gpus(self) -> int:
+        specs = {m.name: m.spec for m in self.workload.models}
+        return sum(n * specs[name].tensor_parallel for name, n in self.static_sizes().items())
+
+    def _meets_alone(self, model: str, replicas: int, tp: int) -> bool:
+        nodes = nodes_for(replicas * tp, self.kind)
+        twin = Twin(self.inputs(nodes, {model: replicas}, only=model), policy_setup("static"), self.seed)
+        return twin.run().meets_slo(SLO_PCT)
+
+    def _replicas_for_peak(self, model: str, tp: int) -> int:
+        """The fewest replicas with which ``model`` alone meets its SLOs (doubling, then bisection)."""
+        hi = 1
+        while not self._meets_alone(model, hi, tp):
+            if hi >= MAX_STATIC_REPLICAS:
+                return hi
+            hi *= 2
+        lo = hi // 2  # fails (or 0)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._meets_alone(model, mid, tp):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    def static(self) -> PolicyRun:
+        if self._static_run is None:
+            sizes = self.static_sizes()
+            gpus = self.static_gpus()
+            nodes = nodes_for(gpus, self.kind)
+            while True:  # tensor-parallel replicas may leave holes a node short: add nodes until all fit
+                try:
+                    twin = Twin(self.inputs(nodes, sizes), policy_setup("static"), self.seed)
+                    self._static_run = twin.run(lambda f: self._report("static", 0.5 + 0.5 * f))
+                    break
+                except ValueError:
+                    nodes = nodes_for(len(nodes) * self.kind.gpus_per_node + self.kind.gpus_per_node, self.kind)
+        return self._static_run
+
+    # ------------------------------------------------------------------------------------------- the search
+    def smallest(self, policy: str) -> PolicyRun:
+        """The run on the fewest nodes where every model meets its SLOs (see the module docstring)."""
+        per = self.kind.gpus_per_node
+        top = 2 * max(1, math.ceil(self.static_gpus() / per))
+        tried: dict[int, PolicyRun] = {}
+
+        def attempt(n: int) -> PolicyRun | None:
+            if n not in tried:
+                try:
+                    tried[n] = self.run(policy, nodes_for(n * per, self.kind), (len(tried) / 8, (len(tried) + 1) / 8))
+                except ValueError:  # the initial replicas do not fit
+                    return None
+            return tried[n]
+
+        best = attempt(top)
+        if best is None or not best.meets_slo(SLO_PCT):
+            return best if best is not None else self.run(policy, nodes_for(top * per * 2, self.kind))
+        lo, hi = 0, top  # lo fails (or is nothing), hi meets
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            run = attempt(mid)
+            if run is not None and run.meets_slo(SLO_PCT):
+                hi = mid
+            else:
+                lo = mid
+        self._report(policy, 1.0)
+        return tried[hi]

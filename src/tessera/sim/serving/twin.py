@@ -109,8 +109,10 @@ class Twin:
         self.now = 0.0
 
     # ---------------------------------------------------------------------------------------------- the loop
-    def run(self) -> PolicyRun:
+    def run(self, progress: Callable[[float], None] | None = None) -> PolicyRun:
+        """Replay the whole trace; ``progress(fraction of arrivals done)`` now and then."""
         wall = time.perf_counter()
+        every = max(1, len(self.inputs.requests) // 50)
         self._provision()
         requests = self.inputs.requests
         n, i = len(requests), 0
@@ -125,6 +127,8 @@ class Twin:
                 self.now = t_arrival
                 self._arrive(requests[i])
                 i += 1
+                if progress is not None and i % every == 0:
+                    progress(i / n)
                 continue
             t, _, kind, obj = heapq.heappop(self.heap)
             self.now = t
@@ -145,6 +149,8 @@ class Twin:
                 if i < n or self._work_left():
                     self._push(t + self.setup.tick_s, _TICK, None)
         self.fleet.account(self.inputs.duration_s, self.inputs.duration_s)
+        if progress is not None:
+            progress(1.0)
         return self._result(time.perf_counter() - wall)
 
     def _push(self, t: float, kind: int, obj: object) -> None:
@@ -213,7 +219,8 @@ class Twin:
     # ------------------------------------------------------------------------------------------------ replicas
     def _provision(self) -> None:
         """The replicas that are up when the trace starts: static's fixed counts, else one per model."""
-        for m in self.models.values():
+        # The largest replicas first, so that the smaller ones fill the gaps they leave.
+        for m in sorted(self.models.values(), key=lambda m: (-m.shape.gpus, -m.shape.request.gpu_mem_mib, m.name)):
             count = self.inputs.fixed_replicas.get(m.name, 1) if self.scaler is None else 1
             for _ in range(count):
                 replica = self._start(m, preloaded=True)
@@ -224,15 +231,16 @@ class Twin:
                     )
 
     def _start(self, m: ModelRuntime, preloaded: bool = False) -> Replica | None:
-        placement = self.fleet.place(m.shape.request)
-        if placement is None:
+        shards = m.shape.gpus if m.shape.shared else 1
+        placements = self.fleet.place(m.shape.request, shards)
+        if placements is None:
             self.start_failures += 1
             return None
-        cache = self.caches[placement.node]
+        cache = self.caches[placements[0].node]
         tier = Tier.WARM if self.setup.model_cache and tier_of(cache, m.name) is Tier.WARM else Tier.COLD
         delay = 0.0 if preloaded else ready_time_s(m.spec.weights_bytes, tier, gpus=m.shape.gpus)
         config = EngineConfig(kv_blocks=m.shape.kv_blocks, priority=self.setup.engine_priority)
-        replica = Replica(self.fleet.new_id(), m.name, Engine(config, m.perf), placement, self.now + delay, self.now)
+        replica = Replica(self.fleet.new_id(), m.name, Engine(config, m.perf), placements, self.now + delay, self.now)
         replica.tier = "preloaded" if preloaded else tier.value
         self.fleet.account(self.now, self.inputs.duration_s)
         self.fleet.add(replica)
@@ -281,7 +289,7 @@ class Twin:
     def _scale(self, m: ModelRuntime) -> None:
         assert self.scaler is not None
         active = m.active()
-        ttft, tpot = self.outcomes.recent_ttft(m.name), self.outcomes.recent_tpot(m.name)
+        ttft, tpot = self.outcomes.recent_latency(m.name, self.inputs.targets[SloClass.INTERACTIVE])
         desired = self.scaler.desired(m, active, self.now, ttft, tpot)
         for _ in range(desired - len(active)):
             if self._start(m) is None:
