@@ -101,9 +101,15 @@ class PrefixIndex:
     def record(self, prefix: Sequence[int], replica: int) -> None:
         """The routed request's blocks now live on ``replica``: all of them become its most recent entries.
         Recorded deepest block first, so that the shallow blocks (shared by more prompts) are evicted last."""
-        put = self.lru.put
-        for depth in range(len(prefix) - 1, -1, -1):
-            put(prefix[depth], replica)
+        entries, cap = self.lru.entries, self.lru.max_entries
+        move_to_end, evict_oldest = entries.move_to_end, entries.popitem
+        for depth in range(len(prefix) - 1, -1, -1):  # CappedLru.put inlined: this is the router's hot loop
+            block = prefix[depth]
+            if block in entries:
+                move_to_end(block)
+            elif len(entries) >= cap:
+                evict_oldest(last=False)
+            entries[block] = replica
 
     def forget_replica(self, replica: int) -> int:
         """Drop every entry of ``replica`` at once (a sweep, O(entries): for a caller that knows a replica is

@@ -108,7 +108,7 @@ class Router(Protocol):
     ) -> tuple[RouteDecision, RouterState]: ...
 
 
-def _better(weights: LoadWeights, a: ReplicaView, load_a: float, b: ReplicaView, load_b: float) -> bool:
+def _better(a: ReplicaView, load_a: float, b: ReplicaView, load_b: float) -> bool:
     """Whether ``a`` is strictly preferable to ``b``: less load, then more free KV cache, then the lower id."""
     if load_a != load_b:
         return load_a < load_b
@@ -124,7 +124,7 @@ def least_loaded(replicas: Sequence[ReplicaView], weights: LoadWeights) -> tuple
         if not view.accepting:
             continue
         load = weights.load(view)
-        if best < 0 or _better(weights, view, load, replicas[best], best_load):
+        if best < 0 or _better(view, load, replicas[best], best_load):
             best, best_load = position, load
     return best, best_load
 
@@ -231,7 +231,7 @@ class PowerOfTwoRouter:
         else:
             a, b = replicas[first], replicas[second]
         weights = self.weights
-        chosen = a if _better(weights, a, weights.load(a), b, weights.load(b)) else b
+        chosen = a if _better(a, weights.load(a), b, weights.load(b)) else b
         return RouteDecision(chosen.replica, "power-of-two"), state
 
 
