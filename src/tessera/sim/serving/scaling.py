@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from tessera.serving.policies.admission import HoldQueue, held_count
 from tessera.serving.policies.autoscaler import (
     AutoscalerConfig,
     AutoscalerState,
@@ -52,7 +53,13 @@ class Scaler:
         self.zero_budget_s = targets[SloClass.INTERACTIVE].ttft_s / 2
 
     def desired(
-        self, m: ModelRuntime, active: Sequence[Replica], now_s: float, ttft_s: float | None, tpot_s: float | None
+        self,
+        m: ModelRuntime,
+        active: Sequence[Replica],
+        hold_queue: HoldQueue,
+        now_s: float,
+        ttft_s: float | None,
+        tpot_s: float | None,
     ) -> int:
         queued = in_flight = ready = starting = 0
         for r in active:
@@ -63,7 +70,7 @@ class Scaler:
                 in_flight += load.queued + load.running
             else:
                 starting += 1
-        held = len(m.held)
+        held = held_count(hold_queue, m.name)
         signals = ModelSignals(
             model=m.name,
             now_s=now_s,

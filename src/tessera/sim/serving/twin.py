@@ -15,7 +15,6 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -23,6 +22,17 @@ import numpy as np
 
 from tessera.core.cluster import NodeSpec
 from tessera.serving.models import ModelSpec
+from tessera.serving.policies.admission import (
+    AdmissionConfig,
+    AdmissionSignals,
+    HoldQueue,
+    Shed,
+    admit,
+    expire,
+    held_count,
+    hold,
+    release,
+)
 from tessera.serving.policies.engine import Engine
 from tessera.serving.policies.engine_parts import Completion, EngineConfig, IterationTimes
 from tessera.serving.policies.model_cache import (
@@ -34,7 +44,6 @@ from tessera.serving.policies.model_cache import (
 )
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass, SloTarget
 from tessera.serving.policies.router import ReplicaView, RouterState, make_router
-from tessera.sim.serving.admission_shell import Admission
 from tessera.sim.serving.fleet import Fleet, Replica, ReplicaState
 from tessera.sim.serving.outcomes import Outcomes, p99
 from tessera.sim.serving.result import PolicyRun
@@ -70,7 +79,6 @@ class ModelRuntime:
         self.router = make_router(router_name)
         self.router_state: RouterState = self.router.initial_state()
         self.replicas: list[Replica] = []
-        self.held: deque[InferenceRequest] = deque()
         self.arrivals = 0  # since the last tick
         self.last_arrival_s = -math.inf
 
@@ -97,7 +105,8 @@ class Twin:
             self.models[name] = ModelRuntime(name, spec, shape, perf, setup.router)
         self.outcomes = Outcomes(list(self.models), inputs.targets)
         self.scaler = Scaler(setup, inputs.targets) if setup.autoscaler else None
-        self.admission = Admission(inputs.targets) if setup.admission else None
+        self.admission = AdmissionConfig() if setup.admission else None
+        self.hold = HoldQueue(max_hold_s=setup.max_hold_s)
         self.caches = [NodeCacheState(int(setup.host_cache_gib * GIB)) for _ in inputs.nodes]
         self.busy: set[int] = set()
         self.heap: list[tuple[float, int, int, object]] = []
@@ -158,7 +167,7 @@ class Twin:
         heapq.heappush(self.heap, (t, self._seq, kind, obj))
 
     def _work_left(self) -> bool:
-        return bool(self.busy) or any(m.held for m in self.models.values()) or any(
+        return bool(self.busy) or self.hold.count > 0 or any(
             r.state is ReplicaState.LOADING for r in self.fleet.replicas.values()
         )
 
@@ -169,15 +178,17 @@ class Twin:
         m.arrivals += 1
         m.last_arrival_s = request.arrival_s
         self._arrivals_in_sample += 1
-        if self.admission is not None:
-            reason = self.admission.shed_reason(request, m, self.now)
-            if reason:
-                self.outcomes.dropped(request, reason)
+        ready = m.ready()
+        if self.admission is not None and request.slo is SloClass.BATCH:
+            queued = held_count(self.hold, m.name) + sum(r.engine.load().queued for r in ready)
+            verdict = admit(request, AdmissionSignals(len(ready), queued, 0.0), self.admission)
+            if isinstance(verdict, Shed):
+                self.outcomes.dropped(request, f"shed: {verdict.reason}")
                 return
-        if m.ready():
+        if ready:
             self._route(m, request)
             return
-        m.held.append(request)
+        self.hold = hold(self.hold, request, self.now)
         if self.scaler is not None and not m.active():
             self._scale(m)  # scale from zero now, not at the next tick
 
@@ -254,9 +265,10 @@ class Twin:
 
     def _ready(self, replica: Replica) -> None:
         replica.state = ReplicaState.READY
+        held, self.hold = release(self.hold, replica.model)
         m = self.models[replica.model]
-        while m.held:
-            self._route(m, m.held.popleft())
+        for request in held:
+            self._route(m, request)
 
     def _drain(self, replica: Replica) -> None:
         if replica.state is ReplicaState.LOADING or replica.engine.idle:
@@ -277,11 +289,10 @@ class Twin:
 
     # --------------------------------------------------------------------------------------------- control loop
     def _tick(self, now: float) -> None:
+        rejected, self.hold = expire(self.hold, now)
+        for request, reason in rejected:
+            self.outcomes.dropped(request, f"held: {reason}")
         for m in self.models.values():
-            while m.held and now - m.held[0].arrival_s > self.setup.max_hold_s:
-                request = m.held.popleft()
-                reason = f"held: no replica of {m.name} became ready within {self.setup.max_hold_s:g} s"
-                self.outcomes.dropped(request, reason)
             if self.scaler is not None:
                 self._scale(m)
             m.arrivals = 0
@@ -290,7 +301,7 @@ class Twin:
         assert self.scaler is not None
         active = m.active()
         ttft, tpot = self.outcomes.recent_latency(m.name, self.inputs.targets[SloClass.INTERACTIVE])
-        desired = self.scaler.desired(m, active, self.now, ttft, tpot)
+        desired = self.scaler.desired(m, active, self.hold, self.now, ttft, tpot)
         for _ in range(desired - len(active)):
             if self._start(m) is None:
                 break
