@@ -70,7 +70,7 @@ class Scaler:
                 in_flight += load.queued + load.running
             else:
                 starting += 1
-        held = held_count(hold_queue, m.name)
+        held = held_count(hold_queue, m.name) + len(m.gateway)
         signals = ModelSignals(
             model=m.name,
             now_s=now_s,

@@ -41,6 +41,7 @@ class PolicySetup:
     model_cache: bool  # scaled-down models stay warm in host memory
     admission: bool  # shed batch requests under overload
     engine_priority: bool  # SLO classes (then deadlines) order the engine's queue
+    late_binding: bool = False  # the gateway queues requests (most urgent first) until a replica has room
     placement: str = "bestfit"
     tick_s: float = 1.0  # the control loop's period (autoscaler, held requests, samples)
     max_hold_s: float = 60.0  # a request held for a replica to start is refused after this long
@@ -80,5 +81,6 @@ def policy_setup(name: str) -> PolicySetup:
             model_cache=True,
             admission=True,
             engine_priority=True,
+            late_binding=True,
         )
     raise InvalidRequestError("--policies", f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")

@@ -26,6 +26,7 @@ from tessera.serving.policies.admission import (
     AdmissionConfig,
     AdmissionSignals,
     HoldQueue,
+    RequestHeap,
     Shed,
     admit,
     expire,
@@ -79,6 +80,7 @@ class ModelRuntime:
         self.router = make_router(router_name)
         self.router_state: RouterState = self.router.initial_state()
         self.replicas: list[Replica] = []
+        self.gateway = RequestHeap()  # requests the gateway holds until a replica has room (late binding)
         self.arrivals = 0  # since the last tick
         self.last_arrival_s = -math.inf
 
@@ -167,7 +169,7 @@ class Twin:
         heapq.heappush(self.heap, (t, self._seq, kind, obj))
 
     def _work_left(self) -> bool:
-        return bool(self.busy) or self.hold.count > 0 or any(
+        return bool(self.busy) or self.hold.count > 0 or any(len(m.gateway) for m in self.models.values()) or any(
             r.state is ReplicaState.LOADING for r in self.fleet.replicas.values()
         )
 
@@ -186,20 +188,39 @@ class Twin:
                 self.outcomes.dropped(request, f"shed: {verdict.reason}")
                 return
         if ready:
-            self._route(m, request)
+            self._dispatch(m, request)
             return
         self.hold = hold(self.hold, request, self.now)
         if self.scaler is not None and not m.active():
             self._scale(m)  # scale from zero now, not at the next tick
 
-    def _route(self, m: ModelRuntime, request: InferenceRequest) -> None:
-        ready = m.ready()
+    def _dispatch(self, m: ModelRuntime, request: InferenceRequest) -> None:
+        """Send ``request`` to a replica now, or (late binding) queue it at the gateway until one has room."""
+        if not self.setup.late_binding:
+            self._route(m, request, m.ready())
+            return
+        m.gateway.push(request)
+        self._drain_gateway(m)
+
+    def _drain_gateway(self, m: ModelRuntime) -> None:
+        """Late binding: dispatch the gateway's requests, most urgent first, while some replica has room (nothing
+        waiting inside its engine and some KV cache free), so no request waits behind one busy engine while
+        another one, maybe just started, is idle."""
+        while len(m.gateway):
+            room = [r for r in m.ready() if _has_room(r)]
+            if not room:
+                return
+            request = m.gateway.pop()
+            assert request is not None
+            self._route(m, request, room)
+
+    def _route(self, m: ModelRuntime, request: InferenceRequest, candidates: list[Replica]) -> None:
         views = []
-        for r in ready:
+        for r in candidates:
             load = r.engine.load()
             views.append(ReplicaView(r.id, load.queued, load.running, load.predicted_tokens, load.kv_free_frac))
         decision, m.router_state = m.router.route(request, views, m.router_state, self.now, self.rng)
-        replica = self.fleet.replicas[decision.replica] if decision.replica is not None else ready[0]
+        replica = self.fleet.replicas[decision.replica] if decision.replica is not None else candidates[0]
         self._settle(replica, replica.engine.submit(request, self.now))
 
     def _settle(self, replica: Replica, completions: list[Completion]) -> None:
@@ -209,6 +230,8 @@ class Twin:
             r, done = work.pop()
             for c in done:
                 self.outcomes.served(c)
+            if done and self.setup.late_binding:
+                self._drain_gateway(self.models[r.model])
             busy = not r.engine.idle
             if busy != (r.id in self.busy):
                 (self.busy.add if busy else self.busy.discard)(r.id)
@@ -268,7 +291,8 @@ class Twin:
         held, self.hold = release(self.hold, replica.model)
         m = self.models[replica.model]
         for request in held:
-            self._route(m, request)
+            self._dispatch(m, request)
+        self._drain_gateway(m)
 
     def _drain(self, replica: Replica) -> None:
         if replica.state is ReplicaState.LOADING or replica.engine.idle:
@@ -342,3 +366,11 @@ class Twin:
             arrival_rate=samples[:, 2] / self.inputs.sample_s,
             ttft_s=ttft,
         )
+
+
+def _has_room(replica: Replica) -> bool:
+    load = replica.engine.load()
+    return load.queued == 0 and load.kv_free_frac >= ROOM_KV_FREE
+
+
+ROOM_KV_FREE = 0.05  # late binding dispatches to a replica only while this share of its KV cache is free
