@@ -4,6 +4,7 @@ Commands:
 
 - ``tessera simulate fgd``: the FGD study's arrival-inflation experiment for several policies and seeds, with a
   report (CSV, JSON, Markdown, PNG) in ``--out``;
+- ``tessera simulate serving``: LLM serving policies replayed on a request trace (``tessera.cli.serving``);
 - ``tessera bench placement``: placement speed of one policy on the inflated arrival sequence, one JSON line.
 
 Every ``TesseraError`` (bad input file, bad option value) and every unreadable path becomes one line on stderr,
@@ -26,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from tessera.cli.commands import register as register_client_commands
+from tessera.cli.serving import register as register_serving_command
 from tessera.cli.settings import DEFAULT_PORT
 from tessera.cli.terminal import one_line_errors
 from tessera.core.errors import InvalidRequestError
@@ -232,6 +234,7 @@ def bench_placement(
 
 
 register_client_commands(app)
+register_serving_command(simulate_app)
 
 
 @app.command("up")

@@ -8,6 +8,8 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tessera.core.errors import InvalidRequestError
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, SloClass
@@ -15,6 +17,7 @@ from tessera.sim.serving.synthetic_trace import synthetic_llm_trace
 from tessera.sim.serving.trace import TraceArrays, make_trace
 from tessera.sim.serving.workload import (
     BLOCK_TOKENS,
+    DEFAULT_PREFIX_BLOCK_CAP,
     SYSTEM_PROMPT_BLOCKS,
     Workload,
     assign_models,
@@ -227,3 +230,29 @@ def test_sessions_of_different_models_never_mix(trace: TraceArrays) -> None:
     for r in workload.requests:
         models_of[r.session].add(r.model)
     assert all(len(models) == 1 for models in models_of.values())
+
+
+@settings(max_examples=40)
+@given(
+    arrivals=st.lists(st.floats(0.0, 1e4, allow_nan=False), min_size=1, max_size=60),
+    models=st.integers(1, 12),
+    zipf=st.floats(0.0, 2.0),
+    load=st.floats(0.05, 6.0),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_any_trace_gives_sorted_numbered_requests_inside_the_duration(
+    arrivals: list[float], models: int, zipf: float, load: float, seed: int
+) -> None:
+    tokens = np.arange(1, len(arrivals) + 1, dtype=np.int64) * 17
+    trace = make_trace("h", np.array(arrivals), tokens, tokens + 1, "synthetic")
+    workload = build_workload(trace, models, zipf, load, seed)
+
+    times = [r.arrival_s for r in workload.requests]
+    assert times == sorted(times)
+    assert all(0.0 <= t < trace.duration_s for t in times)
+    assert [r.id for r in workload.requests] == list(range(len(times)))
+    assert sum(workload.requests_per_model.values()) == len(times)
+    for r, row in zip(workload.requests, workload.trace_rows.tolist(), strict=True):
+        # make_trace sorted the rows by arrival: a request carries its sorted row's tokens, as written together.
+        assert r.output_tokens == r.prompt_tokens + 1 == int(trace.prompt_tokens[row]) + 1
+        assert len(r.prefix) == min(r.prompt_tokens // BLOCK_TOKENS, DEFAULT_PREFIX_BLOCK_CAP)

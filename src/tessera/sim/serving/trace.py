@@ -13,7 +13,8 @@ Rules, the same for both formats:
 
 - arrivals are made relative to the earliest row; rows out of time order are sorted (stable: ties keep the file
   order), not rejected, since traces merged from several front ends are often slightly out of order;
-- a prompt must have at least one token (0 is an error: there is nothing to prefill);
+- a prompt must have at least one token (0 is an error: there is nothing to prefill), and no count may exceed
+  ``MAX_TOKENS``;
 - 0 generated tokens is read as 1: an engine always returns the first token, which comes out of the prefill, and
   TTFT is measured on it (``zero_output_rows`` counts such rows);
 - blank lines are skipped; any other problem (an empty file, a wrong header, a row with a missing or an extra cell,
@@ -55,6 +56,7 @@ SPLITWISE_COLUMNS: tuple[str, ...] = (
 )
 
 _TIMESTAMP_RE = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?")
+MAX_TOKENS = 10_000_000  # a sanity bound: no model's context is that long
 _INT_RE = re.compile(r"\s*\+?\d+\s*")
 
 
@@ -64,7 +66,7 @@ class TraceArrays:
 
     ``duration_s`` is the span from the first arrival to the last plus one mean inter-arrival gap, so that
     ``len(self) / duration_s`` is the trace's mean rate and the trace can be wrapped around into a cycle of that
-    period without two arrivals landing on one instant (a one-row trace lasts 1 s).
+    period without two arrivals landing on one instant (a trace whose arrivals all coincide lasts 1 s).
     """
 
     path: str
@@ -268,13 +270,16 @@ def _token_counts(path: str, lines: Sequence[int], cells: Sequence[str], column:
             return "missing value (a token count is required)"
         if not _INT_RE.fullmatch(cell):
             return f"{cell.strip()!r} is not a whole number of tokens"
-        if int(cell) < minimum:
-            return f"must be >= {minimum} tokens, got {int(cell)}"
+        if not minimum <= int(cell) <= MAX_TOKENS:
+            return f"must be {minimum}..{MAX_TOKENS:,} tokens, got {int(cell)}"
         return None
 
     if not all(_INT_RE.fullmatch(cell) for cell in cells):
         raise _first_bad(path, lines, cells, column, complaint)
-    values = np.array(cells, dtype=np.int64)
-    if values.size and int(values.min()) < minimum:
+    try:
+        values = np.array(cells, dtype=np.int64)
+    except OverflowError:
+        raise _first_bad(path, lines, cells, column, complaint) from None
+    if values.size and (int(values.min()) < minimum or int(values.max()) > MAX_TOKENS):
         raise _first_bad(path, lines, cells, column, complaint)
     return values

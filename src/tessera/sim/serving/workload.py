@@ -28,8 +28,11 @@ holds chained hashes of the prompt's full 16-token blocks, at most ``prefix_bloc
 model starts with the model's system prompt (``SYSTEM_PROMPT_BLOCKS`` blocks, shared by all its requests); a
 continued conversation shares the blocks of its previous turn's prompt (all of them but the last block of this
 prompt, which is the new message), and the rest of its blocks are new. A block's hash is ``hash((parent, salt,
-counter))``: chained like vLLM's, deterministic for a seed (integer hashing does not depend on PYTHONHASHSEED), and
-shared by the requests that share the block (the very same int objects, so ~100k requests stay small).
+request, block))``: chained like vLLM's, deterministic for a seed (integer hashing does not depend on
+PYTHONHASHSEED), and shared by the requests that share the block (the very same int objects).
+
+Measured on the Azure conversation trace at load 5 with 32 models (96,837 requests): about 0.5 s to build and
+about 80 MB in all (25 MB of it the requests themselves, the rest the prefix tuples at the default cap of 32 blocks).
 """
 
 from __future__ import annotations

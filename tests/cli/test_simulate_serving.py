@@ -1,0 +1,118 @@
+"""``tessera simulate serving``, run in-process with typer's CliRunner: the report, and one-line errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from tessera.cli.main import app
+
+runner = CliRunner()
+
+HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
+
+
+def _trace(folder: Path, rows: int = 40, bad: tuple[int, str] | None = None) -> Path:
+    """A small Azure-format trace: ``rows`` requests one second apart; ``bad`` replaces data row i (0-based)."""
+    lines = [HEADER] + [
+        f"2023-11-16 18:{i // 60:02d}:{i % 60:02d}.5000000,{100 + 7 * i},{5 + i % 9}" for i in range(rows)
+    ]
+    if bad is not None:
+        lines[bad[0] + 1] = bad[1]
+    path = folder / "trace.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _serve(*args: str) -> Result:
+    return runner.invoke(app, ["simulate", "serving", *args])
+
+
+def _assert_one_line_error(result: Result, *fragments: str) -> None:
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert "Traceback" not in result.output
+
+
+def test_writes_the_report_and_prints_the_summary(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    args = ["--trace", str(_trace(tmp_path)), "--models", "2", "--policies", "static,tessera", "--seeds", "0-1"]
+    result = _serve(*args, "--out", str(out))
+
+    assert result.exit_code == 0, result.output
+    for name in ("summary.json", "summary.md", "runs.csv", "gpus.png", "ttft_cdf.png"):
+        assert (out / name).is_file(), name
+        assert str(out / name) in result.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["trace"] == "trace"
+    assert summary["models"] == 2
+    assert summary["seeds"] == [0, 1]
+    assert list(summary["policies"]) == ["static", "tessera"]
+    assert "# Serving study: trace" in result.stdout
+    assert "| tessera |" in result.stdout
+
+
+def test_runs_without_a_trace_on_the_synthetic_one(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    result = _serve("--models", "1", "--load", "0.02", "--policies", "static", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "summary.json").read_text())["trace"] == "synthetic-azure-like"
+
+
+@pytest.mark.parametrize(
+    ("row", "fragments"),
+    [
+        ("2023-11-16 18:00:03,abc,5", [":5: ContextTokens:", "'abc'"]),
+        ("2023-11-16 18:00:03,12", [":5: GeneratedTokens: missing"]),
+        ("yesterday,12,5", [":5: TIMESTAMP:", "'yesterday'"]),
+        ("2023-11-16 18:00:03,0,5", [":5: ContextTokens: must be 1.."]),
+    ],
+)
+def test_a_malformed_trace_line_is_one_line_naming_file_line_and_field(
+    tmp_path: Path, row: str, fragments: list[str]
+) -> None:
+    trace = _trace(tmp_path, bad=(3, row))
+    out = tmp_path / "o"
+    result = _serve("--trace", str(trace), "--out", str(out))
+    _assert_one_line_error(result, f"{trace}:5:", *fragments)
+    assert not out.exists()  # nothing written, nothing run
+
+
+def test_a_wrong_header_and_a_missing_file_are_one_line(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("time,prompt,output\n1,2,3\n")
+    _assert_one_line_error(_serve("--trace", str(trace), "--out", str(tmp_path / "o")), f"{trace}:1:", HEADER)
+    missing = tmp_path / "absent.csv"
+    _assert_one_line_error(_serve("--trace", str(missing), "--out", str(tmp_path / "o")), str(missing))
+
+
+def test_an_unknown_policy_is_one_line_naming_the_known_ones(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    result = _serve("--trace", str(_trace(tmp_path)), "--policies", "static,ray-serve", "--out", str(out))
+    _assert_one_line_error(result, "--policies", "'ray-serve'", "static, static-autoscale, tessera")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["--models", "0"], ["--models", "1..256"]),
+        (["--zipf", "-1"], ["--zipf"]),
+        (["--load", "0"], ["--load"]),
+        (["--load", "250"], ["--load", "<= 100"]),
+        (["--seeds", "3-1"], ["--seeds"]),
+        (["--gpus", "64xH100", "--gpus-for-slo"], ["--gpus", "not both"]),
+        (["--gpus", "8xQuantumGPU"], ["--gpus", "QuantumGPU"]),
+        (["--perf-profile", "/nonexistent/p.csv"], ["--perf-profile", "/nonexistent/p.csv"]),
+    ],
+)
+def test_bad_options_are_one_line_naming_the_option(tmp_path: Path, args: list[str], fragments: list[str]) -> None:
+    result = _serve("--trace", str(_trace(tmp_path)), *args, "--out", str(tmp_path / "o"))
+    _assert_one_line_error(result, *fragments)
