@@ -42,14 +42,16 @@ class CacheTimings:
       the node; a cold load streams disk -> host -> GPU in chunks, so the slower stage bounds it.
     - ``engine_cold_start_s`` 20: a fresh engine process: runtime import, CUDA context, memory profiling, CUDA graph
       capture (vLLM's start-up is tens of seconds with graph capture).
-    - ``engine_wake_s`` 2: waking an asleep engine, or a warm start from a snapshot (sleep-mode wake 0.3-6 s).
+    - ``engine_wake_s`` 0.5: what waking an asleep engine (or a warm start from a snapshot) costs beyond copying
+      the weights back: measured sleep-mode wakes of small models take 0.3-0.8 s *including* their ~15 GB copy
+      (0.5 s at 25 GB/s), so the fixed part is a few tenths of a second.
     """
 
     host_to_gpu_gb_per_s: float = 25.0
     gpu_to_host_gb_per_s: float = 25.0
     nvme_to_host_gb_per_s: float = 5.0
     engine_cold_start_s: float = 20.0
-    engine_wake_s: float = 2.0
+    engine_wake_s: float = 0.5
 
     def __post_init__(self) -> None:
         for name in ("host_to_gpu_gb_per_s", "gpu_to_host_gb_per_s", "nvme_to_host_gb_per_s"):

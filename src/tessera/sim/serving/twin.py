@@ -110,6 +110,8 @@ class Twin:
         self.admission = AdmissionConfig() if setup.admission else None
         self.hold = HoldQueue(max_hold_s=setup.max_hold_s)
         self.caches = [NodeCacheState(int(setup.host_cache_gib * GIB)) for _ in inputs.nodes]
+        if setup.model_cache:
+            self._prewarm()
         self.busy: set[int] = set()
         self.heap: list[tuple[float, int, int, object]] = []
         self._seq = 0
@@ -118,6 +120,14 @@ class Twin:
         self.samples: list[tuple[float, int, int]] = []  # (time, GPUs in use, arrivals in the interval)
         self._arrivals_in_sample = 0
         self.now = 0.0
+
+    def _prewarm(self) -> None:
+        """The trace is a window of a running service: every node starts with the served models in host memory,
+        most popular first (``inputs.models`` is in popularity order), as many as its host cache holds."""
+        for cache in self.caches:
+            for name, spec in self.inputs.models.items():
+                if cache.used_bytes + spec.weights_bytes <= cache.host_capacity_bytes:
+                    admit_warm(cache, name, spec.weights_bytes, 0, 0.0)
 
     # ---------------------------------------------------------------------------------------------- the loop
     def run(self, progress: Callable[[float], None] | None = None) -> PolicyRun:
