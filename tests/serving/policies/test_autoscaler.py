@@ -30,12 +30,14 @@ class Fleet:
         self.last_arrival_s = now_s
         self.decisions: list[ScaleDecision] = []
 
-    def tick(self, in_flight: int, ttft_s: float | None = None, starting: int = 0, zero_ok: bool = False) -> int:
+    def tick(
+        self, in_flight: int, ttft_s: float | None = None, starting: int = 0, zero_ok: bool = False, queued: int = 0
+    ) -> int:
         self.now_s += self.config.metrics_interval_s
         if in_flight:
             self.last_arrival_s = self.now_s
         signals = ModelSignals(
-            "m", self.now_s, int(in_flight > 0), 0, in_flight, self.ready, starting,
+            "m", self.now_s, int(in_flight > 0), queued, in_flight, self.ready, starting,
             ttft_recent_s=ttft_s, idle_s=self.now_s - self.last_arrival_s, zero_ok=zero_ok,
         )  # fmt: skip
         decision, self.state = decide(signals, self.state, self.config)
@@ -130,9 +132,10 @@ def test_slo_feedback_adds_a_replica_once_per_start() -> None:
     fleet = Fleet(config, ready=2)
     fleet.run(20, 20)  # 20 / (24 x 0.8) -> 2 replicas
     assert fleet.ready == 2
-    assert fleet.tick(20, ttft_s=1.7) == 3 and fleet.decisions[-1].reason == "slo-feedback"  # 1.7 > 0.8 x 2.0
-    assert fleet.tick(20, ttft_s=1.7, starting=1) == 3  # one is starting: no further step
-    assert fleet.tick(20, ttft_s=1.5) == 3  # within 80% of the target: no step, and no scale-down either
+    assert fleet.tick(20, ttft_s=1.7) == 2  # slow first tokens but nothing queued: more replicas would not help
+    assert fleet.tick(20, ttft_s=1.7, queued=3) == 3 and fleet.decisions[-1].reason == "slo-feedback"  # > 0.8 x 2
+    assert fleet.tick(20, ttft_s=1.7, starting=1, queued=3) == 3  # one is starting: no further step
+    assert fleet.tick(20, ttft_s=1.5, queued=3) == 3  # within 80% of the target: no step, and no scale-down either
     assert fleet.decisions[-1].reason == "scale-down-delay"
 
 

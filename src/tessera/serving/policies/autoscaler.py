@@ -143,9 +143,13 @@ def _replicas_for(average: float, config: AutoscalerConfig) -> int:
 
 
 def _slo_violated(signals: ModelSignals, config: AutoscalerConfig) -> bool:
+    """Recent latency over ``slo_fraction`` of its target. A slow TTFT counts only while requests are queued: with
+    nothing waiting it is the engine's own time (prefill, a shared GPU), which another replica does not shorten,
+    and the recent window still remembers a burst that is already absorbed."""
     f = config.slo_fraction
     ttft, tpot = signals.ttft_recent_s, signals.tpot_recent_s
-    if config.ttft_target_s is not None and ttft is not None and ttft > f * config.ttft_target_s:
+    slow_first_token = config.ttft_target_s is not None and ttft is not None and ttft > f * config.ttft_target_s
+    if slow_first_token and signals.queued > 0:
         return True
     return config.tpot_target_s is not None and tpot is not None and tpot > f * config.tpot_target_s
 

@@ -15,7 +15,8 @@ from tessera.serving.policies.requests import InferenceRequest, SloClass, SloTar
 from tessera.sim.serving.result import ModelOutcome
 
 
-RECENT = 50  # completions the autoscaler's latency feedback looks at
+RECENT = 50  # completions the autoscaler's latency feedback looks at...
+RECENT_S = 20.0  # ...if they finished this recently
 
 
 class ModelStats:
@@ -29,7 +30,7 @@ class ModelStats:
         self.ttft: list[float] = []
         self.tpot: list[float] = []
         self.drop_reasons: dict[str, int] = {}
-        self.recent: deque[tuple[float, float]] = deque(maxlen=RECENT)  # (TTFT, TPOT) / their class targets
+        self.recent: deque[tuple[float, float, float]] = deque(maxlen=RECENT)  # finish, TTFT and TPOT / targets
 
     def outcome(self) -> ModelOutcome:
         return ModelOutcome(
@@ -62,7 +63,7 @@ class Outcomes:
         target = self.targets[c.request.slo]
         if ttft <= target.ttft_s and tpot <= target.tpot_s:
             stats.met += 1
-        stats.recent.append((ttft / target.ttft_s, tpot / target.tpot_s))
+        stats.recent.append((c.finish_s, ttft / target.ttft_s, tpot / target.tpot_s))
 
     def dropped(self, request: InferenceRequest, reason: str) -> None:
         stats = self.stats[request.model]
@@ -70,15 +71,14 @@ class Outcomes:
         key = reason.split(":")[0]
         stats.drop_reasons[key] = stats.drop_reasons.get(key, 0) + 1
 
-    def recent_latency(self, model: str, target: SloTarget) -> tuple[float | None, float | None]:
-        """The 90th percentile of the model's last ``RECENT`` TTFTs and TPOTs, each relative to its own class's
-        target and expressed on ``target``'s scale (so a batch request's long TTFT does not look like an
-        interactive miss); None before any."""
-        recent = self.stats[model].recent
+    def recent_latency(self, model: str, target: SloTarget, now_s: float) -> tuple[float | None, float | None]:
+        """The 90th percentile of the model's last ``RECENT`` TTFTs and TPOTs finished within ``RECENT_S`` of
+        ``now_s``, each relative to its own class's target and expressed on ``target``'s scale (so a batch
+        request's long TTFT does not look like an interactive miss); None without any."""
+        recent = [(ttft, tpot) for finish, ttft, tpot in self.stats[model].recent if finish >= now_s - RECENT_S]
         if not recent:
             return None, None
-        ratios = np.asarray(recent, dtype=np.float64)
-        ttft, tpot = np.percentile(ratios, 90, axis=0)
+        ttft, tpot = np.percentile(np.asarray(recent, dtype=np.float64), 90, axis=0)
         return float(ttft) * target.ttft_s, float(tpot) * target.tpot_s
 
     def all_ttft(self) -> np.ndarray:

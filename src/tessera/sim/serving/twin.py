@@ -334,7 +334,7 @@ class Twin:
     def _scale(self, m: ModelRuntime) -> None:
         assert self.scaler is not None
         active = m.active()
-        ttft, tpot = self.outcomes.recent_latency(m.name, self.inputs.targets[SloClass.INTERACTIVE])
+        ttft, tpot = self.outcomes.recent_latency(m.name, self.inputs.targets[SloClass.INTERACTIVE], self.now)
         desired = self.scaler.desired(m, active, self.hold, self.now, ttft, tpot)
         for _ in range(desired - len(active)):
             if self._start(m) is None:
