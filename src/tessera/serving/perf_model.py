@@ -108,7 +108,9 @@ def choose_calibration_source(
     if not usable:
         raise ValueError("no configuration of the calibration file has a known model and hardware")
     wanted = SOURCE_HARDWARE.get(gpu.name, ())
-    on_hardware = {c for c in usable if c[1] in wanted} or {c for c in usable if SPLITWISE_HARDWARE[c[1]] == gpu.name}
+    on_hardware = {c for c in usable if c[1].lower() in wanted} or {
+        c for c in usable if SPLITWISE_HARDWARE.get(c[1].lower()) == gpu.name
+    }
     pool = on_hardware or usable
     for model in (spec.name, PREFERRED_SOURCE_MODEL):
         if any(c[0] == model for c in pool):
