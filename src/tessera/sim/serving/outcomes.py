@@ -14,7 +14,6 @@ from tessera.serving.policies.engine_parts import Completion
 from tessera.serving.policies.requests import InferenceRequest, SloClass, SloTarget
 from tessera.sim.serving.result import ModelOutcome
 
-
 RECENT = 50  # completions the autoscaler's latency feedback looks at...
 RECENT_S = 20.0  # ...if they finished this recently
 

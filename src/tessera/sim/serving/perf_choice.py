@@ -1,30 +1,44 @@
-"""Which performance model the twin uses (PROVISIONAL: replaced by the calibrated model when it lands)."""
+"""Which performance model the twin's engines run on.
+
+- ``--perf-profile CSV``: the team's own measurements (``ProfilePerf``, format in docs/serving-perf.md), used as
+  measured for every model of the study (a profile describes one engine on one GPU; split a mixed fleet into one
+  study per profile).
+- Otherwise the calibrated model (``CalibratedPerf``, scaled to each model, GPU and tensor parallelism) when the
+  measured latencies are beside the checkout (``../shared/traces/splitwise/perf_model.csv``), else the roofline
+  model from GPU datasheets (``RooflinePerf``). ``describe`` says which one a study used.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from tessera.serving.models import ModelSpec
+from tessera.serving.perf_model import ProfilePerf, default_perf, shared_calibration_csv
 from tessera.serving.policies.engine_parts import IterationTimes
 
-
-class _Provisional:
-    def __init__(self, spec: ModelSpec, gpu: str, tp: int) -> None:
-        bw = 3.35e12 * 0.7 * tp
-        flops = 989e12 * 0.5 * tp
-        self.w = spec.weights_bytes / bw
-        self.kv = spec.kv_bytes_per_token / bw
-        self.f = spec.flops_per_token / flops
-
-    def iteration_s(self, prefill_tokens: int, decode_batch: int, kv_tokens: int) -> float:
-        return 0.004 + max(self.f * (prefill_tokens + decode_batch), self.w + self.kv * kv_tokens)
-
-    def decode_affine(self, decode_batch: int) -> tuple[float, float]:
-        return 0.004 + self.w, self.kv
+PerfFactory = Callable[[ModelSpec, str, int], IterationTimes]
 
 
-def make_perf_factory(profile: Path | None):  # type: ignore[no-untyped-def]
-    def factory(spec: ModelSpec, gpu: str, tp: int) -> IterationTimes:
-        return _Provisional(spec, gpu, tp)
+def make_perf_factory(profile: Path | None = None, calibration: Path | None = None) -> PerfFactory:
+    """A factory of engine timings per (model, GPU model, tensor parallelism), each built once."""
+    cache: dict[tuple[str, str, int], IterationTimes] = {}
+    measured = ProfilePerf.from_csv(profile) if profile is not None else None
+    csv = calibration if calibration is not None else shared_calibration_csv()
+
+    def factory(spec: ModelSpec, gpu: str, tensor_parallel: int) -> IterationTimes:
+        if measured is not None:
+            return measured
+        key = (spec.name, gpu, tensor_parallel)
+        if key not in cache:
+            cache[key] = default_perf(spec, gpu, tensor_parallel, csv)
+        return cache[key]
 
     return factory
+
+
+def describe(profile: Path | None = None) -> str:
+    if profile is not None:
+        return f"the profile {profile}"
+    csv = shared_calibration_csv()
+    return f"calibrated on {csv}" if csv is not None else "the roofline model (no calibration file)"

@@ -2,11 +2,11 @@
 cache its engine gets.
 
 - A **shared** replica (a model that fits on one GPU, under a sharing policy) asks for weights + a KV reserve of
-  ``kv_reserve_tokens`` (at most ``kv_reserve_max_gib``) + ``overhead_gib`` of the GPU's memory, which the core turns into a GPU share; several
-  such replicas pack onto one GPU.
+  ``kv_reserve_tokens`` (at most ``kv_reserve_max_gib``) + ``overhead_gib`` of the GPU's memory, which the core
+  turns into a GPU share; several such replicas pack onto one GPU.
 - A **shared tensor-parallel** replica is a gang of ``tensor_parallel`` one-GPU shares on one node, each over half
   a GPU's memory (so the shards take distinct GPUs); the rest of those GPUs hosts other replicas.
-- A **whole-GPU** replica (every replica of a static policy, and every tensor-parallel one) takes
+- A **whole-GPU** replica (every replica of a policy that does not share) takes
   ``tensor_parallel`` whole GPUs; its engine may use ``gpu_memory_utilization`` of their memory, and what the
   weight shards leave is KV cache (as an engine sized by ``--gpu-memory-utilization`` does).
 """
@@ -53,12 +53,17 @@ def replica_shape(spec: ModelSpec, gpu_model: str, sizing: ReplicaSizing) -> Rep
         # A tensor-parallel replica under sharing: ``tp`` shards of one node, each asking (on its own GPU) for more
         # than half of a GPU's memory, so that no two shards can ever land on one GPU; what a shard gets beyond
         # its weights and overhead is KV cache. The rest of each GPU is free for other (smaller) replicas.
-        shard = max(
-            spec.weights_bytes / tp + reserve_tokens * spec.kv_bytes_per_token / tp,
-            gpu_bytes * 0.5 + MIB,
-        ) + sizing.overhead_gib * GIB
+        shard = (
+            max(
+                spec.weights_bytes / tp + reserve_tokens * spec.kv_bytes_per_token / tp,
+                gpu_bytes * 0.5 + MIB,
+            )
+            + sizing.overhead_gib * GIB
+        )
         if shard <= usable:
-            kv_tokens = int((shard - spec.weights_bytes / tp - sizing.overhead_gib * GIB) * tp // spec.kv_bytes_per_token)
+            kv_tokens = int(
+                (shard - spec.weights_bytes / tp - sizing.overhead_gib * GIB) * tp // spec.kv_bytes_per_token
+            )
             request = Request(num_gpus=1, gpu_mem_mib=math.ceil(shard / MIB), gpu_types=kind)
             return ReplicaShape(request, kv_tokens // BLOCK_TOKENS, tp, shared=True)
     per_gpu_kv = usable - spec.weights_bytes / tp - sizing.overhead_gib * GIB

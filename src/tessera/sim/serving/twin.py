@@ -179,8 +179,11 @@ class Twin:
         heapq.heappush(self.heap, (t, self._seq, kind, obj))
 
     def _work_left(self) -> bool:
-        return bool(self.busy) or self.hold.count > 0 or any(len(m.gateway) for m in self.models.values()) or any(
-            r.state is ReplicaState.LOADING for r in self.fleet.replicas.values()
+        return (
+            bool(self.busy)
+            or self.hold.count > 0
+            or any(len(m.gateway) for m in self.models.values())
+            or any(r.state is ReplicaState.LOADING for r in self.fleet.replicas.values())
         )
 
     # ------------------------------------------------------------------------------------------------ requests
