@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from tessera.serving.policies.admission import HoldQueue, held_count
 from tessera.serving.policies.autoscaler import (
@@ -24,11 +23,9 @@ from tessera.serving.policies.autoscaler import (
 from tessera.serving.policies.model_cache import Tier, ready_time_s
 from tessera.serving.policies.requests import SloClass, SloTarget
 from tessera.sim.serving.fleet import Replica, ReplicaState
+from tessera.sim.serving.runtime import ModelRuntime
 from tessera.sim.serving.setups import PolicySetup
 from tessera.sim.serving.sizing import concurrency_target
-
-if TYPE_CHECKING:  # annotations only: the twin imports this module
-    from tessera.sim.serving.twin import ModelRuntime
 
 
 def autoscaler_config(setup: PolicySetup, targets: dict[SloClass, SloTarget]) -> AutoscalerConfig:

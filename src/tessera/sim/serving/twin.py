@@ -26,7 +26,6 @@ from tessera.serving.policies.admission import (
     AdmissionConfig,
     AdmissionSignals,
     HoldQueue,
-    RequestHeap,
     Shed,
     admit,
     expire,
@@ -44,13 +43,14 @@ from tessera.serving.policies.model_cache import (
     tier_of,
 )
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass, SloTarget
-from tessera.serving.policies.router import ReplicaView, RouterState, make_router
+from tessera.serving.policies.router import ReplicaView
 from tessera.sim.serving.fleet import Fleet, Replica, ReplicaState
 from tessera.sim.serving.outcomes import Outcomes, p99
 from tessera.sim.serving.result import PolicyRun
+from tessera.sim.serving.runtime import ModelRuntime
 from tessera.sim.serving.scaling import Scaler
 from tessera.sim.serving.setups import PolicySetup
-from tessera.sim.serving.sizing import ReplicaShape, replica_shape
+from tessera.sim.serving.sizing import replica_shape
 
 PerfFactory = Callable[[ModelSpec, str, int], IterationTimes]
 _ENGINE, _READY, _TICK = 0, 1, 2
@@ -67,28 +67,6 @@ class TwinInputs:
     fixed_replicas: dict[str, int] = field(default_factory=dict)  # static: replicas per model
     targets: dict[SloClass, SloTarget] = field(default_factory=lambda: dict(DEFAULT_SLO_TARGETS))
     sample_s: float = 10.0
-
-
-class ModelRuntime:
-    """One served model's replicas, router and control state inside the twin."""
-
-    def __init__(self, name: str, spec: ModelSpec, shape: ReplicaShape, perf: IterationTimes, router_name: str) -> None:
-        self.name = name
-        self.spec = spec
-        self.shape = shape
-        self.perf = perf
-        self.router = make_router(router_name)
-        self.router_state: RouterState = self.router.initial_state()
-        self.replicas: list[Replica] = []
-        self.gateway = RequestHeap()  # requests the gateway holds until a replica has room (late binding)
-        self.arrivals = 0  # since the last tick
-        self.last_arrival_s = -math.inf
-
-    def ready(self) -> list[Replica]:
-        return [r for r in self.replicas if r.state is ReplicaState.READY]
-
-    def active(self) -> list[Replica]:
-        return [r for r in self.replicas if r.state is not ReplicaState.DRAINING]
 
 
 class Twin:
