@@ -5,10 +5,10 @@ A replica is an ordinary core ``Request``: a share of one GPU sized by memory (w
 a model that fits on one GPU, or whole GPUs for a tensor-parallel one. ``Placer.decide`` picks the node and GPUs
 exactly as it does for any other workload, so several small models pack onto one GPU.
 
-**Sharing a GPU.** Replicas on one GPU share its compute and memory bandwidth. The fleet counts the *busy*
-replicas (engine not idle) on each GPU and stretches each busy replica's iterations by that count (processor
-sharing: two busy replicas each run at half speed). An idle neighbour costs nothing. This is the conservative
-reading of time-slicing and MPS alike; it never credits sharing with overlap it may not get.
+**Sharing a GPU.** Replicas on one GPU share its compute and memory bandwidth. The fleet tracks the *busy*
+replicas (engine not idle) on each GPU and stretches each busy replica's iterations as ``interference`` says for
+the sharing mode (time-slicing: by the number of busy replicas; MPS: by their summed intensity, when over 1). An
+idle neighbour costs nothing.
 
 **GPU-hours.** A GPU counts as in use while at least one replica (loading, ready or draining) holds a share of it.
 """
@@ -25,6 +25,7 @@ from tessera.core.placement import Placer, make_policy
 from tessera.core.placement.gang import one_node_candidates
 from tessera.core.workload import Placement, Request
 from tessera.serving.policies.engine import Engine
+from tessera.sim.serving.interference import slowdown
 
 GpuKey = tuple[int, int]  # (node, GPU index)
 
@@ -66,7 +67,10 @@ class Replica:
 class Fleet:
     """Replicas on a simulated cluster (see the module docstring)."""
 
-    def __init__(self, nodes: Sequence[NodeSpec], placement: str = "bestfit", seed: int = 0) -> None:
+    def __init__(
+        self, nodes: Sequence[NodeSpec], placement: str = "bestfit", seed: int = 0, sharing: str = "time-slice"
+    ) -> None:
+        self.sharing = sharing
         self.nodes = list(nodes)
         self.state = ClusterState(self.nodes)
         self.placer = Placer(self.state, make_policy(placement))
@@ -75,6 +79,8 @@ class Fleet:
         self._next_id = 0
         self._on_gpu: dict[GpuKey, list[Replica]] = {}
         self._busy: dict[GpuKey, int] = {}
+        self._busy_intensity: dict[GpuKey, float] = {}
+        self.intensity: dict[int, float] = {}  # replica id -> its intensity (``interference``); 1 if not set
         self.gpus_in_use = 0
         self.peak_gpus = 0
         self.gpu_seconds = 0.0
@@ -132,6 +138,7 @@ class Fleet:
 
     def remove(self, replica: Replica) -> None:
         del self.replicas[replica.id]
+        self.intensity.pop(replica.id, None)
         for placement in replica.placements:
             self.state.release(placement)
         for key in replica.gpus:
@@ -150,11 +157,19 @@ class Fleet:
                     seen[other.id] = other
         return list(seen.values())
 
+    def gpus_freed_by(self, replica: Replica) -> int:
+        """How many GPUs would hold no replica without ``replica``."""
+        return sum(1 for key in replica.gpus if len(self._on_gpu.get(key, ())) == 1)
+
     def set_busy(self, replica: Replica, busy: bool) -> None:
         step = 1 if busy else -1
+        u = step * self.intensity.get(replica.id, 1.0)
         for key in replica.gpus:
             self._busy[key] = self._busy.get(key, 0) + step
+            self._busy_intensity[key] = self._busy_intensity.get(key, 0.0) + u
 
     def slowdown(self, replica: Replica) -> float:
-        """How much sharing stretches ``replica``'s iterations now: the busy replicas on its busiest GPU."""
-        return float(max(1, max(self._busy.get(key, 0) for key in replica.gpus)))
+        """How much sharing stretches ``replica``'s iterations now, on its most contended GPU (``interference``)."""
+        return max(
+            slowdown(self.sharing, self._busy.get(key, 0), self._busy_intensity.get(key, 0.0)) for key in replica.gpus
+        )

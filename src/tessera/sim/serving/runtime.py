@@ -24,6 +24,7 @@ class ModelRuntime:
         self.router_state: RouterState = self.router.initial_state()
         self.replicas: list[Replica] = []
         self.gateway = RequestHeap()  # requests the gateway holds until a replica has room (late binding)
+        self.intensity = 1.0  # the share of a decode step its replicas saturate a GPU (``interference``)
         self.arrivals = 0  # since the last tick
         self.last_arrival_s = -math.inf
 

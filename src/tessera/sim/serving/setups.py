@@ -42,6 +42,7 @@ class PolicySetup:
     admission: bool  # shed batch requests under overload
     engine_priority: bool  # SLO classes (then deadlines) order the engine's queue
     late_binding: bool = False  # the gateway queues requests (most urgent first) until a replica has room
+    sharing: str = "time-slice"  # how replicas on one GPU interfere (``interference``): "time-slice" or "mps"
     placement: str = "bestfit"
     tick_s: float = 1.0  # the control loop's period (autoscaler, held requests, samples)
     max_hold_s: float = 60.0  # a request held for a replica to start is refused after this long
@@ -82,5 +83,6 @@ def policy_setup(name: str) -> PolicySetup:
             admission=True,
             engine_priority=True,
             late_binding=True,
+            sharing="mps",
         )
     raise InvalidRequestError("--policies", f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")

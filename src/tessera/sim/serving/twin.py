@@ -45,12 +45,13 @@ from tessera.serving.policies.model_cache import (
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass, SloTarget
 from tessera.serving.policies.router import ReplicaView
 from tessera.sim.serving.fleet import Fleet, Replica, ReplicaState
+from tessera.sim.serving.interference import intensity
 from tessera.sim.serving.outcomes import Outcomes, p99
 from tessera.sim.serving.result import PolicyRun
 from tessera.sim.serving.runtime import ModelRuntime
 from tessera.sim.serving.scaling import Scaler
 from tessera.sim.serving.setups import PolicySetup
-from tessera.sim.serving.sizing import replica_shape
+from tessera.sim.serving.sizing import concurrency_target, replica_shape
 
 PerfFactory = Callable[[ModelSpec, str, int], IterationTimes]
 _ENGINE, _READY, _TICK = 0, 1, 2
@@ -75,14 +76,17 @@ class Twin:
         self.setup = setup
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        self.fleet = Fleet(inputs.nodes, setup.placement, seed)
+        self.fleet = Fleet(inputs.nodes, setup.placement, seed, setup.sharing)
         gpu_model = next(n.gpu_model for n in inputs.nodes if n.gpu_model)
         assert gpu_model is not None
         self.models: dict[str, ModelRuntime] = {}
         for name, spec in inputs.models.items():
             shape = replica_shape(spec, gpu_model, setup.sizing)
             perf = inputs.perf(spec, gpu_model, shape.gpus)
-            self.models[name] = ModelRuntime(name, spec, shape, perf, setup.router)
+            m = ModelRuntime(name, spec, shape, perf, setup.router)
+            batch = round(concurrency_target(shape, setup.sizing))
+            m.intensity = intensity(spec, gpu_model, shape.gpus, perf, batch, batch * setup.sizing.tokens_per_sequence)
+            self.models[name] = m
         self.outcomes = Outcomes(list(self.models), inputs.targets)
         self.scaler = Scaler(setup, inputs.targets) if setup.autoscaler else None
         self.admission = AdmissionConfig() if setup.admission else None
@@ -267,6 +271,7 @@ class Twin:
         config = EngineConfig(kv_blocks=m.shape.kv_blocks, priority=self.setup.engine_priority)
         replica = Replica(self.fleet.new_id(), m.name, Engine(config, m.perf), placements, self.now + delay, self.now)
         replica.tier = "preloaded" if preloaded else tier.value
+        self.fleet.intensity[replica.id] = m.intensity
         self.fleet.account(self.now, self.inputs.duration_s)
         self.fleet.add(replica)
         m.replicas.append(replica)
@@ -322,7 +327,16 @@ class Twin:
                 break
         excess = len(active) - desired
         if excess > 0:
-            order = sorted(active, key=lambda r: (r.state is ReplicaState.READY, r.engine.in_flight(), -r.id))
+            # Loading replicas first, then those whose leaving frees whole GPUs (consolidation), then the idlest.
+            order = sorted(
+                active,
+                key=lambda r: (
+                    r.state is ReplicaState.READY,
+                    -self.fleet.gpus_freed_by(r),
+                    r.engine.in_flight(),
+                    -r.id,
+                ),
+            )
             for replica in order[:excess]:
                 self._drain(replica)
 

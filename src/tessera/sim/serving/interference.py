@@ -1,0 +1,49 @@
+"""How much replicas that share a GPU slow each other down.
+
+Two modes, one per way of sharing a GPU between processes:
+
+- ``time-slice`` (CUDA's default without MPS): the GPU runs one process's kernels at a time, switching contexts, so
+  k busy replicas each get 1/k of it: every iteration is stretched k-fold. The most pessimistic reading.
+- ``mps`` (an MPS daemon serves the GPU, which ``tessera up`` uses when it finds one): kernels of different
+  processes run concurrently. A replica busy decoding streams its weights and KV cache from HBM for a share
+  ``u`` of each iteration (its *intensity*); the rest of the iteration is time the GPU's memory system is free
+  for others (kernel-launch gaps, scheduling, sampling, small kernels). Busy replicas share the bandwidth, so each
+  is slowed by ``max(1, sum of the busy replicas' u)``: replicas whose demands fit together run at full speed,
+  and once they exceed the GPU each gets its proportional share.
+
+``u`` comes from the performance model, read conservatively: of a decode step at the replica's target batch, only
+the part that a one-sequence step spends *beyond* streaming the weights (launch gaps, scheduling, sampling: time the
+GPU's memory system is idle) is counted as free for neighbours; everything else, including all the time the step
+grows with the batch and the KV cache, is counted as saturating the GPU. Prefill iterations (about 1-3% of a
+conversation request's GPU time) are counted at the same intensity.
+"""
+
+from __future__ import annotations
+
+from tessera.serving.gpus import gpu_spec
+from tessera.serving.models import ModelSpec
+from tessera.serving.policies.engine_parts import IterationTimes
+
+SHARING_MODES = ("time-slice", "mps")
+HBM_EFFICIENCY = 0.85  # of the datasheet bandwidth a streaming kernel reaches
+
+
+def intensity(
+    spec: ModelSpec, gpu: str, tensor_parallel: int, perf: IterationTimes, batch: int, kv_tokens: int
+) -> float:
+    """The share of a decode step at ``batch`` sequences holding ``kv_tokens`` during which the replica keeps the
+    GPU busy (see the module docstring)."""
+    g = gpu_spec(gpu)
+    weights_s = spec.weights_bytes / tensor_parallel / (g.hbm_gb_s * 1e9 * HBM_EFFICIENCY)
+    one_seq_s = perf.iteration_s(0, 1, kv_tokens // max(batch, 1))
+    free_s = max(0.0, one_seq_s - weights_s)
+    step_s = perf.iteration_s(0, batch, kv_tokens)
+    return min(1.0, max(0.0, step_s - free_s) / step_s) if step_s > 0 else 1.0
+
+
+def slowdown(mode: str, busy_count: int, busy_intensity: float) -> float:
+    """The stretch of a busy replica's iterations on a GPU with ``busy_count`` busy replicas (itself included)
+    whose intensities sum to ``busy_intensity``."""
+    if mode == "time-slice":
+        return float(max(1, busy_count))
+    return max(1.0, busy_intensity)
