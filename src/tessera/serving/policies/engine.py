@@ -89,6 +89,7 @@ class Engine:
             running=running,
             predicted_tokens=predicted,
             kv_free_frac=self.free_blocks / self.config.kv_blocks,
+            prefill_tokens=self._waiting_tokens + self._prefill_left,
         )
 
     def in_flight(self) -> int:
@@ -142,7 +143,13 @@ class Engine:
         cfg = self.config
         self._preempt_for_priority()
         decoders = self._decoders_with_slots()
-        chunks = self._prefill_chunks(cfg.max_batch_tokens - len(decoders))
+        if cfg.prefill_first:
+            chunks = self._prefill_chunks(cfg.max_batch_tokens)
+            room = cfg.max_batch_tokens - sum(c for _, c in chunks)
+            if chunks and room < len(decoders):  # the later ones skip this iteration (each keeps its slot)
+                decoders = sorted(decoders, key=_key)[: max(room, 0)]
+        else:
+            chunks = self._prefill_chunks(cfg.max_batch_tokens - len(decoders))
         self._sigma = self.slowdown
         self._decoders = decoders
         self._chunks = chunks
