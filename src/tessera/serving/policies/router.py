@@ -10,7 +10,7 @@ Load (least-load, power-of-two, and the overload guard): ``LoadWeights`` documen
 KV blocks whatever its size, and the tokens left say how long the replica stays busy. With the default 1,024 tokens
 per unit one unit of token work is about one request of the Azure conversation trace (prompts average ~1,155
 tokens, outputs ~211). Ties go to the replica with more free KV cache, then the lowest replica id (deterministic,
-whatever the order of the views).
+whatever the order of the views). ``token-jsq`` counts a replica's queue in tokens instead (``TokenJsqRouter``).
 """
 
 from __future__ import annotations
