@@ -152,7 +152,50 @@ def test_load_counts_queued_running_and_predicted_tokens() -> None:
     load = engine.load()
     assert (load.queued, load.running) == (1, 1)
     assert load.predicted_tokens == 30 + 50 + 100 + 50
+    assert load.prefill_tokens == 30 + 100  # waiting, and admitted but not yet prefilled
     assert 0 < load.kv_free_frac < 1
+    engine.advance(engine.next_event_s)
+    assert engine.load().prefill_tokens == 30
+
+
+@dataclass
+class LoggedTimes:
+    """AffineTimes that log every iteration's (prefill tokens, decode batch) as the engine asks for it."""
+
+    calls: list[tuple[int, int]]
+
+    def iteration_s(self, prefill_tokens: int, decode_batch: int, kv_tokens: int) -> float:
+        self.calls.append((prefill_tokens, decode_batch))
+        return TIMES.iteration_s(prefill_tokens, decode_batch, kv_tokens)
+
+    def decode_affine(self, decode_batch: int) -> tuple[float, float]:
+        return TIMES.decode_affine(decode_batch)
+
+
+@pytest.mark.parametrize(
+    ("prefill_first", "prompt", "batch_with_it"),
+    [
+        (True, 99, 1),  # the prompt takes 99 of the 100 tokens: one decoder fills the last, the other skips
+        (True, 150, 0),  # a prompt over the budget runs alone (prefill-only iteration); both decoders skip
+        (False, 99, 2),  # decodes first: both decoders run, the prompt still goes whole (the only one)
+        (False, 150, 2),
+    ],
+)
+def test_prefill_first_gives_the_budget_to_prompts_and_decoders_fill_what_is_left(
+    prefill_first: bool, prompt: int, batch_with_it: int
+) -> None:
+    times = LoggedTimes([])
+    config = EngineConfig(kv_blocks=1000, max_batch_tokens=100, chunked_prefill=False, prefill_first=prefill_first)
+    engine = Engine(config, times)
+    decoding = [request(0, 0.0, prompt=10, output=50), request(1, 0.0, prompt=10, output=50)]
+    done = run(engine, [*decoding, request(2, 0.2, prompt=prompt, output=3)])
+    assert (prompt, batch_with_it) in times.calls
+    assert sorted(c.request.id for c in done) == [0, 1, 2]
+    if prefill_first and batch_with_it < 2:
+        # A skipped decoder got no token in that iteration: it finishes after the one that ran (or both later).
+        by_id = {c.request.id: c for c in done}
+        alone = run(Engine(config, TIMES), decoding)
+        assert max(by_id[i].finish_s for i in (0, 1)) > max(c.finish_s for c in alone)
 
 
 requests_strategy = st.lists(
@@ -173,11 +216,23 @@ requests_strategy = st.lists(
     budget=st.sampled_from([64, 256, 2048]),
     chunked=st.booleans(),
     fast=st.booleans(),
+    prefill_first=st.booleans(),
 )
 def test_no_request_is_lost_or_served_twice_and_blocks_are_never_over_allocated(
-    specs: list[tuple[float, int, int, SloClass]], kv_blocks: int, budget: int, chunked: bool, fast: bool
+    specs: list[tuple[float, int, int, SloClass]],
+    kv_blocks: int,
+    budget: int,
+    chunked: bool,
+    fast: bool,
+    prefill_first: bool,
 ) -> None:
-    config = EngineConfig(kv_blocks=kv_blocks, max_batch_tokens=budget, chunked_prefill=chunked, fast_forward=fast)
+    config = EngineConfig(
+        kv_blocks=kv_blocks,
+        max_batch_tokens=budget,
+        chunked_prefill=chunked,
+        fast_forward=fast,
+        prefill_first=prefill_first,
+    )
     engine = Engine(config, TIMES)
     reqs = [request(i, a, p, o, c) for i, (a, p, o, c) in enumerate(specs)]
     done = run(engine, reqs)  # checks the books after every call

@@ -15,7 +15,9 @@ from tessera.serving.policies.router import (
     PowerOfTwoRouter,
     PrefixAffinityRouter,
     ReplicaView,
+    RouteDecision,
     SessionAffinityRouter,
+    TokenJsqRouter,
     least_loaded,
     make_router,
 )
@@ -89,6 +91,55 @@ def test_no_accepting_replica_routes_nowhere() -> None:
         assert decision.replica is None
         decision, _ = router.route(_request(), [], router.initial_state(), 0.0, RNG)
         assert decision.replica is None
+
+
+def test_token_jsq_counts_prompt_tokens_to_prefill_plus_unfinished_requests() -> None:
+    router = make_router("token-jsq")
+    assert isinstance(router, TokenJsqRouter)
+    state = router.initial_state()
+    views = [
+        ReplicaView(0, queued=1, running=3, predicted_tokens=10, kv_free_frac=1.0, prefill_tokens=500),  # 504
+        ReplicaView(1, queued=0, running=40, predicted_tokens=90_000, kv_free_frac=0.1, prefill_tokens=0),  # 40
+        ReplicaView(2, queued=2, running=0, predicted_tokens=5, kv_free_frac=1.0, prefill_tokens=100),  # 102
+        ReplicaView(3, queued=0, running=0, predicted_tokens=0, kv_free_frac=1.0, accepting=False),  # draining
+    ]
+    decision, state = router.route(_request(), views, state, 0.0, RNG)
+    # Blind to predicted decode work and to the cache: the 40 running requests count 40, not their 90k tokens.
+    assert decision == RouteDecision(1, "token-jsq")
+    views[1] = ReplicaView(1, queued=0, running=40, predicted_tokens=0, kv_free_frac=1.0, prefill_tokens=100)
+    decision, _ = router.route(_request(), views, state, 0.0, RNG)
+    assert decision.replica == 2  # 102 < 140
+
+
+def test_token_jsq_ties_go_to_the_lowest_replica_id_whatever_the_order() -> None:
+    router = make_router("token-jsq")
+    views = [
+        ReplicaView(9, 0, 2, 0, 1.0, prefill_tokens=10),
+        ReplicaView(4, 1, 1, 0, 0.2, prefill_tokens=10),
+        ReplicaView(6, 0, 2, 0, 0.9, prefill_tokens=10),
+    ]
+    for order in (views, views[::-1], [views[2], views[0], views[1]]):
+        decision, _ = router.route(_request(), order, router.initial_state(), 0.0, RNG)
+        assert decision.replica == 4
+
+
+@given(
+    views=st.lists(
+        st.tuples(st.integers(0, 20), st.integers(0, 20), st.integers(0, 5_000), st.booleans()), min_size=1, max_size=8
+    )
+)
+def test_token_jsq_picks_a_replica_with_the_least_token_queue(views: list[tuple[int, int, int, bool]]) -> None:
+    router = make_router("token-jsq")
+    replicas = [ReplicaView(i, q, r, 0, 1.0, accepting=a, prefill_tokens=t) for i, (q, r, t, a) in enumerate(views)]
+    decision, _ = router.route(_request(), replicas, router.initial_state(), 0.0, RNG)
+    accepting = [v for v in replicas if v.accepting]
+    if not accepting:
+        assert decision.replica is None
+        return
+    queue = {v.replica: v.prefill_tokens + v.queued + v.running for v in accepting}
+    assert decision.replica is not None
+    assert queue[decision.replica] == min(queue.values())
+    assert decision.replica == min(rid for rid, q in queue.items() if q == min(queue.values()))
 
 
 @given(

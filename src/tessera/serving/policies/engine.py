@@ -5,7 +5,9 @@ What it models (the way vLLM-class engines schedule):
 - **Iterations.** Each iteration gives every decoding sequence one new token, then spends what is left of the token
   budget (``max_batch_tokens``) on prompt chunks: first of sequences already mid-prefill, then of waiting ones
   admitted in priority order (SLO class, then deadline). The iteration that finishes a sequence's prefill emits its
-  next token (the first one for a new request). Its duration comes from the ``IterationTimes`` seam.
+  next token (the first one for a new request). Its duration comes from the ``IterationTimes`` seam. With
+  ``prefill_first`` the order is reversed (vLLM v0, the Splitwise simulator): prompts take the budget first and
+  decoding sequences fill what is left, earliest first; the others skip that iteration, keeping their blocks.
 - **Paged KV cache.** A sequence holds ``ceil(tokens / block_tokens)`` blocks. A new sequence is admitted only if
   its first chunk's blocks leave ``watermark`` blocks free. When a decoding sequence needs a block and none is
   free, the lowest-priority running sequence is **preempted by recompute**: its blocks are freed and it waits again,
@@ -89,6 +91,7 @@ class Engine:
             running=running,
             predicted_tokens=predicted,
             kv_free_frac=self.free_blocks / self.config.kv_blocks,
+            prefill_tokens=self._waiting_tokens + self._prefill_left,
         )
 
     def in_flight(self) -> int:
@@ -142,7 +145,13 @@ class Engine:
         cfg = self.config
         self._preempt_for_priority()
         decoders = self._decoders_with_slots()
-        chunks = self._prefill_chunks(cfg.max_batch_tokens - len(decoders))
+        if cfg.prefill_first:
+            chunks = self._prefill_chunks(cfg.max_batch_tokens)
+            room = cfg.max_batch_tokens - sum(c for _, c in chunks)
+            if chunks and room < len(decoders):  # the later ones skip this iteration (each keeps its slot)
+                decoders = sorted(decoders, key=_key)[: max(room, 0)]
+        else:
+            chunks = self._prefill_chunks(cfg.max_batch_tokens - len(decoders))
         self._sigma = self.slowdown
         self._decoders = decoders
         self._chunks = chunks

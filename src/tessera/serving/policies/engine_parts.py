@@ -38,6 +38,9 @@ class EngineConfig:
     watermark_blocks: int = -1  # kept free when admitting a new sequence (-1: 1% of kv_blocks)
     predicted_output_tokens: int = 256  # the load estimate routers see (the engine does not know true lengths)
     fast_forward: bool = True  # plan runs of decode-only iterations as one segment (False: one at a time)
+    # True: the token budget goes to prompts first and decoding sequences fill what is left (the rest skip the
+    # iteration), as vLLM v0 and the Splitwise simulator schedule; False: decodes first, then prompt chunks.
+    prefill_first: bool = False
 
     def __post_init__(self) -> None:
         for name in ("kv_blocks", "block_tokens", "max_batch_tokens", "max_running", "predicted_output_tokens"):
@@ -114,3 +117,4 @@ class EngineLoad:
     running: int
     predicted_tokens: int
     kv_free_frac: float
+    prefill_tokens: int = 0  # prompt tokens still to prefill (waiting and mid-prefill sequences)

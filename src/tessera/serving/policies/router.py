@@ -10,7 +10,7 @@ Load (least-load, power-of-two, and the overload guard): ``LoadWeights`` documen
 KV blocks whatever its size, and the tokens left say how long the replica stays busy. With the default 1,024 tokens
 per unit one unit of token work is about one request of the Azure conversation trace (prompts average ~1,155
 tokens, outputs ~211). Ties go to the replica with more free KV cache, then the lowest replica id (deterministic,
-whatever the order of the views).
+whatever the order of the views). ``token-jsq`` counts a replica's queue in tokens instead (``TokenJsqRouter``).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class ReplicaView:
     predicted_tokens: int  # work left: prompt tokens still to prefill + predicted decode tokens left
     kv_free_frac: float  # free KV-cache fraction in [0, 1]
     accepting: bool = True  # False while draining
+    prefill_tokens: int = 0  # prompt tokens still to prefill, waiting or mid-prefill (token-jsq's queue)
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,7 +328,46 @@ class SessionAffinityRouter:
         return decision, state
 
 
-ROUTER_NAMES: tuple[str, ...] = ("round-robin", "least-load", "power-of-two", "prefix-affinity", "session-affinity")
+@dataclass(frozen=True, slots=True)
+class TokenJsqRouter:
+    """Join the shortest queue counted in tokens, as the Splitwise simulator's ``token_jsq`` global scheduler does:
+    the accepting replica with the fewest prompt tokens still to prefill plus one per unfinished request
+    (``prefill_tokens + queued + running``), blind to output lengths; ties to the lowest replica id."""
+
+    name: str = "token-jsq"
+
+    def initial_state(self) -> RouterState:
+        return RouterState()
+
+    def route(
+        self,
+        request: InferenceRequest,
+        replicas: Sequence[ReplicaView],
+        state: RouterState,
+        now_s: float,
+        rng: np.random.Generator,
+    ) -> tuple[RouteDecision, RouterState]:
+        best: ReplicaView | None = None
+        best_tokens = 0
+        for view in replicas:
+            if not view.accepting:
+                continue
+            tokens = view.prefill_tokens + view.queued + view.running
+            if best is None or tokens < best_tokens or (tokens == best_tokens and view.replica < best.replica):
+                best, best_tokens = view, tokens
+        if best is None:
+            return NO_REPLICA, state
+        return RouteDecision(best.replica, "token-jsq"), state
+
+
+ROUTER_NAMES: tuple[str, ...] = (
+    "round-robin",
+    "least-load",
+    "power-of-two",
+    "prefix-affinity",
+    "session-affinity",
+    "token-jsq",
+)
 
 
 def make_router(
@@ -350,4 +390,6 @@ def make_router(
         return PrefixAffinityRouter(max_prefix_entries, weights, guard)
     if key == "session-affinity":
         return SessionAffinityRouter(max_sessions, weights, guard)
+    if key == "token-jsq":
+        return TokenJsqRouter()
     raise ValueError(f"unknown router {name!r} (known: {', '.join(ROUTER_NAMES)})")

@@ -213,7 +213,16 @@ class Twin:
         views = []
         for r in candidates:
             load = r.engine.load()
-            views.append(ReplicaView(r.id, load.queued, load.running, load.predicted_tokens, load.kv_free_frac))
+            views.append(
+                ReplicaView(
+                    r.id,
+                    load.queued,
+                    load.running,
+                    load.predicted_tokens,
+                    load.kv_free_frac,
+                    prefill_tokens=load.prefill_tokens,
+                )
+            )
         decision, m.router_state = m.router.route(request, views, m.router_state, self.now, self.rng)
         replica = self.fleet.replicas[decision.replica] if decision.replica is not None else candidates[0]
         self._settle(replica, replica.engine.submit(request, self.now))
