@@ -37,7 +37,19 @@ class ReplicaState(enum.Enum):
 
 
 class Replica:
-    __slots__ = ("id", "model", "engine", "placements", "gpus", "state", "ready_s", "started_s", "event_s", "tier")
+    __slots__ = (
+        "id",
+        "model",
+        "engine",
+        "placements",
+        "gpus",
+        "state",
+        "ready_s",
+        "started_s",
+        "event_s",
+        "tier",
+        "size",
+    )
 
     def __init__(
         self,
@@ -58,6 +70,7 @@ class Replica:
         self.started_s = started_s
         self.event_s = float("inf")  # the engine event the twin has queued for it
         self.tier = ""  # where its weights came from: "preloaded", "warm" or "cold"
+        self.size = 0  # which of its model's replica sizes it has
 
     @property
     def node(self) -> int:

@@ -12,7 +12,8 @@ import numpy as np
 
 from tessera.serving.policies.engine_parts import Completion
 from tessera.serving.policies.requests import InferenceRequest, SloClass, SloTarget
-from tessera.sim.serving.result import ModelOutcome
+from tessera.sim.serving.fleet import Fleet
+from tessera.sim.serving.result import ModelOutcome, PolicyRun
 
 RECENT = 50  # completions the autoscaler's latency feedback looks at...
 RECENT_S = 20.0  # ...if they finished this recently
@@ -79,6 +80,42 @@ class Outcomes:
             return None, None
         ttft, tpot = np.percentile(np.asarray(recent, dtype=np.float64), 90, axis=0)
         return float(ttft) * target.ttft_s, float(tpot) * target.tpot_s
+
+    def policy_run(
+        self,
+        policy: str,
+        seed: int,
+        fleet: Fleet,
+        cold_starts: int,
+        samples: np.ndarray,
+        sample_s: float,
+        wall_s: float,
+    ) -> PolicyRun:
+        """The run's result; ``samples`` rows are (time, GPUs in use, arrivals in the interval before)."""
+        outcomes = [s.outcome() for s in self.stats.values()]
+        requests = sum(o.requests for o in outcomes)
+        met = sum(o.slo_met for o in outcomes)
+        ttft = self.all_ttft()
+        return PolicyRun(
+            policy=policy,
+            seed=seed,
+            gpus=fleet.total_gpus,
+            gpu_hours=fleet.gpu_seconds / 3600.0,
+            peak_gpus=fleet.peak_gpus,
+            requests=requests,
+            dropped=sum(o.dropped for o in outcomes),
+            cold_starts=cold_starts,
+            slo_attainment_pct=100.0 * met / requests if requests else 100.0,
+            worst_model_slo_attainment_pct=min((o.slo_attainment_pct for o in outcomes if o.requests), default=100.0),
+            ttft_p99_s=p99(ttft),
+            tpot_p99_s=p99(self.all_tpot()),
+            sim_wall_s=wall_s,
+            models=tuple(outcomes),
+            times_s=samples[:, 0].copy(),
+            gpus_in_use=samples[:, 1].copy(),
+            arrival_rate=samples[:, 2] / sample_s,
+            ttft_s=ttft,
+        )
 
     def all_ttft(self) -> np.ndarray:
         return np.concatenate([np.asarray(s.ttft, dtype=np.float64) for s in self.stats.values()] or [np.zeros(0)])

@@ -9,24 +9,54 @@ from tessera.serving.policies.admission import RequestHeap
 from tessera.serving.policies.engine_parts import IterationTimes
 from tessera.serving.policies.router import RouterState, make_router
 from tessera.sim.serving.fleet import Replica, ReplicaState
-from tessera.sim.serving.sizing import ReplicaShape
+from tessera.sim.serving.setups import ReplicaSizing
+from tessera.sim.serving.sizing import ReplicaShape, concurrency_target
 
 
 class ModelRuntime:
     """One served model's replicas, router and control state inside the twin."""
 
-    def __init__(self, name: str, spec: ModelSpec, shape: ReplicaShape, perf: IterationTimes, router_name: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        spec: ModelSpec,
+        shapes: tuple[ReplicaShape, ...],
+        intensities: tuple[float, ...],
+        perf: IterationTimes,
+        router_name: str,
+    ) -> None:
         self.name = name
         self.spec = spec
-        self.shape = shape
+        self.shapes = shapes  # the replica sizes it may use, smallest first (``sizing.replica_shapes``)
+        self.intensities = intensities  # of each size (``interference``)
+        self.size = 0  # the size new replicas get
+        self.load_ema = 0.0  # requests in flight, averaged over about a minute
         self.perf = perf
         self.router = make_router(router_name)
         self.router_state: RouterState = self.router.initial_state()
         self.replicas: list[Replica] = []
         self.gateway = RequestHeap()  # requests the gateway holds until a replica has room (late binding)
-        self.intensity = 1.0  # the share of a decode step its replicas saturate a GPU (``interference``)
         self.arrivals = 0  # since the last tick
         self.last_arrival_s = -math.inf
+
+    @property
+    def shape(self) -> ReplicaShape:
+        return self.shapes[self.size]
+
+    @property
+    def intensity(self) -> float:
+        return self.intensities[self.size]
+
+    def choose_size(self, sizing: ReplicaSizing) -> None:
+        """Whole-GPU replicas once the averaged load is over ``grow_at`` small replicas' worth, small ones again
+        under ``shrink_at`` (the gap keeps a model from flapping between sizes)."""
+        if len(self.shapes) == 1:
+            return
+        small = concurrency_target(self.shapes[0], sizing)
+        if self.size == 0 and self.load_ema > sizing.grow_at * small:
+            self.size = len(self.shapes) - 1
+        elif self.size > 0 and self.load_ema < sizing.shrink_at * small:
+            self.size = 0
 
     def ready(self) -> list[Replica]:
         return [r for r in self.replicas if r.state is ReplicaState.READY]

@@ -43,7 +43,7 @@ class Scaler:
     def __init__(self, setup: PolicySetup, targets: dict[SloClass, SloTarget]) -> None:
         self.config = autoscaler_config(setup, targets)
         self.states: dict[str, AutoscalerState] = {}
-        self.configs: dict[str, AutoscalerConfig] = {}
+        self.configs: dict[tuple[str, int], AutoscalerConfig] = {}
         self.sizing = setup.sizing
         # Tessera sizes each model's target by what its replica's KV cache holds; Knative keeps its one default.
         self.per_replica_target = setup.autoscaler == "tessera"
@@ -52,21 +52,22 @@ class Scaler:
     def desired(
         self,
         m: ModelRuntime,
-        active: Sequence[Replica],
+        counted: Sequence[Replica],
+        loaded: Sequence[Replica],
         hold_queue: HoldQueue,
         now_s: float,
         ttft_s: float | None,
         tpot_s: float | None,
     ) -> int:
-        queued = in_flight = ready = starting = 0
-        for r in active:
+        """Replicas of ``m``'s current size wanted now; ``counted`` are those replicas, ``loaded`` every replica
+        whose load counts (all that are not draining)."""
+        queued = in_flight = 0
+        for r in loaded:
             if r.state is ReplicaState.READY:
-                ready += 1
                 load = r.engine.load()
                 queued += load.queued
                 in_flight += load.queued + load.running
-            else:
-                starting += 1
+        ready = sum(r.state is ReplicaState.READY for r in counted)
         held = held_count(hold_queue, m.name) + len(m.gateway)
         signals = ModelSignals(
             model=m.name,
@@ -75,18 +76,19 @@ class Scaler:
             queued=queued + held,
             in_flight=in_flight + held,
             ready=ready,
-            starting=starting,
+            starting=len(counted) - ready,
             ttft_recent_s=ttft_s,
             tpot_recent_s=tpot_s,
             idle_s=now_s - m.last_arrival_s,
             zero_ok=ready_time_s(m.spec.weights_bytes, Tier.WARM, gpus=m.shape.gpus) <= self.zero_budget_s,
         )
         state = self.states.setdefault(m.name, AutoscalerState())
-        config = self.configs.get(m.name)
+        key = (m.name, m.size)
+        config = self.configs.get(key)
         if config is None:
             config = self.config
             if self.per_replica_target:
                 config = dataclasses.replace(config, target_concurrency=concurrency_target(m.shape, self.sizing))
-            self.configs[m.name] = config
+            self.configs[key] = config
         decision, self.states[m.name] = decide(signals, state, config)
         return decision.desired

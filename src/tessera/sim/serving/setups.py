@@ -28,6 +28,9 @@ class ReplicaSizing:
     kv_reserve_tokens: int = 24_576  # KV-cache tokens a shared replica reserves next to its weights...
     kv_reserve_max_gib: float = 12.0  # ...at most this much memory (models with full multi-head KV get fewer)
     tokens_per_sequence: int = 1_260  # a sequence's mean KV footprint (prompt + half its output, conv trace)
+    adaptive: bool = False  # busy models get whole-GPU replicas (one copy of the weights serves a large KV cache)
+    grow_at: float = 1.5  # ...once their load is over this many small replicas' worth
+    shrink_at: float = 0.75  # and small replicas again under this many
     gpu_memory_utilization: float = 0.9  # of a GPU's memory an engine may use (weights + KV), as vLLM's default
     overhead_gib: float = 1.0  # activations, CUDA context and graphs of a shared replica
 
@@ -76,7 +79,7 @@ def policy_setup(name: str) -> PolicySetup:
     if key == "tessera":
         return PolicySetup(
             "tessera",
-            ReplicaSizing(shared=True),
+            ReplicaSizing(shared=True, adaptive=True),
             router="prefix-affinity",
             autoscaler="tessera",
             model_cache=True,

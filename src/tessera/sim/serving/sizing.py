@@ -13,6 +13,7 @@ cache its engine gets.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -79,3 +80,13 @@ def replica_shape(spec: ModelSpec, gpu_model: str, sizing: ReplicaSizing) -> Rep
 def concurrency_target(shape: ReplicaShape, sizing: ReplicaSizing) -> float:
     """Sequences one replica can hold in its KV cache at the mean footprint: the autoscaler's per-replica target."""
     return max(2.0, shape.kv_blocks * BLOCK_TOKENS / sizing.tokens_per_sequence)
+
+
+def replica_shapes(spec: ModelSpec, gpu_model: str, sizing: ReplicaSizing) -> tuple[ReplicaShape, ...]:
+    """The replica sizes a model may use, smallest first: one, or under ``adaptive`` sizing a shared replica and a
+    whole-GPU one (for a busy model, one copy of the weights beside a large KV cache beats several small copies)."""
+    first = replica_shape(spec, gpu_model, sizing)
+    if not (sizing.shared and sizing.adaptive):
+        return (first,)
+    whole = replica_shape(spec, gpu_model, dataclasses.replace(sizing, shared=False))
+    return (first, whole) if whole.kv_blocks > first.kv_blocks else (first,)

@@ -46,15 +46,16 @@ from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequ
 from tessera.serving.policies.router import ReplicaView
 from tessera.sim.serving.fleet import Fleet, Replica, ReplicaState
 from tessera.sim.serving.interference import intensity
-from tessera.sim.serving.outcomes import Outcomes, p99
+from tessera.sim.serving.outcomes import Outcomes
 from tessera.sim.serving.result import PolicyRun
 from tessera.sim.serving.runtime import ModelRuntime
 from tessera.sim.serving.scaling import Scaler
 from tessera.sim.serving.setups import PolicySetup
-from tessera.sim.serving.sizing import concurrency_target, replica_shape
+from tessera.sim.serving.sizing import concurrency_target, replica_shapes
 
 PerfFactory = Callable[[ModelSpec, str, int], IterationTimes]
 _ENGINE, _READY, _TICK = 0, 1, 2
+LOAD_WINDOW_S = 60.0  # the averaging window of a model's load, for choosing its replica size
 GIB = 1024**3
 
 
@@ -81,12 +82,12 @@ class Twin:
         assert gpu_model is not None
         self.models: dict[str, ModelRuntime] = {}
         for name, spec in inputs.models.items():
-            shape = replica_shape(spec, gpu_model, setup.sizing)
-            perf = inputs.perf(spec, gpu_model, shape.gpus)
-            m = ModelRuntime(name, spec, shape, perf, setup.router)
-            batch = round(concurrency_target(shape, setup.sizing))
-            m.intensity = intensity(spec, gpu_model, shape.gpus, perf, batch, batch * setup.sizing.tokens_per_sequence)
-            self.models[name] = m
+            shapes = replica_shapes(spec, gpu_model, setup.sizing)
+            perf = inputs.perf(spec, gpu_model, shapes[0].gpus)
+            per_seq = setup.sizing.tokens_per_sequence
+            batches = [round(concurrency_target(shape, setup.sizing)) for shape in shapes]
+            intensities = tuple(intensity(spec, gpu_model, shapes[0].gpus, perf, b, b * per_seq) for b in batches)
+            self.models[name] = ModelRuntime(name, spec, shapes, intensities, perf, setup.router)
         self.outcomes = Outcomes(list(self.models), inputs.targets)
         self.scaler = Scaler(setup, inputs.targets) if setup.autoscaler else None
         self.admission = AdmissionConfig() if setup.admission else None
@@ -280,6 +281,7 @@ class Twin:
         config = EngineConfig(kv_blocks=m.shape.kv_blocks, priority=self.setup.engine_priority)
         replica = Replica(self.fleet.new_id(), m.name, Engine(config, m.perf), placements, self.now + delay, self.now)
         replica.tier = "preloaded" if preloaded else tier.value
+        replica.size = m.size
         self.fleet.intensity[replica.id] = m.intensity
         self.fleet.account(self.now, self.inputs.duration_s)
         self.fleet.add(replica)
@@ -321,24 +323,30 @@ class Twin:
         rejected, self.hold = expire(self.hold, now)
         for request, reason in rejected:
             self.outcomes.dropped(request, f"held: {reason}")
+        alpha = min(1.0, self.setup.tick_s / LOAD_WINDOW_S)
         for m in self.models.values():
+            in_flight = sum(r.engine.in_flight() for r in m.ready()) + len(m.gateway) + held_count(self.hold, m.name)
+            m.load_ema += alpha * (in_flight - m.load_ema)
             if self.scaler is not None:
                 self._scale(m)
             m.arrivals = 0
 
     def _scale(self, m: ModelRuntime) -> None:
+        """Reconcile ``m``'s replicas with its autoscaler: replicas of the size new ones get are counted; those of
+        another size (the model's load crossed a size threshold) leave once their replacements serve."""
         assert self.scaler is not None
         active = m.active()
+        m.choose_size(self.setup.sizing)
+        current = [r for r in active if r.size == m.size]
         ttft, tpot = self.outcomes.recent_latency(m.name, self.inputs.targets[SloClass.INTERACTIVE], self.now)
-        desired = self.scaler.desired(m, active, self.hold, self.now, ttft, tpot)
-        for _ in range(desired - len(active)):
+        desired = self.scaler.desired(m, current, active, self.hold, self.now, ttft, tpot)
+        for _ in range(desired - len(current)):
             if self._start(m) is None:
                 break
-        excess = len(active) - desired
-        if excess > 0:
+        if len(current) > desired:
             # Loading replicas first, then those whose leaving frees whole GPUs (consolidation), then the idlest.
             order = sorted(
-                active,
+                current,
                 key=lambda r: (
                     r.state is ReplicaState.READY,
                     -self.fleet.gpus_freed_by(r),
@@ -346,8 +354,13 @@ class Twin:
                     -r.id,
                 ),
             )
-            for replica in order[:excess]:
+            for replica in order[: len(current) - desired]:
                 self._drain(replica)
+        replaced = sum(r.state is ReplicaState.READY for r in current) >= desired
+        if replaced and len(active) > len(current):
+            for replica in active:
+                if replica.size != m.size:
+                    self._drain(replica)
 
     def _sample(self, now: float) -> None:
         self.fleet.account(now, self.inputs.duration_s)
@@ -355,30 +368,14 @@ class Twin:
         self._arrivals_in_sample = 0
 
     def _result(self, wall_s: float) -> PolicyRun:
-        outcomes = [s.outcome() for s in self.outcomes.stats.values()]
-        requests = sum(o.requests for o in outcomes)
-        met = sum(o.slo_met for o in outcomes)
-        ttft = self.outcomes.all_ttft()
-        samples = np.asarray(self.samples, dtype=np.float64).reshape(-1, 3)
-        return PolicyRun(
-            policy=self.setup.name,
-            seed=self.seed,
-            gpus=self.fleet.total_gpus,
-            gpu_hours=self.fleet.gpu_seconds / 3600.0,
-            peak_gpus=self.fleet.peak_gpus,
-            requests=requests,
-            dropped=sum(o.dropped for o in outcomes),
-            cold_starts=self.cold_starts,
-            slo_attainment_pct=100.0 * met / requests if requests else 100.0,
-            worst_model_slo_attainment_pct=min((o.slo_attainment_pct for o in outcomes if o.requests), default=100.0),
-            ttft_p99_s=p99(ttft),
-            tpot_p99_s=p99(self.outcomes.all_tpot()),
-            sim_wall_s=wall_s,
-            models=tuple(outcomes),
-            times_s=samples[:, 0].copy(),
-            gpus_in_use=samples[:, 1].copy(),
-            arrival_rate=samples[:, 2] / self.inputs.sample_s,
-            ttft_s=ttft,
+        return self.outcomes.policy_run(
+            self.setup.name,
+            self.seed,
+            self.fleet,
+            self.cold_starts,
+            np.asarray(self.samples, dtype=np.float64).reshape(-1, 3),
+            self.inputs.sample_s,
+            wall_s,
         )
 
 
