@@ -25,9 +25,11 @@ from tessera.core.workload import MILLI_PER_GPU
 from tessera.serving.models import CATALOG, ModelSpec
 from tessera.serving.policies.engine import Engine
 from tessera.serving.policies.engine_parts import Completion, EngineConfig, IterationTimes
+from tessera.serving.policies.model_cache import Tier, ready_time_s
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass, SloTarget
 from tessera.sim.serving.fleet import Fleet, Replica
 from tessera.sim.serving.outcomes import Outcomes
+from tessera.sim.serving.result import PolicyRun
 from tessera.sim.serving.setups import POLICY_NAMES, PolicySetup, policy_setup
 from tessera.sim.serving.twin import PerfFactory, Twin, TwinInputs
 
@@ -131,6 +133,7 @@ class CheckedTwin(Twin):
         self.order_violations: list[str] = []
         self.kv_checks = 0
         self.kv_violations: list[str] = []
+        self.result: PolicyRun | None = None
 
     def _instrument(self, replica: Replica) -> None:
         engine = replica.engine
@@ -236,7 +239,7 @@ def workloads(draw: st.DrawFn, perf: PerfFactory) -> TwinInputs:
 
 def replay(inputs: TwinInputs, policy: str, seed: int = 0) -> CheckedTwin:
     twin = CheckedTwin(inputs, policy_setup(policy), seed)
-    twin.run()
+    twin.result = twin.run()
     twin.check_kv()
     return twin
 
@@ -390,3 +393,80 @@ def test_a_light_interactive_load_meets_its_ttft_target_next_to_a_batch_flood(fl
 def test_tessera_sheds_batch_under_a_batch_flood(flooded: CheckedTwin) -> None:
     shed = [r for r, reason, _ in flooded.ledger.drops if reason.startswith("shed")]
     assert shed and all(r.slo is SloClass.BATCH for r in shed)
+
+
+# ------------------------------------------------------------------------------------- zero, holds, rejection
+RELAXED = {**DEFAULT_SLO_TARGETS, SloClass.INTERACTIVE: SloTarget(ttft_s=4.0, tpot_s=0.2)}  # zero budget: 2 s
+LATE = 5  # the id of idle_gap's last request
+
+
+def idle_gap(perf: PerfFactory, kind: str, targets: dict[SloClass, SloTarget]) -> TwinInputs:
+    """One model: five short requests in the first second, silence, then one more at 200 s."""
+    requests = [request(i, "m", 0.2 * i, 200, 20) for i in range(LATE)] + [request(LATE, "m", 200.0, 200, 20)]
+    return TwinInputs(requests, {"m": CATALOG[kind]}, 240.0, nodes(1), perf, targets=dict(targets))
+
+
+def late_ttft(twin: CheckedTwin) -> float:
+    (completion,) = [c for c in twin.ledger.completions if c.request.id == LATE]
+    return completion.ttft_s
+
+
+def gpus_in_use(twin: CheckedTwin, after_s: float = 0.0, before_s: float = math.inf) -> np.ndarray:
+    """The GPUs in use at the samples in (after_s, before_s)."""
+    assert twin.result is not None
+    times = twin.result.times_s
+    return twin.result.gpus_in_use[(times > after_s) & (times < before_s)]
+
+
+@pytest.mark.parametrize("kind", ["llama3-8b", "llama2-70b"])
+def test_tessera_keeps_a_replica_when_a_warm_start_misses_the_budget(perf: PerfFactory, kind: str) -> None:
+    """The default interactive TTFT target (2 s) leaves 1 s for a warm start: neither model makes it."""
+    spec = CATALOG[kind]
+    assert ready_time_s(spec.weights_bytes, Tier.WARM, gpus=spec.tensor_parallel) > 1.0
+    twin = replay(idle_gap(perf, kind, DEFAULT_SLO_TARGETS), "tessera")
+    assert (gpus_in_use(twin) > 0).all()
+    assert twin.cold_starts == 0
+    assert late_ttft(twin) < 0.5  # served at once by the replica it kept
+
+
+@pytest.mark.parametrize("kind", ["llama3-8b", "llama2-70b"])
+def test_tessera_scales_to_zero_when_a_warm_start_fits_and_holds_until_it_is_back(perf: PerfFactory, kind: str) -> None:
+    spec = CATALOG[kind]
+    warm = ready_time_s(spec.weights_bytes, Tier.WARM, gpus=spec.tensor_parallel)
+    assert warm <= RELAXED[SloClass.INTERACTIVE].ttft_s / 2
+    twin = replay(idle_gap(perf, kind, RELAXED), "tessera")
+    assert (gpus_in_use(twin, 70.0, 200.0) == 0).all()  # idle since 1 s: the 30 s grace is long over
+    assert twin.cold_starts == 1 and twin.ledger.drops == []
+    assert warm <= late_ttft(twin) <= warm + 0.5  # held while the replica wakes from host memory, then served
+
+
+def test_static_autoscale_scales_to_zero_and_holds_through_a_cold_start(perf: PerfFactory) -> None:
+    spec = CATALOG["llama3-8b"]
+    cold = ready_time_s(spec.weights_bytes, Tier.COLD)
+    twin = replay(idle_gap(perf, "llama3-8b", DEFAULT_SLO_TARGETS), "static-autoscale")
+    assert (gpus_in_use(twin, 70.0, 200.0) == 0).all()
+    assert twin.ledger.drops == []
+    assert cold <= late_ttft(twin) <= cold + 0.5
+
+
+@pytest.mark.parametrize(
+    ("policy", "gpus", "targets"), [("static-autoscale", 2, DEFAULT_SLO_TARGETS), ("tessera", 1, RELAXED)]
+)
+def test_a_held_request_is_rejected_after_max_hold_when_no_replica_can_start(
+    perf: PerfFactory, policy: str, gpus: int, targets: dict[SloClass, SloTarget]
+) -> None:
+    """Model a goes to zero after its first request; a flood of model b takes every GPU; a's second request, at
+    100 s, is held, finds no room for a replica, and is refused once it has been held ``max_hold_s``."""
+    rng = np.random.default_rng(2)
+    flood = [request(0, "b", float(t), 1000, 1000) for t in rng.uniform(0.0, 300.0, 3000)]
+    mine = [request(0, "a", 0.0, 100, 10), request(0, "a", 100.0, 100, 10)]
+    specs = {"a": CATALOG["llama3-8b"], "b": CATALOG["llama3-8b"]}
+    inputs = TwinInputs(renumbered(mine + flood), specs, 300.0, nodes(1, gpus=gpus), perf, targets=dict(targets))
+    twin = replay(inputs, policy)
+    assert twin.start_failures > 0
+    (refused,) = [(r, reason, t) for r, reason, t in twin.ledger.drops if r.model == "a"]
+    request_a, reason, when = refused
+    max_hold = policy_setup(policy).max_hold_s
+    assert request_a.arrival_s == 100.0
+    assert reason.startswith("held:") and "no ready replica" in reason and "'a'" in reason
+    assert 100.0 + max_hold <= when <= 100.0 + max_hold + policy_setup(policy).tick_s
