@@ -201,13 +201,19 @@ def renumbered(requests: list[InferenceRequest]) -> list[InferenceRequest]:
     return [dataclasses.replace(r, id=i) for i, r in enumerate(ordered)]
 
 
+# A 4 s interactive TTFT target leaves 2 s for a warm start: tessera may then scale a model to zero (and hold)
+RELAXED = {**DEFAULT_SLO_TARGETS, SloClass.INTERACTIVE: SloTarget(ttft_s=4.0, tpot_s=0.2)}
+
+
 @st.composite
 def workloads(draw: st.DrawFn, perf: PerfFactory) -> TwinInputs:
-    """1-3 catalog models (Zipf popularity), 20-300 requests over 5-120 s, part of them in one burst, lognormal
-    lengths, a random SLO mix, sessions and prefixes; on 1-3 nodes of 8 H100s, enough for static's replicas."""
+    """1-3 catalog models (Zipf popularity), 20-300 requests over 5-300 s, part of them in one burst, lognormal
+    lengths, a random SLO mix, sessions and prefixes, the default or ``RELAXED`` targets; on 1-3 nodes of 8 H100s,
+    enough for static's replicas."""
     kinds = draw(st.lists(st.sampled_from(sorted(CATALOG)), min_size=1, max_size=3))
     count = draw(st.integers(20, 300))
-    horizon = draw(st.floats(5.0, 120.0))
+    horizon = draw(st.floats(5.0, 300.0))
+    targets = draw(st.sampled_from([DEFAULT_SLO_TARGETS, RELAXED]))
     burst = draw(st.floats(0.0, 1.0))  # the share of the requests that arrive in one burst of 5% of the horizon
     mix = np.array(draw(st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.floats(0.05, 1.0))))
     replicas = draw(st.lists(st.integers(1, 2), min_size=len(kinds), max_size=len(kinds)))
@@ -234,17 +240,19 @@ def workloads(draw: st.DrawFn, perf: PerfFactory) -> TwinInputs:
     fixed = dict(zip(names, replicas, strict=True))
     gpus = sum(specs[name].tensor_parallel * fixed[name] for name in names)
     count_nodes = min(3, math.ceil(gpus / GPUS_PER_NODE) + extra_nodes)
-    return TwinInputs(renumbered(requests), specs, horizon, nodes(count_nodes), perf, fixed_replicas=fixed)
+    return TwinInputs(
+        renumbered(requests), specs, horizon, nodes(count_nodes), perf, fixed_replicas=fixed, targets=dict(targets)
+    )
 
 
-def replay(inputs: TwinInputs, policy: str, seed: int = 0) -> CheckedTwin:
-    twin = CheckedTwin(inputs, policy_setup(policy), seed)
+def replay(inputs: TwinInputs, policy: str | PolicySetup, seed: int = 0) -> CheckedTwin:
+    twin = CheckedTwin(inputs, policy_setup(policy) if isinstance(policy, str) else policy, seed)
     twin.result = twin.run()
     twin.check_kv()
     return twin
 
 
-PROPERTY = settings(max_examples=12)
+PROPERTY = settings(max_examples=25)
 policies = pytest.mark.parametrize("policy", POLICY_NAMES)
 
 
@@ -284,13 +292,19 @@ def test_kv_blocks_are_never_over_allocated(policy: str, perf: PerfFactory, data
     assert twin.kv_violations == []
 
 
+# tessera's gateway keeps engine queues short, so its engines rarely choose between classes; without late binding
+# every request goes straight to an engine and the engine's priority order does the work
+EARLY_BINDING = dataclasses.replace(policy_setup("tessera"), name="tessera-early-binding", late_binding=False)
+
+
+@pytest.mark.parametrize("setup", [policy_setup("tessera"), EARLY_BINDING], ids=lambda s: s.name)
 @PROPERTY
 @given(data=st.data())
-def test_tessera_never_serves_a_lower_class_ahead_of_a_waiting_higher_one(
-    perf: PerfFactory, data: st.DataObject
+def test_tessera_never_serves_a_lower_class_ahead_of_a_higher_one(
+    setup: PolicySetup, perf: PerfFactory, data: st.DataObject
 ) -> None:
     """At the gateway (what it sends to an engine) and inside each engine (what enters the running batch)."""
-    twin = replay(data.draw(workloads(perf)), "tessera")
+    twin = replay(data.draw(workloads(perf)), setup)
     assert twin.order_violations == []
     assert engine_order_violations(twin) == []
 
@@ -299,13 +313,16 @@ def test_tessera_never_serves_a_lower_class_ahead_of_a_waiting_higher_one(
 @PROPERTY
 @given(data=st.data())
 def test_drops_are_only_batch_sheds_or_expired_holds(policy: str, perf: PerfFactory, data: st.DataObject) -> None:
-    twin = replay(data.draw(workloads(perf)), policy)
+    inputs = data.draw(workloads(perf))
+    twin = replay(inputs, policy)
     for r, reason, _ in twin.ledger.drops:
         kind = reason.split(":")[0]
         assert kind in ("shed", "held"), reason
         assert kind != "shed" or r.slo is SloClass.BATCH, reason
-        # tessera keeps every model's replica (no warm start fits the default budget), so nothing is held
-        assert policy != "tessera" or r.slo is SloClass.BATCH, f"tessera dropped {r.slo.label} request: {reason}"
+        # under the default targets tessera keeps a replica of every model (no warm start fits the budget): it
+        # never holds, so it drops nothing but shed batch
+        if policy == "tessera" and inputs.targets == DEFAULT_SLO_TARGETS:
+            assert r.slo is SloClass.BATCH, f"tessera dropped {r.slo.label} request: {reason}"
 
 
 def test_the_checks_can_fail(perf: PerfFactory) -> None:
@@ -396,7 +413,6 @@ def test_tessera_sheds_batch_under_a_batch_flood(flooded: CheckedTwin) -> None:
 
 
 # ------------------------------------------------------------------------------------- zero, holds, rejection
-RELAXED = {**DEFAULT_SLO_TARGETS, SloClass.INTERACTIVE: SloTarget(ttft_s=4.0, tpot_s=0.2)}  # zero budget: 2 s
 LATE = 5  # the id of idle_gap's last request
 
 
