@@ -272,6 +272,8 @@ def test_every_request_is_served_or_dropped_exactly_once(policy: str, perf: Perf
     assert not twin.submitted_twice
     for stats in twin.ledger.stats.values():
         assert stats.requests == len(stats.ttft) + stats.dropped
+    assert twin.result is not None
+    assert (twin.result.requests, twin.result.dropped) == (len(inputs.requests), len(dropped))
 
 
 @policies
