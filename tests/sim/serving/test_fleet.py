@@ -1,0 +1,114 @@
+"""The serving twin's GPU fleet, through whole replays: static holds whole GPUs for the whole horizon, tessera packs
+small models onto shared GPUs, and a busy neighbour on a shared GPU slows a replica down (an idle one does not).
+
+Engines run on ``conftest``'s affine timings, so the expected iteration times are known in closed form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tessera.core.cluster import NodeSpec
+from tessera.core.workload import MILLI_PER_GPU
+from tessera.serving.models import CATALOG, ModelSpec
+from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass
+from tessera.sim.serving.result import PolicyRun
+from tessera.sim.serving.setups import policy_setup
+from tessera.sim.serving.twin import PerfFactory, Twin, TwinInputs
+
+GPU = "H100-80GB"
+
+
+def request(i: int, model: str, arrival: float, prompt: int, output: int) -> InferenceRequest:
+    slo = SloClass.INTERACTIVE
+    return InferenceRequest(i, model, arrival, prompt, output, slo, arrival + DEFAULT_SLO_TARGETS[slo].ttft_s)
+
+
+def nodes(count: int, gpus: int = 8) -> list[NodeSpec]:
+    return [NodeSpec(f"node-{i}", 128_000, 2_048_000, gpus, GPU) for i in range(count)]
+
+
+def spread(models: list[str], per_model: int, horizon_s: float, output: int = 50) -> list[InferenceRequest]:
+    """``per_model`` requests of each model, evenly spread over the horizon, in arrival order."""
+    times = sorted(
+        (horizon_s * k / per_model + 0.01 * j, name) for j, name in enumerate(models) for k in range(per_model)
+    )
+    return [request(i, name, t, 300, output) for i, (t, name) in enumerate(times)]
+
+
+def model_outcome(run: PolicyRun, name: str) -> tuple[float, int]:
+    """(TPOT p99, served) of one model of a run."""
+    (outcome,) = [o for o in run.models if o.model == name]
+    return outcome.tpot_p99_s, outcome.served
+
+
+# ------------------------------------------------------------------------------------------------- static
+def test_static_holds_its_whole_gpus_for_the_whole_horizon(perf: PerfFactory) -> None:
+    specs = {"small": CATALOG["llama3-8b"], "mid": CATALOG["codellama-34b"], "large": CATALOG["llama2-70b"]}
+    fixed = {"small": 2, "mid": 1, "large": 1}
+    horizon = 600.0
+    requests = spread(list(specs), 20, horizon - 20.0, output=1500)  # the last ones finish after the horizon
+    twin = Twin(TwinInputs(requests, specs, horizon, nodes(2), perf, fixed_replicas=fixed), policy_setup("static"))
+    run = twin.run()
+    gpus = sum(fixed[name] * spec.tensor_parallel for name, spec in specs.items())
+    assert run.gpu_hours == pytest.approx(gpus * horizon / 3600.0)
+    assert (run.gpus_in_use == gpus).all() and run.peak_gpus == gpus
+    assert run.cold_starts == 0  # preloaded before the first request
+    assert run.dropped == 0 and run.requests == len(requests)
+    held = [(p.node, g) for r in twin.fleet.replicas.values() for p in r.placements for g in p.gpu_indices]
+    assert len(held) == len(set(held)) == gpus  # one replica per GPU...
+    assert all(p.gpu_milli_each == MILLI_PER_GPU for r in twin.fleet.replicas.values() for p in r.placements)
+
+
+# -------------------------------------------------------------------------------------------------- sharing
+def test_tessera_packs_several_small_models_onto_one_gpu(perf: PerfFactory) -> None:
+    specs = {f"m{i}": CATALOG["llama3-8b"] for i in range(4)}
+    requests = spread(list(specs), 10, 300.0)
+    inputs = TwinInputs(requests, specs, 300.0, nodes(1), perf)
+    tessera = Twin(inputs, policy_setup("tessera")).run()
+    static = Twin(inputs, policy_setup("static")).run()
+    assert tessera.peak_gpus < len(specs) == static.peak_gpus
+    assert tessera.gpu_hours < static.gpu_hours
+    assert tessera.dropped == 0 and tessera.worst_model_slo_attainment_pct == 100.0
+
+
+def two_models_one_request_each(perf: PerfFactory, gap_s: float, gpus: int) -> TwinInputs:
+    """Models a and b (8B each), one long decode each, b's ``gap_s`` after a's."""
+    specs: dict[str, ModelSpec] = {"a": CATALOG["llama3-8b"], "b": CATALOG["llama3-8b"]}
+    requests = [request(0, "a", 0.0, 100, 400), request(1, "b", gap_s, 100, 400)]
+    return TwinInputs(requests, specs, 200.0, nodes(1, gpus=gpus), perf)
+
+
+@pytest.mark.parametrize("sharing", ["time-slice", "mps"])
+def test_a_busy_neighbour_on_a_shared_gpu_slows_both_replicas(perf: PerfFactory, sharing: str) -> None:
+    """Time-slicing: two busy replicas each run at half speed. MPS: each is slowed by the sum of the busy replicas'
+    intensities (when over 1). An idle neighbour costs nothing either way."""
+    setup = dataclasses.replace(policy_setup("tessera"), sharing=sharing)
+    alone = Twin(two_models_one_request_each(perf, 100.0, gpus=1), setup)
+    alone_run = alone.run()
+    together = Twin(two_models_one_request_each(perf, 0.0, gpus=1), setup)
+    together_run = together.run()
+    assert alone_run.peak_gpus == together_run.peak_gpus == 1  # both replicas on the one GPU
+    if sharing == "time-slice":
+        expected = 2.0
+    else:
+        intensities = [together.fleet.intensity.get(r.id, 1.0) for r in together.fleet.replicas.values()]
+        assert len(intensities) == 2 and all(0.0 < u <= 1.0 for u in intensities)
+        expected = max(1.0, sum(intensities))
+        assert expected > 1.0, "two replicas decoding at their target batch saturate a GPU together"
+    decode = perf(CATALOG["llama3-8b"], GPU, 1).iteration_s(0, 1, 300)  # one decode iteration, mean context
+    for name in ("a", "b"):
+        tpot_alone, served = model_outcome(alone_run, name)
+        tpot_together, _ = model_outcome(together_run, name)
+        assert served == 1
+        assert tpot_alone == pytest.approx(decode, rel=0.05)  # an idle neighbour costs nothing
+        assert tpot_together / tpot_alone == pytest.approx(expected, rel=0.05)
+
+
+def test_replicas_on_separate_gpus_do_not_slow_each_other(perf: PerfFactory) -> None:
+    alone = Twin(two_models_one_request_each(perf, 100.0, gpus=2), policy_setup("static")).run()
+    together = Twin(two_models_one_request_each(perf, 0.0, gpus=2), policy_setup("static")).run()
+    for name in ("a", "b"):
+        assert model_outcome(together, name)[0] == pytest.approx(model_outcome(alone, name)[0])
