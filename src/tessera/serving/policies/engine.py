@@ -38,7 +38,7 @@ from tessera.serving.policies.engine_parts import (
     IterationTimes,
     Seq,
 )
-from tessera.serving.policies.requests import InferenceRequest
+from tessera.serving.policies.requests import InferenceRequest, SloClass
 
 _IDLE = math.inf
 
@@ -93,6 +93,13 @@ class Engine:
             kv_free_frac=self.free_blocks / self.config.kv_blocks,
             prefill_tokens=self._waiting_tokens + self._prefill_left,
         )
+
+    def yields_to(self, slo: SloClass) -> bool:
+        """Whether a request of class ``slo`` submitted now would get in ahead of work already here: something less
+        urgent runs and nothing as urgent waits (with priority on; the engine then preempts for it)."""
+        if not self.config.priority or any(s.req.slo <= slo for s in self.waiting):
+            return False
+        return any(s.req.slo > slo for s in self.running)
 
     def in_flight(self) -> int:
         return len(self.running) + len(self.waiting)

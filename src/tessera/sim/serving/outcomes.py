@@ -75,11 +75,15 @@ class Outcomes:
         """The 90th percentile of the model's last ``RECENT`` TTFTs and TPOTs finished within ``RECENT_S`` of
         ``now_s``, each relative to its own class's target and expressed on ``target``'s scale (so a batch
         request's long TTFT does not look like an interactive miss); None without any."""
-        recent = [(ttft, tpot) for finish, ttft, tpot in self.stats[model].recent if finish >= now_s - RECENT_S]
-        if not recent:
+        since = now_s - RECENT_S
+        recent = self.stats[model].recent
+        ttft = sorted(t for finish, t, _ in recent if finish >= since)
+        if not ttft:
             return None, None
-        ttft, tpot = np.percentile(np.asarray(recent, dtype=np.float64), 90, axis=0)
-        return float(ttft) * target.ttft_s, float(tpot) * target.tpot_s
+        tpot = sorted(p for finish, _, p in recent if finish >= since)
+        k = (len(ttft) * 9) // 10  # the 90th percentile, nearest rank
+        k = min(k, len(ttft) - 1)
+        return ttft[k] * target.ttft_s, tpot[k] * target.tpot_s
 
     def policy_run(
         self,

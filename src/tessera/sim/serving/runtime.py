@@ -31,6 +31,7 @@ class ModelRuntime:
         self.intensities = intensities  # of each size (``interference``)
         self.size = 0  # the size new replicas get
         self.load_ema = 0.0  # requests in flight, averaged over about a minute
+        self.large_blocked_until_s = -math.inf  # no whole-GPU replica tried before then (none found room)
         self.perf = perf
         self.router = make_router(router_name)
         self.router_state: RouterState = self.router.initial_state()
@@ -47,10 +48,11 @@ class ModelRuntime:
     def intensity(self) -> float:
         return self.intensities[self.size]
 
-    def choose_size(self, sizing: ReplicaSizing) -> None:
+    def choose_size(self, sizing: ReplicaSizing, now_s: float) -> None:
         """Whole-GPU replicas once the averaged load is over ``grow_at`` small replicas' worth, small ones again
-        under ``shrink_at`` (the gap keeps a model from flapping between sizes)."""
-        if len(self.shapes) == 1:
+        under ``shrink_at`` (the gap keeps a model from flapping between sizes), or while a whole-GPU replica
+        recently found no room."""
+        if len(self.shapes) == 1 or now_s < self.large_blocked_until_s:
             return
         small = concurrency_target(self.shapes[0], sizing)
         if self.size == 0 and self.load_ema > sizing.grow_at * small:

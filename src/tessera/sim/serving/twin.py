@@ -178,7 +178,7 @@ class Twin:
         self._arrivals_in_sample += 1
         ready = m.ready()
         if self.admission is not None and request.slo is SloClass.BATCH:
-            queued = held_count(self.hold, m.name) + sum(r.engine.load().queued for r in ready)
+            queued = held_count(self.hold, m.name) + len(m.gateway) + sum(r.engine.load().queued for r in ready)
             verdict = admit(request, AdmissionSignals(len(ready), queued, 0.0), self.admission)
             if isinstance(verdict, Shed):
                 self.outcomes.dropped(request, f"shed: {verdict.reason}")
@@ -203,12 +203,13 @@ class Twin:
         waiting inside its engine and some KV cache free), so no request waits behind one busy engine while
         another one, maybe just started, is idle."""
         while len(m.gateway):
-            room = [r for r in m.ready() if _has_room(r)]
+            head = m.gateway.peek()
+            assert head is not None
+            room = [r for r in m.ready() if _has_room(r, head)]
             if not room:
                 return
-            request = m.gateway.pop()
-            assert request is not None
-            self._route(m, request, room)
+            m.gateway.pop()
+            self._route(m, head, room)
 
     def _route(self, m: ModelRuntime, request: InferenceRequest, candidates: list[Replica]) -> None:
         views = []
@@ -235,7 +236,7 @@ class Twin:
             r, done = work.pop()
             for c in done:
                 self.outcomes.served(c)
-            if done and self.setup.late_binding:
+            if self.setup.late_binding and len(self.models[r.model].gateway):
                 self._drain_gateway(self.models[r.model])
             busy = not r.engine.idle
             if busy != (r.id in self.busy):
@@ -336,12 +337,17 @@ class Twin:
         another size (the model's load crossed a size threshold) leave once their replacements serve."""
         assert self.scaler is not None
         active = m.active()
-        m.choose_size(self.setup.sizing)
+        m.choose_size(self.setup.sizing, self.now)
         current = [r for r in active if r.size == m.size]
         ttft, tpot = self.outcomes.recent_latency(m.name, self.inputs.targets[SloClass.INTERACTIVE], self.now)
         desired = self.scaler.desired(m, current, active, self.hold, self.now, ttft, tpot)
         for _ in range(desired - len(current)):
             if self._start(m) is None:
+                if m.size > 0:  # no room for a whole-GPU replica: small ones for a while, counted afresh
+                    m.large_blocked_until_s = self.now + LOAD_WINDOW_S
+                    m.size = 0
+                    self._scale(m)
+                    return
                 break
         if len(current) > desired:
             # Loading replicas first, then those whose leaving frees whole GPUs (consolidation), then the idlest.
@@ -379,9 +385,19 @@ class Twin:
         )
 
 
-def _has_room(replica: Replica) -> bool:
-    load = replica.engine.load()
-    return load.queued == 0 and load.kv_free_frac >= ROOM_KV_FREE
+def _has_room(replica: Replica, request: InferenceRequest) -> bool:
+    """Whether late binding may send ``request`` to ``replica`` now: its engine has nothing waiting and free KV
+    cache for the request's prompt and a typical answer (so it is not admitted only to be preempted), or is idle;
+    or it runs less urgent work than ``request`` and nothing as urgent waits in it, so that its priority
+    preemption lets ``request`` in (an interactive request never waits at the gateway behind a batch flood)."""
+    engine = replica.engine
+    if not engine.waiting:
+        if not engine.running:
+            return True
+        need = engine.config.blocks_for(request.prompt_tokens + engine.config.predicted_output_tokens)
+        if engine.free_blocks >= need and engine.free_blocks >= ROOM_KV_FREE * engine.config.kv_blocks:
+            return True
+    return engine.yields_to(request.slo)
 
 
-ROOM_KV_FREE = 0.05  # late binding dispatches to a replica only while this share of its KV cache is free
+ROOM_KV_FREE = 0.05  # ...and at least this share of its KV cache free
