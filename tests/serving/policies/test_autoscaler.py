@@ -133,9 +133,9 @@ def test_slo_feedback_adds_a_replica_once_per_start() -> None:
     fleet.run(20, 20)  # 20 / (24 x 0.8) -> 2 replicas
     assert fleet.ready == 2
     assert fleet.tick(20, ttft_s=1.7) == 2  # slow first tokens but nothing queued: more replicas would not help
-    assert fleet.tick(20, ttft_s=1.7, queued=3) == 3 and fleet.decisions[-1].reason == "slo-feedback"  # > 0.8 x 2
+    assert fleet.tick(20, ttft_s=1.7, queued=3) == 3 and fleet.decisions[-1].reason == "slo-feedback"  # > 0.5 x 2
     assert fleet.tick(20, ttft_s=1.7, starting=1, queued=3) == 3  # one is starting: no further step
-    assert fleet.tick(20, ttft_s=1.5, queued=3) == 3  # within 80% of the target: no step, and no scale-down either
+    assert fleet.tick(20, ttft_s=0.9, queued=3) == 3  # within 50% of the target: no step, and no scale-down either
     assert fleet.decisions[-1].reason == "scale-down-delay"
 
 

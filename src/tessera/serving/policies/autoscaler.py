@@ -311,9 +311,10 @@ def tessera_defaults(
 ) -> AutoscalerConfig:
     """Sized for an LLM engine replica: ~24 sequences in flight per replica (a continuous batch that keeps decode
     steps short enough for a 200 ms TPOT on mid-size models), aimed at 80%; short windows (20 s stable, 4 s
-    panic, panic at 1.5x) because a replica takes seconds to start from a warm cache; SLO feedback on the
-    class's TTFT/TPOT targets at 80% of each; a 30 s scale-down delay against flapping; scale to zero after 30 s
-    idle only when the caller says the model comes back within its TTFT budget (``signals.zero_ok``)."""
+    panic, panic at 1.5x) because a replica takes seconds to start from a warm cache; SLO feedback at 50% of the
+    class's TTFT/TPOT targets (a warm start takes a second or two: at 80% the new replica comes too late); a 30 s
+    scale-down delay against flapping; scale to zero after 30 s idle only when the caller says the model comes back
+    within its TTFT budget (``signals.zero_ok``)."""
     return AutoscalerConfig(
         target_concurrency=target_concurrency,
         target_utilization=0.8,
@@ -330,7 +331,7 @@ def tessera_defaults(
         scale_down_delay_s=30.0,
         ttft_target_s=ttft_target_s,
         tpot_target_s=tpot_target_s,
-        slo_fraction=0.8,
+        slo_fraction=0.5,
         slo_step=1,
         metrics_interval_s=2.0,
     )

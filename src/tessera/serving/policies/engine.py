@@ -9,11 +9,13 @@ What it models (the way vLLM-class engines schedule):
   ``prefill_first`` the order is reversed (vLLM v0, the Splitwise simulator): prompts take the budget first and
   decoding sequences fill what is left, earliest first; the others skip that iteration, keeping their blocks.
 - **Paged KV cache.** A sequence holds ``ceil(tokens / block_tokens)`` blocks. A new sequence is admitted only if
-  its first chunk's blocks leave ``watermark`` blocks free. When a decoding sequence needs a block and none is
-  free, the lowest-priority running sequence is **preempted by recompute**: its blocks are freed and it waits again,
-  to prefill its prompt plus what it had generated. A waiting sequence of a strictly more urgent class that cannot
-  be admitted preempts running sequences of less urgent classes the same way, so a higher class is never starved
-  by a lower one; a lower class is never admitted while a higher one waits.
+  the blocks of its whole prompt leave ``watermark`` blocks free, and it takes them all at once (a prefill that
+  could not finish would only be preempted: long prompts in a small cache thrashed otherwise). When a decoding
+  sequence needs a block and none is free, the lowest-priority running sequence is **preempted by recompute**: its
+  blocks are freed and it waits again, to prefill its prompt plus what it had generated. A waiting sequence of a
+  strictly more urgent class that cannot be admitted preempts running sequences of less urgent classes the same
+  way, so a higher class is never starved by a lower one; a lower class is never admitted while a higher one
+  waits.
 - **Fast-forward.** A run of decode-only iterations with a fixed batch changes nothing but lengths, and its
   iteration times are affine in the KV tokens (``decode_affine``), so the engine plans it as one *segment* of k
   iterations in closed form, up to the next completion or the last iteration the free blocks allow. A request that
@@ -242,15 +244,15 @@ class Engine:
                 chunk = head.target
             else:
                 break
-            if self.running and self.free_blocks - cfg.blocks_for(chunk) < cfg.watermark:
-                break
+            if self.running and self.free_blocks - cfg.blocks_for(head.target) < cfg.watermark:
+                break  # a prefill is started only when the cache holds all of it (no prefill that cannot finish)
             heapq.heappop(self.waiting)
             head.admitted_s = (*head.admitted_s, self._start)
             self._waiting_tokens -= head.target
             self.running.append(head)
             self._prefill_left += head.target
             self._generated_running += head.generated
-            self._allocate(head, chunk)
+            self._allocate(head, head.target)
             chunks.append((head, chunk))
             budget -= chunk
         return chunks

@@ -25,6 +25,7 @@ from tessera.core.placement import Placer, make_policy
 from tessera.core.placement.gang import one_node_candidates
 from tessera.core.workload import Placement, Request
 from tessera.serving.policies.engine import Engine
+from tessera.serving.policies.requests import InferenceRequest
 from tessera.sim.serving.interference import slowdown
 
 GpuKey = tuple[int, int]  # (node, GPU index)
@@ -186,3 +187,21 @@ class Fleet:
         return max(
             slowdown(self.sharing, self._busy.get(key, 0), self._busy_intensity.get(key, 0.0)) for key in replica.gpus
         )
+
+
+def has_room(replica: Replica, request: InferenceRequest) -> bool:
+    """Whether late binding may send ``request`` to ``replica`` now: its engine has nothing waiting and free KV
+    cache for the request's prompt and a typical answer (so it is not admitted only to be preempted), or is idle;
+    or it runs less urgent work than ``request`` and nothing as urgent waits in it, so that its priority
+    preemption lets ``request`` in (an interactive request never waits at the gateway behind a batch flood)."""
+    engine = replica.engine
+    if not engine.waiting:
+        if not engine.running:
+            return True
+        need = engine.config.blocks_for(request.prompt_tokens + engine.config.predicted_output_tokens)
+        if engine.free_blocks >= need and engine.free_blocks >= ROOM_KV_FREE * engine.config.kv_blocks:
+            return True
+    return engine.yields_to(request.slo)
+
+
+ROOM_KV_FREE = 0.05  # ...and at least this share of its KV cache free

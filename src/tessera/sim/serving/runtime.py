@@ -12,6 +12,8 @@ from tessera.sim.serving.fleet import Replica, ReplicaState
 from tessera.sim.serving.setups import ReplicaSizing
 from tessera.sim.serving.sizing import ReplicaShape, concurrency_target
 
+FOOTPRINT_ALPHA = 0.01  # the weight of one arrival in the footprint average
+
 
 class ModelRuntime:
     """One served model's replicas, router and control state inside the twin."""
@@ -31,6 +33,7 @@ class ModelRuntime:
         self.intensities = intensities  # of each size (``interference``)
         self.size = 0  # the size new replicas get
         self.load_ema = 0.0  # requests in flight, averaged over about a minute
+        self.tokens_per_sequence: float | None = None  # mean KV footprint of its recent requests (``observe``)
         self.large_blocked_until_s = -math.inf  # no whole-GPU replica tried before then (none found room)
         self.perf = perf
         self.router = make_router(router_name)
@@ -39,6 +42,15 @@ class ModelRuntime:
         self.gateway = RequestHeap()  # requests the gateway holds until a replica has room (late binding)
         self.arrivals = 0  # since the last tick
         self.last_arrival_s = -math.inf
+
+    def observe(self, prompt_tokens: int, predicted_output_tokens: int) -> None:
+        """Learn the KV footprint of the model's requests (prompt + half a predicted answer), averaged over about
+        the last hundred arrivals: replica targets follow what this model's traffic actually holds."""
+        footprint = prompt_tokens + predicted_output_tokens / 2
+        if self.tokens_per_sequence is None:
+            self.tokens_per_sequence = footprint
+        else:
+            self.tokens_per_sequence += FOOTPRINT_ALPHA * (footprint - self.tokens_per_sequence)
 
     @property
     def shape(self) -> ReplicaShape:
@@ -54,7 +66,7 @@ class ModelRuntime:
         recently found no room."""
         if len(self.shapes) == 1 or now_s < self.large_blocked_until_s:
             return
-        small = concurrency_target(self.shapes[0], sizing)
+        small = concurrency_target(self.shapes[0], sizing, self.tokens_per_sequence)
         if self.size == 0 and self.load_ema > sizing.grow_at * small:
             self.size = len(self.shapes) - 1
         elif self.size > 0 and self.load_ema < sizing.shrink_at * small:

@@ -43,7 +43,7 @@ class Scaler:
     def __init__(self, setup: PolicySetup, targets: dict[SloClass, SloTarget]) -> None:
         self.config = autoscaler_config(setup, targets)
         self.states: dict[str, AutoscalerState] = {}
-        self.configs: dict[tuple[str, int], AutoscalerConfig] = {}
+        self.configs: dict[tuple[str, int, int], AutoscalerConfig] = {}
         self.sizing = setup.sizing
         # Tessera sizes each model's target by what its replica's KV cache holds; Knative keeps its one default.
         self.per_replica_target = setup.autoscaler == "tessera"
@@ -69,6 +69,9 @@ class Scaler:
                 in_flight += load.queued + load.running
         ready = sum(r.state is ReplicaState.READY for r in counted)
         held = held_count(hold_queue, m.name) + len(m.gateway)
+        if m.gateway.entries:  # a request still waiting for a replica is a leading sign of a slow first token
+            waited = now_s - min(r.arrival_s for _, r in m.gateway.entries)
+            ttft_s = waited if ttft_s is None else max(ttft_s, waited)
         signals = ModelSignals(
             model=m.name,
             now_s=now_s,
@@ -83,12 +86,13 @@ class Scaler:
             zero_ok=ready_time_s(m.spec.weights_bytes, Tier.WARM, gpus=m.shape.gpus) <= self.zero_budget_s,
         )
         state = self.states.setdefault(m.name, AutoscalerState())
-        key = (m.name, m.size)
+        target = concurrency_target(m.shape, self.sizing, m.tokens_per_sequence) if self.per_replica_target else 0.0
+        key = (m.name, m.size, round(target))
         config = self.configs.get(key)
         if config is None:
             config = self.config
             if self.per_replica_target:
-                config = dataclasses.replace(config, target_concurrency=concurrency_target(m.shape, self.sizing))
+                config = dataclasses.replace(config, target_concurrency=float(round(target)) or 1.0)
             self.configs[key] = config
         decision, self.states[m.name] = decide(signals, state, config)
         return decision.desired

@@ -77,9 +77,11 @@ def replica_shape(spec: ModelSpec, gpu_model: str, sizing: ReplicaSizing) -> Rep
     return ReplicaShape(request, kv_tokens // BLOCK_TOKENS, tp, shared=False)
 
 
-def concurrency_target(shape: ReplicaShape, sizing: ReplicaSizing) -> float:
-    """Sequences one replica can hold in its KV cache at the mean footprint: the autoscaler's per-replica target."""
-    return max(2.0, shape.kv_blocks * BLOCK_TOKENS / sizing.tokens_per_sequence)
+def concurrency_target(shape: ReplicaShape, sizing: ReplicaSizing, tokens_per_sequence: float | None = None) -> float:
+    """Sequences one replica can hold in its KV cache at the mean footprint (``tokens_per_sequence``, by default the
+    sizing's): the autoscaler's per-replica target."""
+    per_sequence = tokens_per_sequence if tokens_per_sequence is not None else sizing.tokens_per_sequence
+    return max(2.0, shape.kv_blocks * BLOCK_TOKENS / max(per_sequence, 1.0))
 
 
 def replica_shapes(spec: ModelSpec, gpu_model: str, sizing: ReplicaSizing) -> tuple[ReplicaShape, ...]:

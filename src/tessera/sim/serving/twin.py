@@ -44,7 +44,7 @@ from tessera.serving.policies.model_cache import (
 )
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass, SloTarget
 from tessera.serving.policies.router import ReplicaView
-from tessera.sim.serving.fleet import Fleet, Replica, ReplicaState
+from tessera.sim.serving.fleet import Fleet, Replica, ReplicaState, has_room
 from tessera.sim.serving.interference import intensity
 from tessera.sim.serving.outcomes import Outcomes
 from tessera.sim.serving.result import PolicyRun
@@ -55,6 +55,7 @@ from tessera.sim.serving.sizing import concurrency_target, replica_shapes
 
 PerfFactory = Callable[[ModelSpec, str, int], IterationTimes]
 _ENGINE, _READY, _TICK = 0, 1, 2
+PREDICTED_OUTPUT_TOKENS = 256  # what the gateway assumes of an answer's length (the engines' load estimate too)
 LOAD_WINDOW_S = 60.0  # the averaging window of a model's load, for choosing its replica size
 GIB = 1024**3
 
@@ -172,6 +173,7 @@ class Twin:
     # ------------------------------------------------------------------------------------------------ requests
     def _arrive(self, request: InferenceRequest) -> None:
         m = self.models[request.model]
+        m.observe(request.prompt_tokens, PREDICTED_OUTPUT_TOKENS)
         self.outcomes.arrived(request)
         m.arrivals += 1
         m.last_arrival_s = request.arrival_s
@@ -205,7 +207,7 @@ class Twin:
         while len(m.gateway):
             head = m.gateway.peek()
             assert head is not None
-            room = [r for r in m.ready() if _has_room(r, head)]
+            room = [r for r in m.ready() if has_room(r, head)]
             if not room:
                 return
             m.gateway.pop()
@@ -383,21 +385,3 @@ class Twin:
             self.inputs.sample_s,
             wall_s,
         )
-
-
-def _has_room(replica: Replica, request: InferenceRequest) -> bool:
-    """Whether late binding may send ``request`` to ``replica`` now: its engine has nothing waiting and free KV
-    cache for the request's prompt and a typical answer (so it is not admitted only to be preempted), or is idle;
-    or it runs less urgent work than ``request`` and nothing as urgent waits in it, so that its priority
-    preemption lets ``request`` in (an interactive request never waits at the gateway behind a batch flood)."""
-    engine = replica.engine
-    if not engine.waiting:
-        if not engine.running:
-            return True
-        need = engine.config.blocks_for(request.prompt_tokens + engine.config.predicted_output_tokens)
-        if engine.free_blocks >= need and engine.free_blocks >= ROOM_KV_FREE * engine.config.kv_blocks:
-            return True
-    return engine.yields_to(request.slo)
-
-
-ROOM_KV_FREE = 0.05  # ...and at least this share of its KV cache free
