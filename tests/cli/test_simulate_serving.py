@@ -110,6 +110,7 @@ def test_an_unknown_policy_is_one_line_naming_the_known_ones(tmp_path: Path) -> 
         (["--seeds", "3-1"], ["--seeds"]),
         (["--gpus", "64xH100", "--gpus-for-slo"], ["--gpus", "not both"]),
         (["--gpus", "8xQuantumGPU"], ["--gpus", "QuantumGPU"]),
+        (["--gpus", "8xT4", "--models", "3"], ["--gpus", "does not fit", "T4"]),
         (["--perf-profile", "/nonexistent/p.csv"], ["--perf-profile", "/nonexistent/p.csv"]),
     ],
 )

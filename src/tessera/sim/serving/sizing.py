@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 from tessera.core.catalog import resolve_model
+from tessera.core.errors import InvalidRequestError
 from tessera.core.workload import MILLI_PER_GPU, Request
 from tessera.serving.models import GIB, MIB, ModelSpec
 from tessera.sim.serving.setups import ReplicaSizing
@@ -33,8 +34,11 @@ class ReplicaShape:
     shared: bool  # memory shares (a gang of ``gpus`` one-GPU shares on one node when gpus > 1)
 
 
-class ModelDoesNotFitError(ValueError):
-    pass
+class ModelDoesNotFitError(InvalidRequestError):
+    """A model whose weights leave no KV cache on the cluster's GPUs (reported against ``--gpus``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("--gpus", message)
 
 
 def replica_shape(spec: ModelSpec, gpu_model: str, sizing: ReplicaSizing) -> ReplicaShape:

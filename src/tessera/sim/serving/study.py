@@ -25,7 +25,7 @@ from tessera.sim.serving.config import GpuCluster, StudyConfig, parse_gpu_cluste
 from tessera.sim.serving.perf_choice import make_perf_factory
 from tessera.sim.serving.result import PolicyRun
 from tessera.sim.serving.setups import policy_setup
-from tessera.sim.serving.twin import PerfFactory, Twin, TwinInputs
+from tessera.sim.serving.twin import PerfFactory, ProvisioningError, Twin, TwinInputs
 from tessera.sim.serving.workload import Workload, build_workload
 
 Progress = Callable[[str, float], None]
@@ -132,7 +132,7 @@ class _SeedStudy:
                     twin = Twin(self.inputs(nodes, sizes), policy_setup("static"), self.seed)
                     self._static_run = twin.run(lambda f: self._report("static", 0.5 + 0.5 * f))
                     break
-                except ValueError:
+                except ProvisioningError:
                     nodes = nodes_for(len(nodes) * self.kind.gpus_per_node + self.kind.gpus_per_node, self.kind)
         return self._static_run
 
@@ -147,7 +147,7 @@ class _SeedStudy:
             if n not in tried:
                 try:
                     tried[n] = self.run(policy, nodes_for(n * per, self.kind), (len(tried) / 8, (len(tried) + 1) / 8))
-                except ValueError:  # the initial replicas do not fit
+                except ProvisioningError:  # the initial replicas do not fit
                     return None
             return tried[n]
 

@@ -72,6 +72,10 @@ class TwinInputs:
     sample_s: float = 10.0
 
 
+class ProvisioningError(ValueError):
+    """The cluster cannot hold the replicas that are up when the trace starts."""
+
+
 class Twin:
     def __init__(self, inputs: TwinInputs, setup: PolicySetup, seed: int = 0) -> None:
         self.inputs = inputs
@@ -267,7 +271,7 @@ class Twin:
             for _ in range(count):
                 replica = self._start(m, preloaded=True)
                 if replica is None:
-                    raise ValueError(
+                    raise ProvisioningError(
                         f"{self.setup.name}: the cluster ({self.fleet.total_gpus} GPUs) cannot hold the initial "
                         f"replicas; give more GPUs"
                     )
