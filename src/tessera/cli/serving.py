@@ -61,6 +61,7 @@ def simulate_serving(
     from tessera.sim.placement_study.sweep import parse_seeds
     from tessera.sim.serving.config import StudyConfig, parse_policy_names
     from tessera.sim.serving.report import write_serving_report
+    from tessera.sim.serving.study import check_models_fit
 
     with one_line_errors():
         config = StudyConfig(
@@ -76,6 +77,7 @@ def simulate_serving(
             out=out,
         )
         requests = config.load_trace()  # a bad trace fails here, before anything is written or run
+        check_models_fit(config)  # so does a model too big for the --gpus model
         out.mkdir(parents=True, exist_ok=True)  # and an unusable --out before the runs, not after
         console = Console()
         cluster = gpus or ("smallest meeting the SLOs" if gpus_for_slo else "sized per policy")

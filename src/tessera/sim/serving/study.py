@@ -25,8 +25,9 @@ from tessera.sim.serving.config import GpuCluster, StudyConfig, parse_gpu_cluste
 from tessera.sim.serving.perf_choice import make_perf_factory
 from tessera.sim.serving.result import PolicyRun
 from tessera.sim.serving.setups import policy_setup
+from tessera.sim.serving.sizing import replica_shapes
 from tessera.sim.serving.twin import PerfFactory, ProvisioningError, Twin, TwinInputs
-from tessera.sim.serving.workload import Workload, build_workload
+from tessera.sim.serving.workload import Workload, assign_models, build_workload
 
 Progress = Callable[[str, float], None]
 SLO_PCT = 99.0
@@ -38,6 +39,15 @@ def nodes_for(gpus: int, cluster: GpuCluster) -> list[NodeSpec]:
     per = cluster.gpus_per_node
     count = max(1, math.ceil(gpus / per))
     return [NodeSpec(f"node-{i:03d}", 128_000, 2_048_000, per, cluster.model.name) for i in range(count)]
+
+
+def check_models_fit(config: StudyConfig) -> None:
+    """Raise ``ModelDoesNotFitError`` (naming ``--gpus``) now, before any run, when a model of the study has no
+    room for a KV cache on the cluster's GPUs under one of the policies."""
+    kind = parse_gpu_cluster(config.gpus or DEFAULT_GPUS)
+    for served in assign_models(config.models, config.zipf):
+        for policy in config.policies:
+            replica_shapes(served.spec, kind.model.name, policy_setup(policy).sizing)
 
 
 def run_study(config: StudyConfig, progress: Progress | None = None) -> list[PolicyRun]:
