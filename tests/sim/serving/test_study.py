@@ -66,7 +66,7 @@ def test_gpus_for_slo_meets_the_slos_where_the_policy_can() -> None:
         StudyConfig(trace=None, models=3, load=LOAD, policies=POLICIES, seeds=(0,), gpus_for_slo=True)
     )
     assert static.meets_slo(SLO_PCT)  # sized per model for its own peak
-    assert tessera.meets_slo(SLO_PCT) and tessera.gpus == 8  # one node: the smallest cluster the search tries
+    assert tessera.meets_slo(SLO_PCT) and tessera.gpus <= 8  # within one node
     assert tessera.gpu_hours < static.gpu_hours
     # static-autoscale's cold starts (from disk, 20 s and more) miss the interactive TTFT target on any cluster:
     # it is reported on the largest cluster tried, with its attainment
@@ -76,14 +76,14 @@ def test_gpus_for_slo_meets_the_slos_where_the_policy_can() -> None:
 
 @pytest.mark.slow
 def test_gpus_for_slo_finds_the_smallest_cluster_that_meets_the_slos() -> None:
-    """Twelve models: one node cannot hold tessera's replicas (or meet the SLOs), the search's answer can."""
+    """Twelve models: one GPU fewer than the search's answer cannot hold tessera's replicas or meet the SLOs."""
     config = StudyConfig(trace=None, models=12, load=LOAD, policies=("tessera",), seeds=(0,), gpus_for_slo=True)
     (run,) = run_study(config)
     assert run.meets_slo(SLO_PCT)
-    assert run.gpus > 8
+    assert run.gpus > 1
     workload = build_workload(config.load_trace(), config.models, config.zipf, config.load, 0)
     specs = {m.name: m.spec for m in workload.models}
-    smaller = nodes_for(run.gpus - 8, parse_gpu_cluster(CLUSTER))
+    smaller = nodes_for(run.gpus - 1, parse_gpu_cluster(CLUSTER))
     inputs = TwinInputs(workload.requests, specs, workload.duration_s, smaller, make_perf_factory())
     try:
         fewer = Twin(inputs, policy_setup("tessera"), 0).run()

@@ -8,8 +8,9 @@ Cluster sizes (nodes of 8 GPUs of ``--gpus``'s model, H100-80GB by default):
   model's requests. Its cluster is the nodes those replicas need.
 - With ``--gpus SPEC`` every other policy runs on that cluster. Without it, they run on static's cluster (the
   cluster a team that provisions statically has).
-- With ``--gpus-for-slo`` each autoscaling policy gets the smallest number of nodes (bisection between one node and
-  twice static's) on which every model meets its SLOs; the run reported is the one on that cluster. A policy that
+- With ``--gpus-for-slo`` each autoscaling policy gets the fewest GPUs (bisection over nodes between none and
+  twice static's, then over the GPUs of the last node, which may be partly filled) with which every model meets its
+  SLOs; the run reported is the one on that cluster. A policy that
   misses the SLOs even on the largest cluster tried is reported there, with its attainment.
 
 GPU-hours are counted over the trace's duration (``fleet``): the GPUs holding a replica, integrated over time.
@@ -36,9 +37,11 @@ MAX_STATIC_REPLICAS = 256
 
 
 def nodes_for(gpus: int, cluster: GpuCluster) -> list[NodeSpec]:
+    """``gpus`` GPUs in nodes of ``gpus_per_node``, the last one holding the rest."""
     per = cluster.gpus_per_node
-    count = max(1, math.ceil(gpus / per))
-    return [NodeSpec(f"node-{i:03d}", 128_000, 2_048_000, per, cluster.model.name) for i in range(count)]
+    full, rest = divmod(max(1, gpus), per)
+    sizes = [per] * full + ([rest] if rest else [])
+    return [NodeSpec(f"node-{i:03d}", 128_000, 2_048_000, n, cluster.model.name) for i, n in enumerate(sizes)]
 
 
 def check_models_fit(config: StudyConfig) -> None:
@@ -148,29 +151,34 @@ class _SeedStudy:
 
     # ------------------------------------------------------------------------------------------- the search
     def smallest(self, policy: str) -> PolicyRun:
-        """The run on the fewest nodes where every model meets its SLOs (see the module docstring)."""
+        """The run on the fewest GPUs where every model meets its SLOs (see the module docstring): bisection over
+        whole nodes, then over the GPUs of the last node."""
         per = self.kind.gpus_per_node
-        top = 2 * max(1, math.ceil(self.static_gpus() / per))
-        tried: dict[int, PolicyRun] = {}
+        top = 2 * max(1, math.ceil(self.static_gpus() / per)) * per
+        tried: dict[int, PolicyRun | None] = {}
 
-        def attempt(n: int) -> PolicyRun | None:
-            if n not in tried:
+        def meets(gpus: int) -> bool:
+            if gpus not in tried:
+                fraction = (len(tried) / 10, (len(tried) + 1) / 10)
                 try:
-                    tried[n] = self.run(policy, nodes_for(n * per, self.kind), (len(tried) / 8, (len(tried) + 1) / 8))
+                    tried[gpus] = self.run(policy, nodes_for(gpus, self.kind), fraction)
                 except ProvisioningError:  # the initial replicas do not fit
-                    return None
-            return tried[n]
+                    tried[gpus] = None
+            run = tried[gpus]
+            return run is not None and run.meets_slo(SLO_PCT)
 
-        best = attempt(top)
-        if best is None or not best.meets_slo(SLO_PCT):
-            return best if best is not None else self.run(policy, nodes_for(top * per * 2, self.kind))
-        lo, hi = 0, top  # lo fails (or is nothing), hi meets
+        if not meets(top):
+            best = tried[top]
+            return best if best is not None else self.run(policy, nodes_for(2 * top, self.kind))
+        lo, hi = 0, top // per  # in nodes: lo fails (or is nothing), hi meets
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            run = attempt(mid)
-            if run is not None and run.meets_slo(SLO_PCT):
-                hi = mid
-            else:
-                lo = mid
+            lo, hi = (lo, mid) if meets(mid * per) else (mid, hi)
+        lo, hi = lo * per, hi * per  # in GPUs
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if meets(mid) else (mid, hi)
         self._report(policy, 1.0)
-        return tried[hi]
+        best = tried[hi]
+        assert best is not None
+        return best
