@@ -13,6 +13,8 @@ from tessera.sim.serving.setups import ReplicaSizing
 from tessera.sim.serving.sizing import ReplicaShape, concurrency_target
 
 FOOTPRINT_ALPHA = 0.01  # the weight of one arrival in the footprint average
+BUSY_GROW = 0.9  # replicas busy this share of the time (with a fair load) get a GPU of their own...
+BUSY_SHRINK = 0.6  # ...until they are busy less than this
 
 
 class ModelRuntime:
@@ -33,6 +35,7 @@ class ModelRuntime:
         self.intensities = intensities  # of each size (``interference``)
         self.size = 0  # the size new replicas get
         self.load_ema = 0.0  # requests in flight, averaged over about a minute
+        self.busy_ema = 0.0  # the share of its ready replicas busy at a tick, averaged likewise
         self.tokens_per_sequence: float | None = None  # mean KV footprint of its recent requests (``observe``)
         self.large_blocked_until_s = -math.inf  # no whole-GPU replica tried before then (none found room)
         self.perf = perf
@@ -61,15 +64,17 @@ class ModelRuntime:
         return self.intensities[self.size]
 
     def choose_size(self, sizing: ReplicaSizing, now_s: float) -> None:
-        """Whole-GPU replicas once the averaged load is over ``grow_at`` small replicas' worth, small ones again
-        under ``shrink_at`` (the gap keeps a model from flapping between sizes), or while a whole-GPU replica
-        recently found no room."""
+        """Whole-GPU replicas once the averaged load is over ``grow_at`` small replicas' worth, or its replicas are
+        busy nearly all the time with a fair load (a replica that never idles gains nothing from a shared GPU and
+        slows its neighbours all the time); small ones again under ``shrink_at`` with idle spells (the gap keeps a
+        model from flapping between sizes); small ones while a whole-GPU replica recently found no room."""
         if len(self.shapes) == 1 or now_s < self.large_blocked_until_s:
             return
         small = concurrency_target(self.shapes[0], sizing, self.tokens_per_sequence)
-        if self.size == 0 and self.load_ema > sizing.grow_at * small:
+        busy = self.busy_ema > BUSY_GROW and self.load_ema > 0.5 * small
+        if self.size == 0 and (self.load_ema > sizing.grow_at * small or busy):
             self.size = len(self.shapes) - 1
-        elif self.size > 0 and self.load_ema < sizing.shrink_at * small:
+        elif self.size > 0 and self.load_ema < sizing.shrink_at * small and self.busy_ema < BUSY_SHRINK:
             self.size = 0
 
     def ready(self) -> list[Replica]:

@@ -332,8 +332,11 @@ class Twin:
             self.outcomes.dropped(request, f"held: {reason}")
         alpha = min(1.0, self.setup.tick_s / LOAD_WINDOW_S)
         for m in self.models.values():
-            in_flight = sum(r.engine.in_flight() for r in m.ready()) + len(m.gateway) + held_count(self.hold, m.name)
+            ready = m.ready()
+            in_flight = sum(r.engine.in_flight() for r in ready) + len(m.gateway) + held_count(self.hold, m.name)
             m.load_ema += alpha * (in_flight - m.load_ema)
+            busy = sum(r.id in self.busy for r in ready) / len(ready) if ready else 0.0
+            m.busy_ema += alpha * (busy - m.busy_ema)
             if self.scaler is not None:
                 self._scale(m)
             m.arrivals = 0
