@@ -56,7 +56,6 @@ class Engine:
         self.waiting: list[Seq] = []  # a heap by Seq.key
         self.running: list[Seq] = []
         self.iterations = 0  # iterations run so far
-        self.busy_s = 0.0  # virtual seconds spent iterating
         self.preemptions = 0
         # The planned segment: k iterations from _start to _end (_end is inf when idle).
         self._start = 0.0
@@ -196,8 +195,11 @@ class Engine:
             lowest = max(self.running, key=_key)
             if lowest.req.slo <= head.req.slo:
                 return
-            first_chunk = min(head.target, self.config.max_batch_tokens)
-            need = self.config.blocks_for(first_chunk)
+            # Admission (below) needs the head's whole prompt beside the blocks the decoders take for their
+            # next token, and the watermark: judge the room the same way, or the head waits a whole segment.
+            bt = self.config.block_tokens
+            slots = sum(1 for s in self.running if not s.prefilling and s.blocks * bt <= s.kv)
+            need = self.config.blocks_for(head.target) + slots
             room = self.free_blocks - need >= self.config.watermark
             if room and len(self.running) < self.config.max_running:
                 return
@@ -301,7 +303,6 @@ class Engine:
     def _finish_segment(self, done: list[Completion]) -> None:
         end, k = self._end, self._k
         self.iterations += k
-        self.busy_s += end - self._start
         finished = False
         for s in self._decoders:
             s.kv += k
