@@ -18,12 +18,14 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from tessera.sim.placement_study.sweep import parse_seeds  # noqa: E402
 from tessera.sim.serving.config import StudyConfig  # noqa: E402
 from tessera.sim.serving.report import write_serving_report  # noqa: E402
 from tessera.sim.serving.result import PolicyRun  # noqa: E402
@@ -33,11 +35,14 @@ POLICIES = ("static", "static-autoscale", "tessera")
 MIN_SAVING_PCT = 40.0
 
 
-def _numbers(text: str, kind: type) -> list:  # type: ignore[type-arg]
-    return [kind(x) for x in text.split(",") if x.strip()]
+Row = dict[str, Any]  # one combination's summary, printed as a JSON line
 
 
-def run_combination(trace: Path, out: Path, models: int, zipf: float, load: float, seeds: tuple[int, ...]) -> dict:  # type: ignore[type-arg]
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def run_combination(trace: Path, out: Path, models: int, zipf: float, load: float, seeds: tuple[int, ...]) -> Row:
     config = StudyConfig(
         trace=trace,
         models=models,
@@ -54,13 +59,13 @@ def run_combination(trace: Path, out: Path, models: int, zipf: float, load: floa
     return summarise_combination(config, runs, time.perf_counter() - started)
 
 
-def summarise_combination(config: StudyConfig, runs: list[PolicyRun], wall_s: float) -> dict:  # type: ignore[type-arg]
+def summarise_combination(config: StudyConfig, runs: list[PolicyRun], wall_s: float) -> Row:
     by = {(r.policy, r.seed): r for r in runs}
     seeds = config.seeds
     savings = [100.0 * (1 - by[("tessera", s)].gpu_hours / by[("static", s)].gpu_hours) for s in seeds]
     below_autoscale = all(by[("tessera", s)].gpu_hours < by[("static-autoscale", s)].gpu_hours for s in seeds)
     tessera_ok = all(by[("tessera", s)].meets_slo(SLO_PCT) and by[("tessera", s)].dropped == 0 for s in seeds)
-    row: dict = {"models": config.models, "zipf": config.zipf, "load": config.load, "seeds": list(seeds)}  # type: ignore[type-arg]
+    row: Row = {"models": config.models, "zipf": config.zipf, "load": config.load, "seeds": list(seeds)}
     for policy in POLICIES:
         mine = [by[(policy, s)] for s in seeds]
         row[policy] = {
@@ -77,7 +82,7 @@ def summarise_combination(config: StudyConfig, runs: list[PolicyRun], wall_s: fl
     return row
 
 
-def table(rows: list[dict]) -> str:  # type: ignore[type-arg]
+def table(rows: list[Row]) -> str:
     head = (
         "| N | zipf | load | static GPU-h | static-autoscale GPU-h (worst model SLO %) | tessera GPU-h "
         "(worst model SLO %) | tessera saving vs static, mean (min) | passes |\n"
@@ -96,7 +101,7 @@ def table(rows: list[dict]) -> str:  # type: ignore[type-arg]
     return head + "\n".join(lines) + "\n"
 
 
-def figure(rows: list[dict], path: Path) -> None:  # type: ignore[type-arg]
+def figure(rows: list[Row], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(10, 4.5))
     width = 0.27
     labels = [f"N={r['models']}\nzipf {r['zipf']:g}\nload {r['load']:g}x" for r in rows]
@@ -125,12 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.trace.is_file():
         print(f"error: {args.trace}: no such file", file=sys.stderr)
         return 2
-    seeds = tuple(_numbers(args.seeds, int))
+    seeds = tuple(parse_seeds(args.seeds))
     combos = [
         (n, z, ld)
-        for n in _numbers(args.models, int)
-        for z in _numbers(args.zipf, float)
-        for ld in _numbers(args.load, float)
+        for n in (int(x) for x in _floats(args.models))
+        for z in _floats(args.zipf)
+        for ld in _floats(args.load)
     ]
     args.out.mkdir(parents=True, exist_ok=True)
     with ProcessPoolExecutor(max_workers=args.workers) as pool:

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner, Result
+from cli_checks import assert_one_line_error
+from typer.testing import CliRunner
 
 from tessera.cli.main import app
 from tessera.sim.traces.openb import write_nodes_csv, write_pods_csv
@@ -146,16 +147,6 @@ BAD_FILES = [
 ]
 
 
-def _assert_one_line_error(result: Result, *fragments: str) -> None:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ")
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    assert "Traceback" not in result.output
-
-
 @pytest.mark.parametrize(
     ("nodes_text", "pods_text", "named", "fragments"),
     [case[1:] for case in BAD_FILES],
@@ -168,9 +159,9 @@ def test_bad_input_files_give_one_line_and_exit_2(
     pods = _write(tmp_path, "pods.csv", pods_text)
     args = ["--nodes", str(nodes), "--pods", str(pods)]
     result = runner.invoke(app, ["simulate", "fgd", *args, "--jobs", "1", "--seeds", "1", "--out", str(tmp_path / "o")])
-    _assert_one_line_error(result, str(tmp_path / named), *fragments)
+    assert_one_line_error(result, str(tmp_path / named), *fragments)
     result = runner.invoke(app, ["bench", "placement", *args, "--policy", "bestfit"])
-    _assert_one_line_error(result, str(tmp_path / named), *fragments)
+    assert_one_line_error(result, str(tmp_path / named), *fragments)
 
 
 def test_missing_file_names_the_path(tmp_path: Path) -> None:
@@ -179,28 +170,28 @@ def test_missing_file_names_the_path(tmp_path: Path) -> None:
     result = runner.invoke(
         app, ["bench", "placement", "--nodes", str(nodes), "--pods", str(missing), "--policy", "fgd"]
     )
-    _assert_one_line_error(result, str(missing))
+    assert_one_line_error(result, str(missing))
 
 
 def test_unknown_policy_fails_before_any_run(tmp_path: Path) -> None:
     out = tmp_path / "o"
     result = runner.invoke(app, ["simulate", "fgd", "--policies", "fgd,tetris", "--out", str(out)])
-    _assert_one_line_error(result, "tetris", "--policies")
+    assert_one_line_error(result, "tetris", "--policies")
     assert not out.exists()
     result = runner.invoke(app, ["bench", "placement", "--policy", "tetris"])
-    _assert_one_line_error(result, "tetris")
+    assert_one_line_error(result, "tetris")
 
 
 @pytest.mark.parametrize("seeds", ["a-b", "5-3", "1,,2", "-4"])
 def test_bad_seeds_fail(tmp_path: Path, seeds: str) -> None:
     result = runner.invoke(app, ["simulate", "fgd", "--seeds", seeds, "--out", str(tmp_path / "o")])
-    _assert_one_line_error(result, "--seeds")
+    assert_one_line_error(result, "--seeds")
 
 
 def test_nodes_without_pods_is_an_error(tmp_path: Path) -> None:
     nodes = _write(tmp_path, "nodes.csv", NODES_CSV)
     result = runner.invoke(app, ["simulate", "fgd", "--nodes", str(nodes), "--out", str(tmp_path / "o")])
-    _assert_one_line_error(result, str(nodes), "--pods")
+    assert_one_line_error(result, str(nodes), "--pods")
 
 
 def test_simulate_timeline_tenants_writes_the_four_files(tmp_path: Path) -> None:
@@ -244,7 +235,7 @@ def test_simulate_timeline_bad_queue_and_job_files_fail_with_one_line(
     args += ["--queues", str(_write(tmp_path, "queues.json", queues))]
     if jobs is not None:
         args += ["--jobs", str(_write(tmp_path, "jobs.json", jobs))]
-    _assert_one_line_error(runner.invoke(app, args), *fragments)
+    assert_one_line_error(runner.invoke(app, args), *fragments)
 
 
 def test_simulate_timeline_reads_queues_and_jobs_from_files(tmp_path: Path) -> None:

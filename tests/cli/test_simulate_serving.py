@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_checks import assert_one_line_error
 from typer.testing import CliRunner, Result
 
 from tessera.cli.main import app
@@ -29,16 +30,6 @@ def _trace(folder: Path, rows: int = 40, bad: tuple[int, str] | None = None) -> 
 
 def _serve(*args: str) -> Result:
     return runner.invoke(app, ["simulate", "serving", *args])
-
-
-def _assert_one_line_error(result: Result, *fragments: str) -> None:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ")
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    assert "Traceback" not in result.output
 
 
 def test_writes_the_report_and_prints_the_summary(tmp_path: Path) -> None:
@@ -81,22 +72,22 @@ def test_a_malformed_trace_line_is_one_line_naming_file_line_and_field(
     trace = _trace(tmp_path, bad=(3, row))
     out = tmp_path / "o"
     result = _serve("--trace", str(trace), "--out", str(out))
-    _assert_one_line_error(result, f"{trace}:5:", *fragments)
+    assert_one_line_error(result, f"{trace}:5:", *fragments)
     assert not out.exists()  # nothing written, nothing run
 
 
 def test_a_wrong_header_and_a_missing_file_are_one_line(tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("time,prompt,output\n1,2,3\n")
-    _assert_one_line_error(_serve("--trace", str(trace), "--out", str(tmp_path / "o")), f"{trace}:1:", HEADER)
+    assert_one_line_error(_serve("--trace", str(trace), "--out", str(tmp_path / "o")), f"{trace}:1:", HEADER)
     missing = tmp_path / "absent.csv"
-    _assert_one_line_error(_serve("--trace", str(missing), "--out", str(tmp_path / "o")), str(missing))
+    assert_one_line_error(_serve("--trace", str(missing), "--out", str(tmp_path / "o")), str(missing))
 
 
 def test_an_unknown_policy_is_one_line_naming_the_known_ones(tmp_path: Path) -> None:
     out = tmp_path / "o"
     result = _serve("--trace", str(_trace(tmp_path)), "--policies", "static,ray-serve", "--out", str(out))
-    _assert_one_line_error(result, "--policies", "'ray-serve'", "static, static-autoscale, tessera")
+    assert_one_line_error(result, "--policies", "'ray-serve'", "static, static-autoscale, tessera")
     assert not out.exists()
 
 
@@ -116,4 +107,4 @@ def test_an_unknown_policy_is_one_line_naming_the_known_ones(tmp_path: Path) -> 
 )
 def test_bad_options_are_one_line_naming_the_option(tmp_path: Path, args: list[str], fragments: list[str]) -> None:
     result = _serve("--trace", str(_trace(tmp_path)), *args, "--out", str(tmp_path / "o"))
-    _assert_one_line_error(result, *fragments)
+    assert_one_line_error(result, *fragments)

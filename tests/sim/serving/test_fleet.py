@@ -94,7 +94,7 @@ def test_a_busy_neighbour_on_a_shared_gpu_slows_both_replicas(perf: PerfFactory,
     if sharing == "time-slice":
         expected = 2.0
     else:
-        intensities = [together.fleet.intensity.get(r.id, 1.0) for r in together.fleet.replicas.values()]
+        intensities = [r.intensity for r in together.fleet.replicas.values()]
         assert len(intensities) == 2 and all(0.0 < u <= 1.0 for u in intensities)
         expected = max(1.0, sum(intensities))
         assert expected > 1.0, "two replicas decoding at their target batch saturate a GPU together"

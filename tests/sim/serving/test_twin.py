@@ -106,14 +106,21 @@ def memory_violations(fleet: Fleet) -> list[str]:
 
 
 class CheckedFleet(Fleet):
-    def __init__(self, nodes: Sequence[NodeSpec], placement: str, seed: int, on_add: Callable[[Replica], None]) -> None:
-        super().__init__(nodes, placement, seed)
+    def __init__(
+        self,
+        nodes: Sequence[NodeSpec],
+        setup: PolicySetup,
+        seed: int,
+        horizon_s: float,
+        on_add: Callable[[Replica], None],
+    ) -> None:
+        super().__init__(nodes, setup.placement, seed, setup.sharing, horizon_s)
         self.on_add = on_add
         self.memory_checks = 0
         self.memory_violations: list[str] = []
 
-    def add(self, replica: Replica) -> None:
-        super().add(replica)
+    def add(self, replica: Replica, now_s: float) -> None:
+        super().add(replica, now_s)
         self.on_add(replica)
         self.memory_checks += 1
         self.memory_violations += memory_violations(self)
@@ -126,7 +133,7 @@ class CheckedTwin(Twin):
         super().__init__(inputs, setup, seed)
         self.ledger = Ledger(list(self.models), inputs.targets, lambda: self.now)
         self.outcomes = self.ledger
-        self.checked_fleet = CheckedFleet(inputs.nodes, setup.placement, seed, self._instrument)
+        self.checked_fleet = CheckedFleet(inputs.nodes, setup, seed, inputs.duration_s, self._instrument)
         self.fleet = self.checked_fleet
         self.submits: dict[int, tuple[int, float]] = {}  # request id -> (replica, time) it was submitted
         self.submitted_twice: list[int] = []

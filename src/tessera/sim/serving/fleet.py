@@ -16,6 +16,7 @@ idle neighbour costs nothing.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,7 +27,7 @@ from tessera.core.placement.gang import one_node_candidates
 from tessera.core.workload import Placement, Request
 from tessera.serving.policies.engine import Engine
 from tessera.serving.policies.requests import InferenceRequest
-from tessera.sim.serving.interference import slowdown
+from tessera.sim.serving.interference import SHARING_MODES, slowdown
 
 GpuKey = tuple[int, int]  # (node, GPU index)
 
@@ -48,8 +49,8 @@ class Replica:
         "ready_s",
         "started_s",
         "event_s",
-        "tier",
         "size",
+        "intensity",
     )
 
     def __init__(
@@ -70,8 +71,8 @@ class Replica:
         self.ready_s = ready_s
         self.started_s = started_s
         self.event_s = float("inf")  # the engine event the twin has queued for it
-        self.tier = ""  # where its weights came from: "preloaded", "warm" or "cold"
         self.size = 0  # which of its model's replica sizes it has
+        self.intensity = 1.0  # the share of a decode step it keeps its GPUs busy (``interference``)
 
     @property
     def node(self) -> int:
@@ -82,9 +83,17 @@ class Fleet:
     """Replicas on a simulated cluster (see the module docstring)."""
 
     def __init__(
-        self, nodes: Sequence[NodeSpec], placement: str = "bestfit", seed: int = 0, sharing: str = "time-slice"
+        self,
+        nodes: Sequence[NodeSpec],
+        placement: str = "bestfit",
+        seed: int = 0,
+        sharing: str = "time-slice",
+        horizon_s: float = math.inf,
     ) -> None:
+        if sharing not in SHARING_MODES:
+            raise ValueError(f"unknown sharing mode {sharing!r} (known: {', '.join(SHARING_MODES)})")
         self.sharing = sharing
+        self.horizon_s = horizon_s  # GPU-seconds are counted up to here
         self.nodes = list(nodes)
         self.state = ClusterState(self.nodes)
         self.placer = Placer(self.state, make_policy(placement))
@@ -94,7 +103,6 @@ class Fleet:
         self._on_gpu: dict[GpuKey, list[Replica]] = {}
         self._busy: dict[GpuKey, int] = {}
         self._busy_intensity: dict[GpuKey, float] = {}
-        self.intensity: dict[int, float] = {}  # replica id -> its intensity (``interference``); 1 if not set
         self.gpus_in_use = 0
         self.peak_gpus = 0
         self.gpu_seconds = 0.0
@@ -134,14 +142,15 @@ class Fleet:
         assert len(set(gpus)) == shards, f"shards share a GPU: {placed}"  # each shard is over half a GPU
         return placed
 
-    def account(self, now_s: float, horizon_s: float) -> None:
-        """Add the GPU-seconds held since the last call, counting only time before ``horizon_s``."""
-        end = min(now_s, horizon_s)
+    def account(self, now_s: float) -> None:
+        """Add the GPU-seconds held since the last call, counting only time before the horizon."""
+        end = min(now_s, self.horizon_s)
         if end > self._accounted_to:
             self.gpu_seconds += self.gpus_in_use * (end - self._accounted_to)
             self._accounted_to = end
 
-    def add(self, replica: Replica) -> None:
+    def add(self, replica: Replica, now_s: float) -> None:
+        self.account(now_s)
         self.replicas[replica.id] = replica
         for key in replica.gpus:
             members = self._on_gpu.setdefault(key, [])
@@ -150,9 +159,9 @@ class Fleet:
             members.append(replica)
         self.peak_gpus = max(self.peak_gpus, self.gpus_in_use)
 
-    def remove(self, replica: Replica) -> None:
+    def remove(self, replica: Replica, now_s: float) -> None:
+        self.account(now_s)
         del self.replicas[replica.id]
-        self.intensity.pop(replica.id, None)
         for placement in replica.placements:
             self.state.release(placement)
         for key in replica.gpus:
@@ -177,7 +186,7 @@ class Fleet:
 
     def set_busy(self, replica: Replica, busy: bool) -> None:
         step = 1 if busy else -1
-        u = step * self.intensity.get(replica.id, 1.0)
+        u = step * replica.intensity
         for key in replica.gpus:
             self._busy[key] = self._busy.get(key, 0) + step
             self._busy_intensity[key] = self._busy_intensity.get(key, 0.0) + u

@@ -39,8 +39,8 @@ class ModelStats:
             served=len(self.ttft),
             dropped=self.dropped,
             slo_met=self.met,
-            ttft_p99_s=_p99(self.ttft),
-            tpot_p99_s=_p99(self.tpot),
+            ttft_p99_s=p99(self.ttft),
+            tpot_p99_s=p99(self.tpot),
         )
 
 
@@ -128,9 +128,5 @@ class Outcomes:
         return np.concatenate([np.asarray(s.tpot, dtype=np.float64) for s in self.stats.values()] or [np.zeros(0)])
 
 
-def _p99(values: list[float] | np.ndarray) -> float:
+def p99(values: list[float] | np.ndarray) -> float:
     return float(np.percentile(values, 99)) if len(values) else 0.0
-
-
-def p99(values: np.ndarray) -> float:
-    return _p99(values)

@@ -48,6 +48,17 @@ class Scaler:
         # Tessera sizes each model's target by what its replica's KV cache holds; Knative keeps its one default.
         self.per_replica_target = setup.autoscaler == "tessera"
         self.zero_budget_s = targets[SloClass.INTERACTIVE].ttft_s / 2
+        self._zero_ok_cache: dict[tuple[str, int], bool] = {}
+
+    def _zero_ok(self, m: ModelRuntime) -> bool:
+        """Whether a replica of ``m``'s current size comes back from the warm tier within the zero budget."""
+        key = (m.name, m.size)
+        ok = self._zero_ok_cache.get(key)
+        if ok is None:
+            ok = self._zero_ok_cache[key] = (
+                ready_time_s(m.spec.weights_bytes, Tier.WARM, gpus=m.shape.gpus) <= self.zero_budget_s
+            )
+        return ok
 
     def desired(
         self,
@@ -83,7 +94,7 @@ class Scaler:
             ttft_recent_s=ttft_s,
             tpot_recent_s=tpot_s,
             idle_s=now_s - m.last_arrival_s,
-            zero_ok=ready_time_s(m.spec.weights_bytes, Tier.WARM, gpus=m.shape.gpus) <= self.zero_budget_s,
+            zero_ok=self._zero_ok(m),
         )
         state = self.states.setdefault(m.name, AutoscalerState())
         target = concurrency_target(m.shape, self.sizing, m.tokens_per_sequence) if self.per_replica_target else 0.0

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tessera.core.errors import InvalidRequestError
 
@@ -50,7 +50,6 @@ class PolicySetup:
     tick_s: float = 1.0  # the control loop's period (autoscaler, held requests, samples)
     max_hold_s: float = 60.0  # a request held for a replica to start is refused after this long
     host_cache_gib: float = 1024.0  # host memory per node for warm models
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 def policy_setup(name: str) -> PolicySetup:

@@ -140,9 +140,6 @@ def read_llm_trace(path: str | Path) -> TraceArrays:
     return make_trace(name, arrivals, prompt, np.maximum(output, 1), layout.kind, zero_output)
 
 
-read_azure_trace = read_llm_trace  # the name the issue uses; both formats are accepted either way
-
-
 @dataclass(frozen=True, slots=True)
 class _Layout:
     kind: str  # "azure" or "splitwise"

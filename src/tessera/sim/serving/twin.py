@@ -82,7 +82,7 @@ class Twin:
         self.setup = setup
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        self.fleet = Fleet(inputs.nodes, setup.placement, seed, setup.sharing)
+        self.fleet = Fleet(inputs.nodes, setup.placement, seed, setup.sharing, inputs.duration_s)
         gpu_model = next(n.gpu_model for n in inputs.nodes if n.gpu_model)
         assert gpu_model is not None
         self.models: dict[str, ModelRuntime] = {}
@@ -157,7 +157,7 @@ class Twin:
                 self._tick(t)
                 if i < n or self._work_left():
                     self._push(t + self.setup.tick_s, _TICK, None)
-        self.fleet.account(self.inputs.duration_s, self.inputs.duration_s)
+        self.fleet.account(self.inputs.duration_s)
         if progress is not None:
             progress(1.0)
         return self._result(time.perf_counter() - wall)
@@ -287,11 +287,9 @@ class Twin:
         delay = 0.0 if preloaded else ready_time_s(m.spec.weights_bytes, tier, gpus=m.shape.gpus)
         config = EngineConfig(kv_blocks=m.shape.kv_blocks, priority=self.setup.engine_priority)
         replica = Replica(self.fleet.new_id(), m.name, Engine(config, m.perf), placements, self.now + delay, self.now)
-        replica.tier = "preloaded" if preloaded else tier.value
         replica.size = m.size
-        self.fleet.intensity[replica.id] = m.intensity
-        self.fleet.account(self.now, self.inputs.duration_s)
-        self.fleet.add(replica)
+        replica.intensity = m.intensity
+        self.fleet.add(replica, self.now)
         m.replicas.append(replica)
         if preloaded:
             self._ready(replica)
@@ -316,11 +314,10 @@ class Twin:
 
     def _retire(self, replica: Replica) -> None:
         m = self.models[replica.model]
-        self.fleet.account(self.now, self.inputs.duration_s)
         if replica.id in self.busy:
             self.busy.discard(replica.id)
             self.fleet.set_busy(replica, False)
-        self.fleet.remove(replica)
+        self.fleet.remove(replica, self.now)
         m.replicas.remove(replica)
         if self.setup.model_cache:
             admit_warm(self.caches[replica.node], m.name, m.spec.weights_bytes, 0, self.now)
@@ -378,7 +375,6 @@ class Twin:
                     self._drain(replica)
 
     def _sample(self, now: float) -> None:
-        self.fleet.account(now, self.inputs.duration_s)
         self.samples.append((now, self.fleet.gpus_in_use, self._arrivals_in_sample))
         self._arrivals_in_sample = 0
 
