@@ -2,6 +2,8 @@
 defaults, so old clients keep working.
 
 Text fields refuse NUL characters and unencodable surrogates: they could not be stored or passed to a process.
+Request bodies refuse non-finite numbers (Python's JSON reads ``NaN`` and ``Infinity``) and read integers strictly
+(``true`` is not 1).
 """
 
 from __future__ import annotations
@@ -32,18 +34,22 @@ Memory = StrictInt | StrictFloat | Annotated[str, Field(max_length=50)]
 Cpu = StrictInt | StrictFloat | Annotated[str, Field(max_length=50)]
 
 
-class WorkloadSpec(BaseModel):
-    """What ``POST /v1/workloads`` takes (``tessera submit``)."""
+REQUEST = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    model_config = ConfigDict(extra="forbid")
+
+class WorkloadSpec(BaseModel):
+    """What ``POST /v1/workloads`` takes (``tessera submit``). The server also refuses what the OS could not
+    ``exec`` (an argument or environment entry over 128 KiB, too much in all) and an empty program name."""
+
+    model_config = REQUEST
 
     command: list[Text] = Field(min_length=1, max_length=1000, description="argv of the process; argv[0] on PATH")
     name: Name = ""
     kind: Literal["batch", "service"] = Field("batch", description="a service is restarted when it exits")
-    gpus: int = Field(0, ge=0, le=64, description="GPUs per worker (0: CPU only)")
-    gpu_milli: int | None = Field(None, ge=1, le=1000, description="share of each GPU in thousandths")
-    gpu_fraction: float | None = Field(None, gt=0, le=1, description="share of the GPU as a fraction (0.3)")
-    gpu_compute: int | None = Field(None, ge=1, le=100, description="compute share in percent (MPS limit)")
+    gpus: StrictInt = Field(0, ge=0, le=64, description="GPUs per worker (0: CPU only)")
+    gpu_milli: StrictInt | None = Field(None, ge=1, le=1000, description="share of each GPU in thousandths")
+    gpu_fraction: float | None = Field(None, gt=0, le=1, strict=True, description="share of the GPU (0.3)")
+    gpu_compute: StrictInt | None = Field(None, ge=1, le=100, description="compute share in percent (MPS limit)")
     gpu_mem: Memory | None = Field(None, description="device memory per GPU: MiB, or '10GiB'")
     gpu_types: list[Annotated[str, Field(max_length=50)]] = Field(default_factory=list, max_length=20)
     cpu: Cpu | None = Field(None, description="CPU cores: 4, 0.5 or '500m'")
@@ -125,15 +131,17 @@ class NodeOut(BaseModel):
 
 
 class QuotaIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = REQUEST
 
-    gpus: float | None = Field(None, ge=0, le=1_000_000, description="GPUs (1.5 = one and a half); absent: no limit")
+    gpus: float | None = Field(
+        None, ge=0, le=1_000_000, strict=True, description="GPUs (1.5 = one and a half); absent: no limit"
+    )
     cpu: Cpu | None = None
     mem: Memory | None = None
 
 
 class QueueIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = REQUEST
 
     name: QueueName
     tenant: QueueName
@@ -143,7 +151,7 @@ class QueueIn(BaseModel):
     )
     borrowing_limit: dict[Annotated[str, Field(max_length=50)], QuotaIn] | None = Field(None, max_length=50)
     lending_limit: dict[Annotated[str, Field(max_length=50)], QuotaIn] | None = Field(None, max_length=50)
-    weight: float = Field(1.0, gt=0, le=1e6)
+    weight: float = Field(1.0, gt=0, le=1e6, strict=True)
     strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "BestEffortFIFO"
 
 
@@ -162,7 +170,7 @@ class QueueOut(BaseModel):
 
 
 class TokenIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = REQUEST
 
     tenant: QueueName
     label: Name = ""

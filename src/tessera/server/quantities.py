@@ -1,5 +1,8 @@
 """Parsing of the quantities users type: memory (``10GiB``, ``512Mi``, ``16G``, a bare number = MiB) and CPU
 (``4``, ``0.5``, ``500m``). Shared by the API (bodies) and the queue configuration.
+
+Both are bounded (``MAX_MEM_MIB``, ``MAX_CPU_CORES``): the results go into 32-bit integer columns (PostgreSQL) and
+into the placement's int64 arrays, so a number such as ``1e308`` or ``10**30`` is refused here, naming the field.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ _BINARY = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.IGNORECASE)
 _MIB = 2**20
+MAX_MEM_MIB = 2**30  # 1 PiB: far above any node, far below a 32-bit column's limit
+MAX_CPU_CORES = 1_000_000  # a billion thousandths of a core: fits a 32-bit column
 
 
 def parse_mem_mib(value: int | float | str, field: str) -> int:
@@ -21,9 +26,9 @@ def parse_mem_mib(value: int | float | str, field: str) -> int:
     if isinstance(value, bool):
         raise InvalidRequestError(field, f"{value!r} is not a memory size")
     if isinstance(value, int | float):
-        if not math.isfinite(value) or value < 0:
-            raise InvalidRequestError(field, f"must be a size >= 0, got {value!r}")
-        return math.ceil(value)
+        if value < 0 or (isinstance(value, float) and not math.isfinite(value)):
+            raise InvalidRequestError(field, f"must be a size >= 0, got {_short(value)}")
+        return _bounded_mib(value, value, field)
     match = _MEMORY.match(value)
     if match is None:
         raise InvalidRequestError(field, f"{value!r} is not a memory size (examples: 512MiB, 10GiB, 16G)")
@@ -31,9 +36,21 @@ def parse_mem_mib(value: int | float | str, field: str) -> int:
     if not prefix:
         if binary:
             raise InvalidRequestError(field, f"{value!r} is not a memory size (examples: 512MiB, 10GiB, 16G)")
-        return math.ceil(float(number))
+        return _bounded_mib(float(number), value, field)
     scale = (_BINARY if binary else _DECIMAL)[prefix.lower()]
-    return math.ceil(float(number) * scale / _MIB)
+    return _bounded_mib(float(number) * scale / _MIB, value, field)
+
+
+def _bounded_mib(mib: float, given: object, field: str) -> int:
+    if mib > MAX_MEM_MIB:  # also an overflow to infinity (1e308 GiB)
+        raise InvalidRequestError(field, f"{_short(given)} is more than the largest size accepted ({MAX_MEM_MIB} MiB)")
+    return math.ceil(mib)
+
+
+def _short(value: object) -> str:
+    """``value`` for an error message, cut short (a number of 300 digits is not worth repeating)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def parse_cpu_milli(value: int | float | str, field: str) -> int:
@@ -46,8 +63,12 @@ def parse_cpu_milli(value: int | float | str, field: str) -> int:
             cores = float(text[:-1]) / 1000 if text.endswith("m") else float(text)
         except ValueError:
             raise InvalidRequestError(field, f"{value!r} is not a CPU amount (examples: 4, 0.5, 500m)") from None
+    elif isinstance(value, int) and value > MAX_CPU_CORES:
+        cores = math.inf  # float() of a huge int would overflow
     else:
         cores = float(value)
+    if cores > MAX_CPU_CORES:
+        raise InvalidRequestError(field, f"{_short(value)} is more than the largest amount accepted ({MAX_CPU_CORES})")
     if not math.isfinite(cores) or cores < 0:
-        raise InvalidRequestError(field, f"must be >= 0 cores, got {value!r}")
+        raise InvalidRequestError(field, f"must be >= 0 cores, got {_short(value)}")
     return math.ceil(round(cores * 1000, 6))

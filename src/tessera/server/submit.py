@@ -4,6 +4,7 @@ queues and the pool), a queue body into a ``QueueRow``. Every rejection is an ``
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +21,13 @@ from tessera.server.records import queue_spec
 from tessera.server.store.models import QueueRow, WorkloadRow
 
 DEFAULT_QUEUE = "default"
+# What Linux can pass to ``execve``: one argument or ``NAME=value`` entry of at most MAX_ARG_STRLEN bytes (32 pages,
+# its NUL included). The totals are Tessera's own, well under ARG_MAX (a quarter of the 8 MiB stack limit), leaving
+# room for the isolation variables the launcher adds; they also keep every listing of workloads small.
+MAX_ARG_BYTES = 128 * 1024
+MAX_COMMAND_BYTES = 256 * 1024
+MAX_ENV_BYTES = 256 * 1024
+_INTEGER = re.compile(r"^\s*[-+]?[0-9]+\s*$")  # ASCII digits only: str.isdigit() also takes "²"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +44,7 @@ class Principal:
 def workload_row(
     spec: WorkloadSpec, principal: Principal, queues: list[QueueRow], pool: Pool, now_s: float
 ) -> WorkloadRow:
+    check_exec_limits(spec.command, spec.env)
     queue = _queue_for(spec.queue, principal, queues)
     request = _request(spec, queue.name)
     reason = never_fits(request, pool)
@@ -65,6 +74,29 @@ def workload_row(
         attempts=0,
         cancel_requested=False,
     )
+
+
+def check_exec_limits(command: list[str], env: dict[str, str]) -> None:
+    """Refuse at submission what ``execve`` would refuse at launch (or what would bloat every listing): an empty
+    program name, an argument or environment entry over ``MAX_ARG_BYTES``, too many bytes in all."""
+    if not command or not command[0]:
+        raise InvalidRequestError("command.0", "the program to run must not be empty")
+    total = 0
+    for index, argument in enumerate(command):
+        size = len(argument.encode()) + 1
+        if size > MAX_ARG_BYTES:
+            raise InvalidRequestError(f"command.{index}", f"{size} bytes; the OS takes at most {MAX_ARG_BYTES} each")
+        total += size
+    if total > MAX_COMMAND_BYTES:
+        raise InvalidRequestError("command", f"{total} bytes in all; at most {MAX_COMMAND_BYTES} are accepted")
+    total = 0
+    for name, value in env.items():
+        size = len(name.encode()) + len(value.encode()) + 2  # NAME=value and its NUL
+        if size > MAX_ARG_BYTES:
+            raise InvalidRequestError(f"env.{name}", f"{size} bytes; the OS takes at most {MAX_ARG_BYTES} each")
+        total += size
+    if total > MAX_ENV_BYTES:
+        raise InvalidRequestError("env", f"{total} bytes in all; at most {MAX_ENV_BYTES} are accepted")
 
 
 def _queue_for(name: str | None, principal: Principal, queues: list[QueueRow]) -> QueueRow:
@@ -128,7 +160,7 @@ def _priority(value: int | str | None) -> tuple[int, str, bool]:
         if abs(value) > 1_000_000:
             raise InvalidRequestError("priority", f"must be within +-1000000, got {value}")
         return value, "", True
-    if value.strip().lstrip("-").isdigit():
+    if _INTEGER.match(value):
         return _priority(int(value))
     try:
         cls = resolve_priority_class(value)
@@ -183,9 +215,9 @@ def _quota_json(quota: dict[str, QuotaIn], field: str) -> dict[str, dict[str, in
         if amount.gpus is not None:
             entry["gpu_milli"] = round(amount.gpus * MILLI_PER_GPU)
         if amount.cpu is not None:
-            entry["cpu_milli"] = parse_cpu_milli(amount.cpu, f"{field}.cpu")
+            entry["cpu_milli"] = parse_cpu_milli(amount.cpu, f"{field}.{flavor}.cpu")
         if amount.mem is not None:
-            entry["mem_mib"] = parse_mem_mib(amount.mem, f"{field}.mem")
+            entry["mem_mib"] = parse_mem_mib(amount.mem, f"{field}.{flavor}.mem")
         out[key] = entry
     return out
 

@@ -1,8 +1,12 @@
 """``create_app(ctx)``: the FastAPI application over one server's store and loop.
 
 Errors are JSON: ``{"detail": "...", "field": "..."}`` with 400 (a body that is not UTF-8 text; ``field`` is
-``body``), 401 (no or wrong token), 403 (admin only), 404 (not found, including another tenant's workload) or 422
-(invalid body; ``field`` names the offending field, ``body`` when it is not JSON at all).
+``body``), 401 (no or wrong token), 403 (admin only), 404 (not found, including another tenant's workload), 413 (a
+body over 1 MiB) or 422 (invalid body; ``field`` names the offending field as the user wrote it, ``body`` when it
+is not JSON at all). Anything unexpected is a JSON 500 (``errors.unexpected``), never plain text.
+
+``/metrics`` without a token leaves out the series labelled by queue (queues are named after tenants); with an
+admin token it has them all.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from tessera.api import API_VERSION, ErrorOut, Health
 from tessera.errors import InvalidRequestError
 from tessera.server.api import routes
+from tessera.server.api.errors import invalid_body, json_safe, unexpected
+from tessera.server.api.limits import BodyLimit
 from tessera.server.context import ServerContext
 
 
@@ -29,19 +35,13 @@ def create_app(ctx: ServerContext) -> FastAPI:
         description="Fractional, multi-tenant GPU scheduling: submit workloads, watch queues, nodes and GPUs.",
     )
     app.state.ctx = ctx
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid_body(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
-        first = errors[0] if errors else {}
-        loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
-        field = "body" if first.get("type") == "json_invalid" else ".".join(loc) or "body"  # loc: character offset
-        detail = f"{field}: {first.get('msg', 'invalid')}"
-        return JSONResponse(status_code=422, content={"detail": detail, "field": field, "errors": _plain(errors)})
+    app.add_middleware(BodyLimit)
+    app.add_exception_handler(RequestValidationError, invalid_body)  # type: ignore[arg-type]  # Starlette's type
+    app.add_exception_handler(Exception, unexpected)
 
     @app.exception_handler(InvalidRequestError)
     async def _invalid_request(_: Request, exc: InvalidRequestError) -> JSONResponse:
-        return JSONResponse(status_code=422, content={"detail": str(exc), "field": exc.field})
+        return JSONResponse(status_code=422, content=json_safe({"detail": str(exc), "field": exc.field}))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -72,14 +72,3 @@ def create_app(ctx: ServerContext) -> FastAPI:
 def _error(description: str) -> dict[str, Any]:
     """An error response for the OpenAPI document: every error body is an ``ErrorOut``."""
     return {"model": ErrorOut, "description": description}
-
-
-def _plain(errors: object) -> object:
-    """Validation errors as JSON-safe values (pydantic may put exceptions in ``ctx``)."""
-    if isinstance(errors, dict):
-        return {str(k): _plain(v) for k, v in errors.items() if k != "ctx"}
-    if isinstance(errors, list | tuple):
-        return [_plain(e) for e in errors]
-    if errors is None or isinstance(errors, str | int | float | bool):
-        return errors
-    return str(errors)

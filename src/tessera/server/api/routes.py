@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
@@ -110,8 +111,9 @@ def router(ctx: ServerContext) -> APIRouter:
         data = b""
         if path.exists():
             with path.open("rb") as f:
-                f.seek(offset)
-                data = f.read(limit)
+                if offset < os.fstat(f.fileno()).st_size:  # seeking past the file system's limit fails (EINVAL)
+                    f.seek(offset)
+                    data = f.read(limit)
         finished = row.state in TERMINAL_STATES
         text = data.decode("utf-8", errors="replace")
         return LogChunk(data=text, offset=offset, next_offset=offset + len(data), finished=finished)
