@@ -18,7 +18,7 @@ from tessera.client.http import TesseraClient, wait_healthy
 
 T = TypeVar("T")
 
-ADMIN = "e2e-admin-token"
+ADMIN = "e2e-admin-token-0123456789"
 
 
 def free_port() -> int:

@@ -12,11 +12,12 @@ from fastapi.testclient import TestClient
 
 from tessera.backends.fake import FakeBackend
 from tessera.gpu.gpus import SimulatedProbe, parse_gpu_spec
+from tessera.server.auth import ensure_admin_token
 from tessera.server.loop_values import LoopConfig
 from tessera.server.pool import HostResources
-from tessera.server.up import Server, UpConfig, build_server, ensure_admin_token
+from tessera.server.up import Server, UpConfig, build_server
 
-ADMIN = "admin-secret"
+ADMIN = "admin-secret-for-the-test-harness"  # long and varied enough for an admin token
 HOST = HostResources(cpu_milli=32_000, mem_mib=128 * 1024)
 
 

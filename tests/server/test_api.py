@@ -118,7 +118,7 @@ def test_metrics_expose_states_gpu_allocation_and_step_latency(make_harness: Mak
     h = make_harness("1xA100-80GB")
     h.submit(gpus=1, gpu_fraction=0.5)
     h.step()
-    text = h.http.get("/metrics").text
+    text = h.http.get("/metrics", headers=h.as_(ADMIN)).text  # queue labels only for an admin (test_tenant_leaks)
     assert 'tessera_workloads{queue="default",state="running"} 1.0' in text
     assert "tessera_gpu_allocated_ratio{" in text and 'simulated="true"' in text
     assert "tessera_scheduling_step_seconds_count 1.0" in text

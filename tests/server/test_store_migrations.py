@@ -1,9 +1,12 @@
 """Store migrations keep what an older server stored: a store made at revision 0001 (pid, pgid, start marker and
 exit file in four columns) opens with the new code, and its running workloads keep a handle the local backend
-re-adopts (on SQLite and on PostgreSQL when ``make test`` runs one)."""
+re-adopts (on SQLite and on PostgreSQL when ``make test`` runs one); a token stored as a plain SHA-256 before
+revision 0003 keeps working and is rehashed under the server's key."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from pathlib import Path
 
 import pytest
@@ -71,3 +74,27 @@ def test_downgrade_to_0001_puts_local_handles_back_into_the_four_columns(db_url:
             (3, 77, 77, "5", "/run/3.exit"),
             (4, None, None, None, None),
         ]
+
+
+def test_a_token_stored_as_plain_sha256_still_works_and_is_rehashed_under_the_key(db_url: str) -> None:
+    engine = open_engine(db_url, migrate=False)
+    upgrade(engine, "0002")
+    secret = "tsr_made-by-an-older-server"
+    with engine.begin() as connection:
+        connection.execute(
+            text("INSERT INTO tokens (token_hash, tenant, is_admin, label, created_at) VALUES (:h, 't', :no, '', 1.0)"),
+            {"h": hashlib.sha256(secret.encode()).hexdigest(), "no": False},
+        )
+    engine.dispose()
+    store = Store(open_engine(db_url), b"the server's token key")
+    (old,) = store.tokens()
+    assert old.hash_scheme == "sha256"
+    found = store.token(secret)
+    assert found is not None and found.tenant == "t"
+    (rehashed,) = store.tokens()
+    assert rehashed.hash_scheme == "hmac-sha256"
+    assert rehashed.token_hash == hmac.new(b"the server's token key", secret.encode(), hashlib.sha256).hexdigest()
+    assert store.token(secret) is not None and store.token("tsr_wrong") is None
+    downgrade(store.engine, "0002")  # keyed rows cannot go back to plain hashes: dropped
+    with store.engine.connect() as connection:
+        assert connection.execute(text("SELECT COUNT(*) FROM tokens")).scalar_one() == 0

@@ -117,7 +117,7 @@ class GpuOut(BaseModel):
     mem_mib: int
     simulated: bool
     allocated_milli: int
-    workloads: list[int]
+    workloads: list[int] = Field(description="the workloads on it: all for an admin, a tenant's own for a tenant")
 
 
 class NodeOut(BaseModel):
@@ -180,6 +180,17 @@ class TokenOut(BaseModel):
     token: str = Field(description="shown once; only its hash is stored")
     tenant: str
     queue: str
+
+
+class TokenInfo(BaseModel):
+    """A stored token, without its secret (``GET /v1/tokens``)."""
+
+    id: int
+    tenant: str | None = Field(description="None for the admin token")
+    label: str
+    admin: bool
+    created_at: float
+    last_used_at: float | None = Field(description="to the minute; None: not used since it was made")
 
 
 class ErrorOut(BaseModel):

@@ -1,6 +1,6 @@
 """The CLI over the API: ``tessera submit``, ``jobs``, ``show``, ``logs``, ``cancel``, ``nodes``, ``queues`` and
-``token create``. Registered on the main typer app by ``tessera.cli.main``; every failure is one ``error:`` line,
-exit 2.
+``token create|list|revoke``. Registered on the main typer app by ``tessera.cli.main``; every failure is one
+``error:`` line, exit 2.
 """
 
 from __future__ import annotations
@@ -252,6 +252,42 @@ def token_create(
             typer.echo(created["token"])
 
 
+@token_app.command("list")
+def token_list(as_json: JsonOption = False, url: UrlOption = None, token: TokenOption = None) -> None:
+    """Stored tokens, without their secrets: id, tenant, label, admin or not, when made and last used."""
+    with one_line_errors(), _client(url, token) as client:
+        found = client.tokens()
+        if as_json:
+            typer.echo(json.dumps(found))
+            return
+        table = Table(box=None, header_style="bold")
+        for column in ("ID", "TENANT", "ADMIN", "LABEL", "CREATED", "LAST USED"):
+            table.add_column(column)
+        for t in found:
+            table.add_row(
+                str(t["id"]),
+                escape(t["tenant"] or "-"),
+                "yes" if t["admin"] else "no",
+                escape(t["label"]),
+                _stamp(t["created_at"]),
+                _stamp(t["last_used_at"]) if t["last_used_at"] is not None else "never",
+            )
+        Console().print(table)
+
+
+@token_app.command("revoke")
+def token_revoke(
+    token_id: Annotated[int, typer.Argument(help="Token id (tessera token list).")],
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Revoke a token: it stops working at once (the admin token is rotated by restarting with a new one)."""
+    with one_line_errors(), _client(url, token) as client:
+        revoked = client.revoke_token(token_id)
+        who = "admin" if revoked["admin"] else f"tenant {revoked['tenant']}"
+        typer.echo(f"token {revoked['id']} ({who}) revoked")
+
+
 def register(app: typer.Typer) -> None:
     for command in (submit, jobs, show, logs, cancel, nodes, queues):
         app.command(command.__name__)(command)
@@ -275,6 +311,10 @@ def _where(w: dict[str, Any]) -> str:
             for p in w["placement"]
         )
     return str(w["reason"])
+
+
+def _stamp(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(at))
 
 
 def _elapsed(w: dict[str, Any], now: float) -> str:

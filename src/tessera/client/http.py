@@ -144,6 +144,16 @@ class TesseraClient:
         result: dict[str, Any] = self._call("POST", "/v1/tokens", json={"tenant": tenant, "label": label})
         return result
 
+    def tokens(self) -> list[dict[str, Any]]:
+        """Every stored token, without secrets (admin only)."""
+        result: list[dict[str, Any]] = self._call("GET", "/v1/tokens")
+        return result
+
+    def revoke_token(self, token_id: int) -> dict[str, Any]:
+        """Revoke token ``token_id`` (admin only); returns what it was."""
+        result: dict[str, Any] = self._call("DELETE", f"/v1/tokens/{token_id}")
+        return result
+
 
 def wait_healthy(url: str, timeout_s: float = 30.0, exit_code: Callable[[], int | None] = lambda: None) -> None:
     """Wait until ``GET {url}/healthz`` answers 200 (a server just started). ``exit_code`` reports the server

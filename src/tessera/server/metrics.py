@@ -3,6 +3,9 @@ per-GPU allocated share and memory, per-queue usage against quota; with NVML, GP
 
 Counts and allocations are read at scrape time from the store and the loop's snapshot (``MetricsCollector``);
 latencies are observed as they happen (``ServerMetrics.observe_*``). One registry per server, never the global one.
+
+Queues are named after tenants, so the series labelled by queue are private: ``registry`` has them all (served to
+an admin token), ``public`` leaves them out (served without a token).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
 
 _PENDING_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 _STEP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+PRIVATE_LABELS = frozenset({"queue"})
 
 
 class ServerMetrics:
@@ -42,9 +46,24 @@ class ServerMetrics:
             registry=self.registry,
         )
         self.registry.register(_StateCollector(store, loop))
+        self.public = CollectorRegistry(auto_describe=False)
+        self.public.register(_WithoutLabels(self.registry, PRIVATE_LABELS))
 
     def register(self, collector: Collector) -> None:
         self.registry.register(collector)
+
+
+class _WithoutLabels(Collector):
+    """The families of ``source`` none of whose series carries one of ``labels``."""
+
+    def __init__(self, source: CollectorRegistry, labels: frozenset[str]) -> None:
+        self.source = source
+        self.labels = labels
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.source.collect():
+            if not any(self.labels & sample.labels.keys() for sample in family.samples):
+                yield family
 
 
 class _StateCollector(Collector):

@@ -29,7 +29,7 @@ from tessera.gpu.discovery import detect_gpus
 from tessera.gpu.gpus import GpuProbe, ProcessMemoryProbe
 from tessera.gpu.isolation import mps_available
 from tessera.server.api.app import create_app
-from tessera.server.auth import create_tenant_token, new_secret
+from tessera.server.auth import create_tenant_token, ensure_admin_token, token_key
 from tessera.server.context import ServerContext
 from tessera.server.demo import DEMO_TENANT, submit_demo
 from tessera.server.loop import SchedulerLoop
@@ -83,7 +83,7 @@ def build_server(
 ) -> Server:
     probe = probe if probe is not None else detect_gpus(config.gpus)
     pool = Pool.from_devices(probe.devices(), host or detect_host())
-    store = Store(open_engine(config.db_url or str(config.data_dir / "tessera.db")))
+    store = Store(open_engine(config.db_url or str(config.data_dir / "tessera.db")), token_key(config.data_dir))
     loop_config = config.loop or LoopConfig(run_dir=config.data_dir)
     if not pool.simulated and mps_available():
         log.info("an MPS daemon serves the GPUs: workloads get MPS compute and memory limits")
@@ -119,20 +119,6 @@ def _check_pool(store: Store, pool: Pool) -> None:
 def _ensure_default_queue(store: Store, now_s: float) -> None:
     if not store.queues():
         store.put_queue(unlimited_queue(DEFAULT_QUEUE, DEFAULT_QUEUE, now_s))
-
-
-def ensure_admin_token(store: Store, given: str | None, now_s: float) -> str | None:
-    """Store ``given`` as an admin token (if new); without one, create a token on the first start. Returns the
-    secret to print once, or None when nothing new was created."""
-    if given:
-        if store.token(given) is None:
-            store.add_token(given, None, True, "admin (--admin-token)", now_s)
-        return None
-    if store.has_admin_token():
-        return None
-    secret = new_secret()
-    store.add_token(secret, None, True, "admin (generated)", now_s)
-    return secret
 
 
 def start_loop(server: Server) -> threading.Thread:

@@ -11,9 +11,9 @@ admin token it has them all.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Header, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -25,6 +25,7 @@ from tessera.errors import InvalidRequestError
 from tessera.server.api import routes
 from tessera.server.api.errors import invalid_body, json_safe, unexpected
 from tessera.server.api.limits import BodyLimit
+from tessera.server.auth import principal_for
 from tessera.server.context import ServerContext
 
 
@@ -56,9 +57,16 @@ def create_app(ctx: ServerContext) -> FastAPI:
         gpus = sum(len(d) for d in ctx.pool.devices)
         return Health(status="ok", simulated_gpus=ctx.pool.simulated, gpus=gpus, api_version=API_VERSION)
 
-    @app.get("/metrics", response_class=PlainTextResponse, tags=["operations"])
-    def metrics() -> PlainTextResponse:
-        return PlainTextResponse(generate_latest(ctx.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    @app.get("/metrics", response_class=PlainTextResponse, tags=["operations"], responses={401: _error("bad token")})
+    def metrics(authorization: Annotated[str | None, Header()] = None) -> Response:
+        registry = ctx.metrics.public
+        if authorization is not None:
+            caller = principal_for(ctx.store, authorization, ctx.clock())
+            if caller is None:
+                return JSONResponse(status_code=401, content={"detail": "invalid token"})
+            if caller.is_admin:
+                registry = ctx.metrics.registry
+        return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     errors: dict[int | str, dict[str, Any]] = {
         400: _error("the body could not be decoded"),

@@ -1,5 +1,6 @@
 """The ``/v1`` routes. A tenant sees and touches only its own workloads and queues (another tenant's workload is
-404, as if it did not exist); an admin sees everything and alone manages queues and tokens."""
+404, as if it did not exist; on ``/v1/nodes`` it sees the ids of its own workloads only); an admin sees everything
+and alone manages queues and tokens."""
 
 from __future__ import annotations
 
@@ -19,28 +20,32 @@ from tessera.api import (
     QueueIn,
     QueueOut,
     TokenIn,
+    TokenInfo,
     TokenOut,
     WorkloadOut,
     WorkloadSpec,
 )
-from tessera.server.auth import create_tenant_token, principal_for
+from tessera.server.auth import create_tenant_token, principal_for, revoke_token
 from tessera.server.context import ServerContext
 from tessera.server.records import gpu_types_of
-from tessera.server.store.models import QueueRow, WorkloadRow
+from tessera.server.store.models import QueueRow, TokenRow, WorkloadRow
 from tessera.server.store.store import TERMINAL_STATES
 from tessera.server.submit import Principal, queue_row, workload_row
 
 StateName = Literal["pending", "running", "succeeded", "failed", "cancelled", "preempted"]
 MAX_LOG_CHUNK = 1 << 20
 WorkloadId = Annotated[int, PathParam(ge=1, le=2**62)]
+TokenId = Annotated[int, PathParam(ge=1, le=2**62)]
 # Error responses in the OpenAPI document (401 and 422 are declared once for all of /v1, in app.py).
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut, "description": "no such workload, or not yours"}}
 ADMIN_ONLY: dict[int | str, dict[str, Any]] = {403: {"model": ErrorOut, "description": "admin token required"}}
+NO_TOKEN: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut, "description": "no such token"}}
 
 
 def current_principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
     """The caller of a ``/v1`` route, from its bearer token; 401 without a valid one."""
-    found = principal_for(request.app.state.ctx.store, authorization)
+    ctx: ServerContext = request.app.state.ctx
+    found = principal_for(ctx.store, authorization, ctx.clock())
     if found is None:
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing or invalid token", {"WWW-Authenticate": "Bearer"})
     return found
@@ -120,7 +125,7 @@ def router(ctx: ServerContext) -> APIRouter:
 
     @api.get("/nodes", response_model=list[NodeOut], tags=["cluster"])
     def nodes(caller: Caller) -> list[NodeOut]:
-        return nodes_out(ctx)
+        return nodes_out(ctx, None if caller.is_admin else caller.tenant)
 
     @api.get("/queues", response_model=list[QueueOut], tags=["queues"])
     def queues(caller: Caller) -> list[QueueOut]:
@@ -138,6 +143,20 @@ def router(ctx: ServerContext) -> APIRouter:
         admin_only(caller)
         secret, queue = create_tenant_token(ctx.store, body.tenant, body.label, ctx.clock())
         return TokenOut(token=secret, tenant=body.tenant, queue=queue.name)
+
+    @api.get("/tokens", response_model=list[TokenInfo], responses=ADMIN_ONLY, tags=["tokens"])
+    def list_tokens(caller: Caller) -> list[TokenInfo]:
+        admin_only(caller)
+        return [token_info(row) for row in ctx.store.tokens()]
+
+    @api.delete("/tokens/{token_id}", response_model=TokenInfo, responses={**ADMIN_ONLY, **NO_TOKEN}, tags=["tokens"])
+    def delete_token(token_id: TokenId, caller: Caller) -> TokenInfo:
+        """Revoke a token: it stops working at once. The last admin token cannot be revoked (422)."""
+        admin_only(caller)
+        try:
+            return token_info(revoke_token(ctx.store, token_id))
+        except LookupError:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no token {token_id}") from None
 
     return api
 
@@ -173,8 +192,25 @@ def workload_out(row: WorkloadRow, ctx: ServerContext) -> WorkloadOut:
     )
 
 
-def nodes_out(ctx: ServerContext) -> list[NodeOut]:
+def token_info(row: TokenRow) -> TokenInfo:
+    return TokenInfo(
+        id=row.id,
+        tenant=row.tenant,
+        label=row.label,
+        admin=row.is_admin,
+        created_at=row.created_at,
+        last_used_at=row.last_used_at,
+    )
+
+
+def nodes_out(ctx: ServerContext, tenant: str | None = None) -> list[NodeOut]:
+    """Nodes and GPUs; with ``tenant``, a GPU lists only that tenant's workloads (the others' ids are not its
+    business), though its allocation counts them all."""
     snap = ctx.loop.snapshot
+    shown: set[int] | None = None
+    if tenant is not None:
+        on_gpus = {w for ids in snap.gpu_workloads.values() for w in ids}
+        shown = {w for w, owner in ctx.store.tenants_of(on_gpus).items() if owner == tenant}
     out: list[NodeOut] = []
     for n, node in enumerate(ctx.pool.nodes):
         gpus = [
@@ -185,7 +221,7 @@ def nodes_out(ctx: ServerContext) -> list[NodeOut]:
                 mem_mib=d.mem_mib,
                 simulated=d.simulated,
                 allocated_milli=snap.allocated_milli(n, g),
-                workloads=sorted(snap.gpu_workloads.get((n, g), [])),
+                workloads=sorted(w for w in snap.gpu_workloads.get((n, g), []) if shown is None or w in shown),
             )
             for g, d in enumerate(ctx.pool.devices[n])
         ]

@@ -67,14 +67,20 @@ class EventRow(Base):
 
 
 class TokenRow(Base):
+    """A bearer token, without its secret: the secret's HMAC-SHA256 under the server's token key (``hash_scheme``
+    ``hmac-sha256``), or its plain SHA-256 for a token stored by a server before revision 0003 (``sha256``, rehashed
+    the first time it is used). A revoked token's row is deleted."""
+
     __tablename__ = "tokens"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    token_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex of the secret
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)  # hex digest, see hash_scheme
     tenant: Mapped[str | None] = mapped_column(String(100), nullable=True)  # None for an admin token
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     label: Mapped[str] = mapped_column(String(200), default="")
     created_at: Mapped[float] = mapped_column(Float)
+    hash_scheme: Mapped[str] = mapped_column(String(20), default="hmac-sha256", server_default="sha256")
+    last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # to the minute (see Store.token)
 
 
 class QueueRow(Base):

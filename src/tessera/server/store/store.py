@@ -8,6 +8,8 @@ the scheduler loop's changes arrive as typed values (``store.changes``) that the
 from __future__ import annotations
 
 import hashlib
+import hmac
+import secrets
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ from itertools import groupby
 from typing import Any
 
 from sqlalchemy import Engine, Row, Table, bindparam, func, insert, select, true, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from tessera.core.workload import WorkloadState
@@ -43,10 +46,19 @@ REQUEST_COLUMNS = (
 )
 
 PendingRow = Row[Any]  # the REQUEST_COLUMNS of one pending workload (``Store.pending_requests``)
+KEYED = "hmac-sha256"  # TokenRow.hash_scheme of a keyed hash
+LEGACY = "sha256"  # ... of a plain SHA-256 stored before revision 0003
+LAST_USED_RESOLUTION_S = 60.0  # a token's last use is written at most once a minute: not one write per request
+TOKEN_KEY_META = "token_key"  # where the key is kept when the store is given none (tests, tools)
 
 
 def hash_token(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
+    """The plain SHA-256 that servers before revision 0003 stored (read only, to rehash old rows)."""
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class AdminTokenConflict(Exception):
+    """The admin token given is already a tenant's token."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +69,14 @@ class Event:
 
 
 class Store:
-    def __init__(self, engine: Engine) -> None:
+    """``token_key``: the secret key of the tokens' HMACs, kept outside the database (``tessera up`` keeps it in
+    its data directory) so that a copy of the database alone does not allow testing guesses of a token. Without
+    one, the store keeps a key in its own ``meta`` table: keyed, but beside the hashes."""
+
+    def __init__(self, engine: Engine, token_key: bytes | None = None) -> None:
         self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._token_key = token_key
 
     def session(self) -> Session:
         return self._sessions()
@@ -115,6 +132,15 @@ class Store:
             for chunk in _chunks(list(ids)):
                 rows.extend(session.scalars(select(WorkloadRow).where(WorkloadRow.id.in_(chunk))))
         return rows
+
+    def tenants_of(self, ids: Iterable[int]) -> dict[int, str]:
+        """The tenant of each of the workloads ``ids`` (those that exist)."""
+        found: dict[int, str] = {}
+        with self.session() as session:
+            for chunk in _chunks(list(ids)):
+                query = select(WorkloadRow.id, WorkloadRow.tenant).where(WorkloadRow.id.in_(chunk))
+                found.update((int(i), str(t)) for i, t in session.execute(query))
+        return found
 
     def pending_requests(self, ids: Iterable[int]) -> list[PendingRow]:
         """Just what the scheduler needs of workloads ``ids`` that are still pending (request, priority, queue,
@@ -191,18 +217,93 @@ class Store:
     # ------------------------------------------------------------------------------------------------- tokens
 
     def add_token(self, secret: str, tenant: str | None, is_admin: bool, label: str, now_s: float) -> TokenRow:
-        row = TokenRow(token_hash=hash_token(secret), tenant=tenant, is_admin=is_admin, label=label, created_at=now_s)
+        row = self._token_row(secret, tenant, is_admin, label, now_s)
         with self._sessions.begin() as session:
             session.add(row)
         return row
 
-    def token(self, secret: str) -> TokenRow | None:
+    def token(self, secret: str, now_s: float | None = None) -> TokenRow | None:
+        """The token whose secret is ``secret``, or None: one indexed lookup of its keyed hash, then (for a row stored
+        before revision 0003) of its plain SHA-256, which is then replaced by the keyed hash. With ``now_s``, the
+        token's last use is recorded if the one recorded is over a minute old."""
+        keyed = self._keyed(secret)
         with self.session() as session:
-            return session.scalars(select(TokenRow).where(TokenRow.token_hash == hash_token(secret))).first()
+            row = session.scalars(select(TokenRow).where(TokenRow.token_hash == keyed)).first()
+        if row is None:
+            row = self._rehash(secret, keyed)
+        if row is not None and now_s is not None and now_s - (row.last_used_at or 0.0) >= LAST_USED_RESOLUTION_S:
+            with self._sessions.begin() as session:
+                session.execute(update(TokenRow).where(TokenRow.id == row.id).values(last_used_at=now_s))
+            row.last_used_at = now_s
+        return row
+
+    def tokens(self) -> list[TokenRow]:
+        with self.session() as session:
+            return list(session.scalars(select(TokenRow).order_by(TokenRow.id)))
+
+    def revoke_token(self, token_id: int) -> TokenRow | None:
+        """Delete token ``token_id``; returns its row, or None when there is none."""
+        with self._sessions.begin() as session:
+            row = session.get(TokenRow, token_id, with_for_update=True)
+            if row is not None:
+                session.delete(row)
+            return row
+
+    def set_admin_token(self, secret: str, label: str, now_s: float) -> list[TokenRow]:
+        """Make ``secret`` the one admin token: stored if new, and every other admin token revoked, atomically.
+        Returns the revoked rows. Raises ``AdminTokenConflict`` when ``secret`` is a tenant's token."""
+        self.token(secret)  # a row of an older server is rehashed first, so that it is found below
+        keyed = self._keyed(secret)
+        with self._sessions.begin() as session:
+            same = session.scalars(select(TokenRow).where(TokenRow.token_hash == keyed)).first()
+            if same is not None and not same.is_admin:
+                raise AdminTokenConflict(f"the admin token is tenant {same.tenant}'s token (id {same.id})")
+            others = list(session.scalars(select(TokenRow).where(TokenRow.is_admin, TokenRow.token_hash != keyed)))
+            for row in others:
+                session.delete(row)
+            if same is None:
+                session.add(self._token_row(secret, None, True, label, now_s))
+        return others
 
     def has_admin_token(self) -> bool:
         with self.session() as session:
             return session.scalars(select(TokenRow.id).where(TokenRow.is_admin)).first() is not None
+
+    def _token_row(self, secret: str, tenant: str | None, is_admin: bool, label: str, now_s: float) -> TokenRow:
+        return TokenRow(
+            token_hash=self._keyed(secret),
+            hash_scheme=KEYED,
+            tenant=tenant,
+            is_admin=is_admin,
+            label=label,
+            created_at=now_s,
+        )
+
+    def _rehash(self, secret: str, keyed: str) -> TokenRow | None:
+        """The row of an older server that stored ``secret``'s plain SHA-256, now rehashed; None if there is none."""
+        with self._sessions.begin() as session:
+            query = select(TokenRow).where(TokenRow.token_hash == hash_token(secret), TokenRow.hash_scheme == LEGACY)
+            row = session.scalars(query).first()
+            if row is not None:
+                row.token_hash = keyed
+                row.hash_scheme = KEYED
+            return row
+
+    def _keyed(self, secret: str) -> str:
+        return hmac.new(self._key(), secret.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+    def _key(self) -> bytes:
+        if self._token_key is None:
+            stored = self.meta(TOKEN_KEY_META)
+            if stored is None:
+                try:
+                    with self._sessions.begin() as session:
+                        session.add(MetaRow(key=TOKEN_KEY_META, value=secrets.token_hex(32)))
+                except IntegrityError:
+                    pass  # another store made it first: use that one
+                stored = self.meta(TOKEN_KEY_META)
+            self._token_key = bytes.fromhex(stored)
+        return self._token_key
 
     # ------------------------------------------------------------------------------------------------- queues
 
@@ -217,6 +318,15 @@ class Store:
     def put_queue(self, row: QueueRow) -> QueueRow:
         with self._sessions.begin() as session:
             return session.merge(row)
+
+    def add_queue(self, row: QueueRow) -> QueueRow | None:
+        """Insert ``row``; None (and nothing changed) when a queue of that name exists."""
+        try:
+            with self._sessions.begin() as session:
+                session.add(row)
+        except IntegrityError:
+            return None
+        return row
 
     # --------------------------------------------------------------------------------------------------- meta
 
