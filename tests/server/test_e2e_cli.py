@@ -4,6 +4,7 @@ line naming the file, line and field, exit code 2, no traceback."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,6 +29,9 @@ def tessera(
     server: LiveServer, *args: str, token: str = ADMIN, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = {"TESSERA_URL": server.url, "TESSERA_TOKEN": token, "PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}
+    paths = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if paths:  # the code under test, not another checkout installed in the environment
+        env["PYTHONPATH"] = os.pathsep.join(paths)
     return subprocess.run(
         [sys.executable, "-m", "tessera.cli", *args], capture_output=True, text=True, env=env, timeout=60, cwd=cwd
     )
@@ -76,6 +80,24 @@ def test_tenant_token_scopes_what_the_cli_sees(server: LiveServer) -> None:
     assert json.loads(tessera(server, "jobs", "--json", "--all", token=other).stdout) == []
     denied = tessera(server, "jobs", token="wrong")
     assert denied.returncode == 2 and "missing or invalid token" in denied.stderr
+
+
+def test_tokens_are_listed_without_secrets_and_revoked(server: LiveServer) -> None:
+    created = json.loads(tessera(server, "token", "create", "--tenant", "team-r", "--label", "ci", "--json").stdout)
+    assert tessera(server, "jobs", token=created["token"]).returncode == 0
+    listed = tessera(server, "token", "list", "--json")
+    assert listed.returncode == 0 and created["token"] not in listed.stdout and ADMIN not in listed.stdout
+    (mine,) = [t for t in json.loads(listed.stdout) if t["tenant"] == "team-r"]
+    assert mine["label"] == "ci" and mine["last_used_at"] is not None
+    table = tessera(server, "token", "list").stdout
+    assert "team-r" in table and "ci" in table
+    assert tessera(server, "token", "list", token=created["token"]).returncode == 2  # admin only
+    revoked = tessera(server, "token", "revoke", str(mine["id"]))
+    assert revoked.returncode == 0 and revoked.stdout == f"token {mine['id']} (tenant team-r) revoked\n"
+    after = tessera(server, "jobs", token=created["token"])
+    assert after.returncode == 2 and "missing or invalid token" in after.stderr
+    again = tessera(server, "token", "revoke", str(mine["id"]))
+    assert again.returncode == 2 and again.stderr == f"error: no token {mine['id']}\n"
 
 
 def test_bad_input_is_one_line_naming_file_line_and_field(server: LiveServer, tmp_path: Path) -> None:
