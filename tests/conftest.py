@@ -1,12 +1,17 @@
 """Test-suite settings: Hypothesis runs without per-example deadlines (timing is never a pass/fail criterion here;
 CI machines are shared and a slow example is not a failure).
 
+The API fuzz tests (tests/server/test_api_fuzz.py) record the requests they sent on their reports; the session ends
+with one line that sums them (from every xdist worker) and counts the responses >= 500.
+
 PostgreSQL: `make test` starts a throw-away server (scripts/test-postgres.sh) and exports its SQLAlchemy URL in
 TESSERA_TEST_PG_URL; the `postgres_url` fixture gives each test a fresh database on it, and skips without it."""
 
 import os
 import secrets
+from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -18,6 +23,32 @@ settings.register_profile("tessera", deadline=None, print_blob=True)
 settings.load_profile("tessera")
 
 PG_URL_ENV = "TESSERA_TEST_PG_URL"
+FUZZ_PROPERTY = "fuzz-statuses"  # test_api_fuzz.FUZZ_PROPERTY: {"<role> <status>": count} per test
+_fuzz_sent: Counter[str] = Counter()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "teardown":
+        for name, value in report.user_properties:
+            if name == FUZZ_PROPERTY and isinstance(value, dict):
+                _fuzz_sent.update(value)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _fuzz_sent:
+        return
+    by_role: Counter[str] = Counter()
+    by_status: Counter[int] = Counter()
+    for key, count in _fuzz_sent.items():
+        role, status = key.split()
+        by_role[role] += count
+        by_status[int(status)] += count
+    errors = sum(n for status, n in by_status.items() if status >= 500)
+    roles = ", ".join(f"{role} {n}" for role, n in sorted(by_role.items()))
+    terminalreporter.write_line(
+        f"schemathesis: {sum(by_role.values())} requests ({roles}), responses >= 500: {errors}, "
+        f"by status: {dict(sorted(by_status.items()))}"
+    )
 
 
 def psycopg_url(url: str) -> str:

@@ -6,8 +6,13 @@ Not checked: ``positive_data_acceptance`` (the server rightly refuses schema-val
 such as a borrowing limit without a cohort, with a 422 naming the field), and ``allow_header_conformance`` /
 ``unsupported_method`` (Starlette answers an unrouted method with 405 and an ``Allow`` header of one route only).
 
-The run is bounded (``MAX_EXAMPLES`` per operation) and derandomised so that CI is reproducible; set
-``TESSERA_FUZZ_EXAMPLES`` for a longer, randomised run.
+The run is bounded (``MAX_EXAMPLES`` per operation and role) and derandomised so that CI is reproducible; set
+``TESSERA_FUZZ_EXAMPLES`` for a longer, randomised run. Each test reports the requests it sent by status
+(``user_properties``); ``tests/conftest.py`` sums them over the run, xdist workers included, and prints the total
+with the count of responses >= 500 at the end of the session (issue 17: the acceptance wants that figure).
+
+What schemathesis cannot send: its bodies are valid JSON of valid UTF-8 text, so ``NaN``, ``Infinity`` and lone
+surrogates (which Python's JSON reader accepts) come from ``test_api_limits.py`` instead.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 
 import pytest
 import schemathesis
+from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -33,7 +39,8 @@ from schemathesis.specs.openapi.checks import (
 from server_harness import ADMIN, Harness, MakeHarness, harness_factory
 
 DEEPER = os.environ.get("TESSERA_FUZZ_EXAMPLES")
-MAX_EXAMPLES = int(DEEPER) if DEEPER else 25
+MAX_EXAMPLES = int(DEEPER) if DEEPER else 60
+FUZZ_PROPERTY = "fuzz-statuses"  # the user property tests/conftest.py sums
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -73,7 +80,8 @@ class Target:
             app=self.harness.server.app, headers={"Authorization": f"Bearer {token}"}, checks=CHECKS
         )
         self.statuses[response.status_code] += 1
-        self.harness.step()  # the loop must cope with whatever the fuzzer managed to submit
+        if case.method.upper() != "GET" and response.status_code < 300:
+            self.harness.step()  # the loop must cope with whatever the fuzzer managed to submit
 
 
 @pytest.fixture(scope="module")
@@ -83,24 +91,37 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     created = harness.http.post("/v1/tokens", json={"tenant": "team-a"}, headers=harness.as_(ADMIN))
     assert created.status_code == 201, created.text
     harness.submit(gpus=1, gpu_fraction=0.5)  # something to look at: workload 1, running after the first step
-    result = Target(harness, created.json()["token"])
-    yield result
-    by_status = dict(sorted(result.statuses.items()))
-    print(f"\nschemathesis: {sum(by_status.values())} requests, by status: {by_status}")  # shown with -s
+    yield Target(harness, created.json()["token"])
     for client in clients:
         client.close()
 
 
-@pytest.mark.slow
-@schema.parametrize()
-def test_api_as_admin_has_no_server_errors(case: Any, target: Target) -> None:
-    target.call(case, ADMIN)
+@pytest.fixture
+def counted(target: Target, request: pytest.FixtureRequest) -> Iterator[Target]:
+    """``target``, with the requests this test sent recorded on its report (role and status -> count)."""
+    before = Counter(target.statuses)
+    yield target
+    role = "admin" if "as_admin" in request.node.name else "tenant"
+    sent = {f"{role} {status}": n for status, n in (target.statuses - before).items()}
+    request.node.user_properties.append((FUZZ_PROPERTY, sent))
+
+
+# ``counted`` is meant to be function-scoped: it runs once per operation (a test item), around all its examples.
+PER_ITEM = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @pytest.mark.slow
 @schema.parametrize()
-def test_api_as_tenant_has_no_server_errors(case: Any, target: Target) -> None:
-    target.call(case, target.tenant_token)
+@PER_ITEM
+def test_api_as_admin_has_no_server_errors(case: Any, counted: Target) -> None:
+    counted.call(case, ADMIN)
+
+
+@pytest.mark.slow
+@schema.parametrize()
+@PER_ITEM
+def test_api_as_tenant_has_no_server_errors(case: Any, counted: Target) -> None:
+    counted.call(case, counted.tenant_token)
 
 
 # ------------------------------------------------------------------------ regressions the fuzzer found (fast)

@@ -3,7 +3,7 @@
 Errors are JSON: ``{"detail": "...", "field": "..."}`` with 400 (a body that is not UTF-8 text; ``field`` is
 ``body``), 401 (no or wrong token), 403 (admin only), 404 (not found, including another tenant's workload), 413 (a
 body over 1 MiB) or 422 (invalid body; ``field`` names the offending field as the user wrote it, ``body`` when it
-is not JSON at all). Anything unexpected is a JSON 500 (``errors.unexpected``), never plain text.
+is not JSON at all). Anything unexpected is a JSON 500 (``errors.CatchAll``), never plain text.
 
 ``/metrics`` without a token leaves out the series labelled by queue (queues are named after tenants); with an
 admin token it has them all.
@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from tessera.api import API_VERSION, ErrorOut, Health
 from tessera.errors import InvalidRequestError
 from tessera.server.api import routes
-from tessera.server.api.errors import invalid_body, json_safe, unexpected
+from tessera.server.api.errors import CatchAll, invalid_body, json_safe
 from tessera.server.api.limits import BodyLimit
 from tessera.server.auth import principal_for
 from tessera.server.context import ServerContext
@@ -37,8 +37,8 @@ def create_app(ctx: ServerContext) -> FastAPI:
     )
     app.state.ctx = ctx
     app.add_middleware(BodyLimit)
+    app.add_middleware(CatchAll)  # outside BodyLimit: the last added is the outermost
     app.add_exception_handler(RequestValidationError, invalid_body)  # type: ignore[arg-type]  # Starlette's type
-    app.add_exception_handler(Exception, unexpected)
 
     @app.exception_handler(InvalidRequestError)
     async def _invalid_request(_: Request, exc: InvalidRequestError) -> JSONResponse:
@@ -57,7 +57,9 @@ def create_app(ctx: ServerContext) -> FastAPI:
         gpus = sum(len(d) for d in ctx.pool.devices)
         return Health(status="ok", simulated_gpus=ctx.pool.simulated, gpus=gpus, api_version=API_VERSION)
 
-    @app.get("/metrics", response_class=PlainTextResponse, tags=["operations"], responses={401: _error("bad token")})
+    @app.get(
+        "/metrics", response_class=PlainTextResponse, tags=["operations"], responses={401: _json_error("bad token")}
+    )
     def metrics(authorization: Annotated[str | None, Header()] = None) -> Response:
         registry = ctx.metrics.public
         if authorization is not None:
@@ -80,3 +82,9 @@ def create_app(ctx: ServerContext) -> FastAPI:
 def _error(description: str) -> dict[str, Any]:
     """An error response for the OpenAPI document: every error body is an ``ErrorOut``."""
     return {"model": ErrorOut, "description": description}
+
+
+def _json_error(description: str) -> dict[str, Any]:
+    """``_error`` for a route whose own responses are not JSON (FastAPI would document the error in their type)."""
+    schema = {"$ref": "#/components/schemas/ErrorOut"}
+    return {"description": description, "content": {"application/json": {"schema": schema}}}

@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,30 @@ async def invalid_body(_: Request, exc: RequestValidationError) -> JSONResponse:
     return JSONResponse(status_code=422, content=content)
 
 
-async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-    """Any exception a route did not expect: logged with its traceback, answered as a JSON 500 (never plain text)."""
-    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-    return JSONResponse(status_code=500, content={"detail": "internal error (logged by the server)", "field": None})
+class CatchAll:
+    """Any exception a route did not expect: logged with its traceback and answered as a JSON 500 (never plain
+    text). It is not raised further: Starlette's own last-resort handler would re-raise it after answering, and
+    uvicorn then closes the connection, so the client's next request on it fails."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except Exception:
+            if started:
+                raise  # too late for another answer
+            log.exception("%s %s failed", scope.get("method"), scope.get("path"))
+            response = JSONResponse(status_code=500, content={"detail": "internal error (logged by the server)"})
+            await response(scope, receive, send)
