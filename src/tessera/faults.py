@@ -46,10 +46,10 @@ def parse(text: str) -> CrashPlan | None:
     text = text.strip()
     if not text:
         return None
-    point, _, count = text.partition(":")
+    point, colon, count = text.partition(":")
     if point not in POINTS:
         raise InvalidRequestError(ENV, f"unknown crash point {point!r} (known: {', '.join(POINTS)})")
-    if not count:
+    if not colon:
         return CrashPlan(point, 1)
     if not count.isdigit() or int(count) < 1:
         raise InvalidRequestError(ENV, f"expected {point}:N with N a positive integer, got {text!r}")
