@@ -18,13 +18,15 @@ The points (``POINTS``):
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
-import sys
 import threading
 from dataclasses import dataclass
 
 from tessera.errors import InvalidRequestError
+
+logger = logging.getLogger(__name__)
 
 ENV = "TESSERA_CRASH_AT"
 POINTS = {
@@ -100,8 +102,7 @@ def crash_point(point: str) -> None:
     if point not in POINTS:  # a typo in the code, not in the environment
         raise ValueError(f"unknown crash point {point!r}")
     if _switch.reached(point):
-        sys.stderr.write(f"{ENV}: crashing at {point} (pid {os.getpid()})\n")
-        sys.stderr.flush()
+        logger.critical("%s: crashing at %s (pid %d)", ENV, point, os.getpid())  # handlers flush each record
         os.kill(os.getpid(), signal.SIGKILL)
 
 
