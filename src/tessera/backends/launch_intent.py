@@ -52,12 +52,11 @@ class Intent:
 
 
 def write_intent(path: Path, intent: Intent) -> None:
-    """Writes ``intent`` durably (fsync'd, then renamed into place): it must be on disk before the fork."""
+    """Writes ``intent`` whole (a temporary file renamed into place) before the fork. Not fsync'd: the crash this
+    guards against is the server's (``kill -9``), after which the kernel still writes the file; a crash of the host
+    takes the workload's processes with it, and one fsync per launch would slow a wave of launches."""
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "w") as handle:
-        handle.write(json.dumps(intent.to_json()) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    temporary.write_text(json.dumps(intent.to_json()) + "\n")
     os.replace(temporary, path)
 
 
