@@ -45,6 +45,7 @@ PHASES: list[tuple[str | None, range, int]] = [
     (None, range(0), 6),
 ]
 TERMINAL = {"succeeded", "failed", "cancelled", "preempted"}
+START_TIMEOUT_S = 90.0  # a loaded 2-core machine can take half a minute to start `tessera up`
 POINT_WAIT_S = 8.0  # how long a server may take to reach its crash point once fed (then the test kills it)
 
 
@@ -78,7 +79,7 @@ def test_crashes_at_every_point_lose_nothing_run_nothing_twice_and_leave_nothing
             crash = f"{point}:{rng.choice(visits)}" if point else None
             _crash_phase(live, crash, to_submit, batch, marker, rng, tally)
         live.env = {}
-        live.start()
+        live.start(START_TIMEOUT_S)
         with live.client() as client:
             _submit(client, to_submit, WORKLOADS, marker, tally)
             assert not to_submit and not tally.unanswered
@@ -128,7 +129,7 @@ def _crash_phase(
     live.env = {CRASH_ENV: crash} if crash else {}
     before = _crash_lines(live)
     with contextlib.suppress(RuntimeError):  # it crashed during recovery or its first steps, before it answered
-        live.start()
+        live.start(START_TIMEOUT_S)
     assert live.process is not None
     if live.process.poll() is None:
         with live.client() as client:
