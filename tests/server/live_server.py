@@ -33,6 +33,8 @@ class LiveServer:
     gpus: str = "1xA100-80GB"
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    db_url: str | None = None  # None: SQLite in data_dir
+    env: dict[str, str] = field(default_factory=dict)  # added to the server's environment (e.g. TESSERA_CRASH_AT)
 
     @property
     def url(self) -> str:
@@ -52,10 +54,12 @@ class LiveServer:
             ADMIN,
             "--data-dir",
             str(self.data_dir),
+            *(["--db", self.db_url] if self.db_url else []),
         ]
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = (self.data_dir / "server.log").open("ab")
-        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        env = {**os.environ, **self.env}
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         try:
             wait_healthy(self.url, timeout_s, self.process.poll)
         except (RuntimeError, TimeoutError) as error:

@@ -87,8 +87,11 @@ class Backend(Protocol):
         ...
 
     def find(self, workload_id: str) -> Handle | None:
-        """The handle of a workload launched earlier that never reached the store (the server died between launch
-        and write), or None when it was never launched (or its end was reported since)."""
+        """The handle of a workload launched earlier whose handle may never have reached the store (the server died
+        between launch and write, even between starting the process and noting where it is), or None when it was
+        never launched (nothing of it was started) or its end was reported since. A workload that ran and ended
+        meanwhile is found too: ``adopt`` its handle and the next ``poll`` reports that end. Recovery asks this
+        before it launches anything again, so a launch is never repeated while (or after) the first one ran."""
         ...
 
     def pids(self, handle: Handle) -> list[int]:

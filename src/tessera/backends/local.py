@@ -14,8 +14,10 @@ workload's process group and keeps running if the server dies. The supervisor wr
   process group ``pgid`` (the same number), ``started_marker`` (its start time from ``/proc``, which tells a reused
   PID apart) and ``exit_file``. Only this module reads them; ``pids(handle)`` lists the group's live processes.
 - **Adoption.** A restarted server hands ``adopt`` the ``Handle`` it stored, or the one ``find`` reads back
-  from ``<run_dir>/<id>.ref.json`` (written by ``launch``, removed once the end is reported). Such a process is not
-  our child: it counts as running while ``/proc/PID/stat`` exists, is not a zombie, and shows the recorded start
+  from ``<run_dir>/<id>.ref.json`` (written by ``launch``, removed once the end is reported); if the server died
+  before that write, ``find`` finds the supervisor by the launch intent written before the fork (``launch_intent``),
+  or, when it has ended, gives a handle without a process (pid 0) whose end the exit file tells. Such a process is
+  not our child: it counts as running while ``/proc/PID/stat`` exists, is not a zombie, and shows the recorded start
   time, so a reused PID reads as ended (and is never signalled). Exit files stay after the end is reported (a server
   that dies before recording the end reads them again); ``launch`` of the same id removes the old one.
 - **Nothing left behind.** When a workload ends, ``poll`` SIGKILLs its group once more and reports the end only when
@@ -45,7 +47,9 @@ from urllib.parse import quote
 
 from tessera.backends import procfs
 from tessera.backends.base import Backend, BackendNode, ExitStatus, Handle, JsonScalar, LaunchSpec
+from tessera.backends.launch_intent import NONCE_ENV, Intent, find_launched, write_intent
 from tessera.core.errors import InvalidRequestError, TesseraError
+from tessera.faults import crash_point
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +64,7 @@ class _Process:
     """What a local handle holds: enough to find the workload's processes again after a server restart."""
 
     workload_id: str
-    pid: int  # the supervising process (leader of the workload's process group)
+    pid: int  # the supervising process (leader of the workload's process group); 0: none known, it ended
     pgid: int
     started_marker: str  # the process's start time as the OS reports it: guards against a reused PID
     exit_file: str  # where the supervisor writes the exit code when the workload ends
@@ -81,7 +85,7 @@ def _process_of(handle: Handle) -> _Process:
         raise InvalidRequestError("handle", f"{handle.workload_id}: a {handle.backend!r} handle, not a local one")
     data = handle.data
     pid, pgid, marker, exit_file = (data.get(k) for k in ("pid", "pgid", "started_marker", "exit_file"))
-    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (pid, pgid))
+    ints = all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (pid, pgid))
     if not ints or not isinstance(marker, str) or not isinstance(exit_file, str):
         raise InvalidRequestError("handle", f"{handle.workload_id}: not a local process handle: {dict(data)}")
     assert isinstance(pid, int) and isinstance(pgid, int)
@@ -124,6 +128,10 @@ class LocalBackend:
         """Where ``launch`` records the handle of ``workload_id`` until its end is reported (for ``find``)."""
         return self.run_dir / f"{_file_stem(workload_id)}.ref.json"
 
+    def intent_path(self, workload_id: str) -> Path:
+        """Where ``launch`` records, before the fork, that it starts ``workload_id`` (``launch_intent``)."""
+        return self.run_dir / f"{_file_stem(workload_id)}.intent.json"
+
     def nodes(self) -> list[BackendNode]:
         """This host, the only one."""
         return [BackendNode(NODE_NAME, socket.gethostname())]
@@ -131,7 +139,7 @@ class LocalBackend:
     def pids(self, handle: Handle) -> list[int]:
         """The live processes of the workload's process group (none once its supervisor's PID names another)."""
         ref = _process_of(handle)
-        if procfs.is_pid_reused(ref.pid, ref.started_marker):
+        if ref.pid == 0 or procfs.is_pid_reused(ref.pid, ref.started_marker):
             return []
         return procfs.live_group_members(ref.pgid)
 
@@ -150,17 +158,20 @@ class LocalBackend:
         with self._lock:
             if spec.workload_id in self._watches:
                 raise InvalidRequestError("workload_id", f"{spec.workload_id!r} is already running")
-            exit_file.unlink(missing_ok=True)  # left by an earlier run of the same workload
-            with _open_log(spec.log_path) as log:
+            exit_file.unlink(missing_ok=True)  # left by an earlier run of the same workload: first, then the intent
+            intent = Intent.new(spec.workload_id, exit_file)
+            write_intent(self.intent_path(spec.workload_id), intent)
+            with _open_log(spec.log_path) as log:  # if this fails, the intent stays: find() finds nothing by it
                 popen = subprocess.Popen(
                     command,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    env={**os.environ, **spec.env},
+                    env={**os.environ, **spec.env, NONCE_ENV: intent.nonce},
                     cwd=spec.workdir,
                     start_new_session=True,  # leads its own session and process group: pgid == pid
                 )
+            crash_point("after-launch")
             marker = procfs.read_start_marker(popen.pid)  # our unreaped child: its /proc entry is there
             assert marker is not None, "a child that was not waited for always has a /proc entry"
             ref = _Process(spec.workload_id, popen.pid, popen.pid, marker, str(exit_file))
@@ -184,8 +195,10 @@ class LocalBackend:
         logger.info("adopted %s (pid %d)", ref.workload_id, ref.pid)
 
     def find(self, workload_id: str) -> Handle | None:
-        """The handle that ``launch`` recorded for ``workload_id`` (also by an earlier server), or None if it was
-        never launched or its end has been reported since. Hand it to ``adopt``."""
+        """The handle of ``workload_id``, launched by this or an earlier server, whose end was not reported yet:
+        the one ``launch`` recorded, or, if the launching server died before it could, the live supervisor of its
+        launch intent or (it ran and ended) a handle without a process. None if it was never launched, if its
+        launch never started the supervisor, or if its end has been reported since. Hand it to ``adopt``."""
         with self._lock:
             watch = self._watches.get(workload_id)
         if watch is not None:
@@ -194,12 +207,17 @@ class LocalBackend:
         try:
             handle = _handle_of_file(json.loads(path.read_text()))
             _process_of(handle)
+            if handle.workload_id == workload_id:
+                return handle
         except FileNotFoundError:
-            return None
+            pass
         except (ValueError, InvalidRequestError) as error:
             logger.warning("%s does not hold a process handle: %s", path, error)
-            return None
-        return handle if handle.workload_id == workload_id else None
+        return self._find_by_intent(workload_id)
+
+    def _find_by_intent(self, workload_id: str) -> Handle | None:
+        found = find_launched(self.intent_path(workload_id), workload_id, SUPERVISOR_MODULE)
+        return None if found is None else _Process(workload_id, *found).handle()
 
     def stop(self, workload_id: str, grace_s: float) -> None:
         """SIGTERM now, SIGKILL at the first ``poll`` after ``grace_s``; a no-op for a workload not tracked (it
@@ -229,6 +247,7 @@ class LocalBackend:
                 if status is not None:
                     del self._watches[workload_id]
                     self.ref_path(workload_id).unlink(missing_ok=True)  # ended and reported: nothing to find
+                    self.intent_path(workload_id).unlink(missing_ok=True)
                     ended.append(status)
         for status in ended:
             logger.info("%s ended with exit code %s", status.workload_id, status.exit_code)
@@ -271,7 +290,7 @@ class LocalBackend:
     def _supervisor_running(self, watch: _Watch) -> bool:
         if watch.popen is not None:
             return watch.popen.poll() is None
-        return procfs.is_running(watch.ref.pid, watch.ref.started_marker)
+        return watch.ref.pid != 0 and procfs.is_running(watch.ref.pid, watch.ref.started_marker)
 
     def _exit_code(self, watch: _Watch) -> int | None:
         written = _read_exit_file(Path(watch.ref.exit_file))
@@ -300,13 +319,13 @@ class LocalBackend:
 
     def _group_is_ours(self, watch: _Watch) -> bool:
         """False once the supervisor's PID names another process: then a process group with that id is not ours.
-        (While any process of our group lives, Linux keeps the PID from being reused.)"""
-        return not procfs.is_pid_reused(watch.ref.pid, watch.ref.started_marker)
+        (While any process of our group lives, Linux keeps the PID from being reused.) Never for pid 0."""
+        return watch.ref.pid != 0 and not procfs.is_pid_reused(watch.ref.pid, watch.ref.started_marker)
 
     def _signal_group(self, watch: _Watch, signum: int) -> bool:
         """Signals the workload's process group if it is still ours; True if some process received the signal."""
         if not self._group_is_ours(watch):
-            logger.info("%s: pid %d was reused; not signalling it", watch.ref.workload_id, watch.ref.pid)
+            logger.info("%s: pid %d is not its process; not signalling it", watch.ref.workload_id, watch.ref.pid)
             return False
         try:
             os.killpg(watch.ref.pgid, signum)

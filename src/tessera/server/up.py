@@ -24,6 +24,7 @@ from fastapi import FastAPI
 from tessera.backends.base import Backend
 from tessera.backends.local import LocalBackend
 from tessera.errors import InvalidRequestError
+from tessera.faults import check_environment
 from tessera.gpu.dcgm import GpuUsageCollector
 from tessera.gpu.discovery import detect_gpus
 from tessera.gpu.gpus import GpuProbe, ProcessMemoryProbe
@@ -152,6 +153,8 @@ def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
 
 def serve(config: UpConfig, announce: Callable[[str], None], *, demo: bool = False) -> None:
     """Run until SIGINT/SIGTERM. With ``demo``, submit the demo mix once ready and stop its workloads at the end."""
+    if (crash := check_environment()) is not None:  # an unknown crash point is refused here, not ignored
+        log.warning("fault injection: this server kills itself at %s (visit %d)", crash.point, crash.nth)
     check_port_free(config.host, config.port)
     server = build_server(config)
     secret = ensure_admin_token(server.ctx.store, config.admin_token, server.ctx.clock())
