@@ -1,10 +1,12 @@
 """The local backend with real processes: environment, log, exit codes, stop with and without SIGTERM honoured,
-nothing of a workload's process group left behind, and re-adoption by a second backend instance."""
+nothing of a workload's process group left behind, and re-adoption by a second backend instance. (Containment and
+host isolation: test_containment.py.)"""
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import subprocess
 import sys
 import time
@@ -115,7 +117,7 @@ def test_env_is_passed_and_stdout_and_stderr_go_to_the_log(backend: LocalBackend
     text = log.read_text()
     assert "devices=GPU-1234,MIG-5678" in text
     assert "to stderr" in text
-    assert f"home={os.environ.get('HOME', '')}" in text  # the server's environment is kept
+    assert f"home={pwd.getpwuid(os.geteuid()).pw_dir}" in text  # the account's, not the server's environment
 
 
 def test_exit_codes_are_recorded_and_a_relaunch_ignores_the_old_exit_file(
