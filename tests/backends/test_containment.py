@@ -182,3 +182,17 @@ def test_supervisor_runs_with_its_own_flags_and_environment(tmp_path: Path) -> N
     assert command[:6] == [sys.executable, "-s", "-P", "-m", "tessera.backends.supervisor", "--exit-file"]
     assert set(backend.exec.supervisor_env) == {"PATH", "LANG", "PYTHONPATH"}
     time.sleep(0)  # nothing started
+
+
+def test_a_stop_sent_while_the_supervisor_starts_waits_for_its_relay(tmp_path: Path) -> None:
+    """The supervisor starts with SIGTERM blocked until its relay is in place: a stop at once after launch is kept,
+    CMD is not started and the exit file says -15 (before, the signal could kill a supervisor still starting)."""
+    backend = _backend(tmp_path, "auto")
+    try:
+        for i in range(5):
+            backend.launch(_spec(f"w{i}", "echo started; sleep 300", tmp_path))
+            backend.stop(f"w{i}", grace_s=30)
+            assert wait_for_exit(backend, f"w{i}").exit_code == -signal.SIGTERM
+            assert backend.exit_path(f"w{i}").read_text().strip() == "-15"
+    finally:
+        backend.close()

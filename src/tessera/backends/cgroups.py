@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import signal
 import time
@@ -84,6 +83,8 @@ class CgroupTree:
 
 
 def tree_name(run_dir: Path) -> str:
+    import hashlib  # here: the supervisor imports this module and should start fast
+
     return "tessera-" + hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:12]
 
 
@@ -151,12 +152,21 @@ def join(path: Path) -> None:
 
 
 def members(path: Path) -> list[int]:
-    """The processes in the cgroup (none when it does not exist)."""
+    """The live processes in the cgroup (none when it does not exist); zombies, which have ended but may be listed
+    until their parent reaps them, are left out."""
     try:
         text = (path / "cgroup.procs").read_text()
     except FileNotFoundError:
         return []
-    return [int(word) for word in text.split()]
+    return [pid for pid in map(int, text.split()) if _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZXx"
 
 
 def signal_members(path: Path, signum: int, spare: int | None = None) -> None:

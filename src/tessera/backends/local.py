@@ -51,7 +51,7 @@ from urllib.parse import quote
 from tessera.backends import procfs
 from tessera.backends.accounts import TenantAccounts
 from tessera.backends.base import Backend, BackendNode, ExitStatus, Handle, JsonScalar, LaunchSpec
-from tessera.backends.local_exec import SUPERVISOR_MODULE, LocalExec, open_log
+from tessera.backends.local_exec import SUPERVISOR_MODULE, LocalExec, open_log, stop_signals_held
 from tessera.core.errors import InvalidRequestError, TesseraError
 
 logger = logging.getLogger(__name__)
@@ -175,7 +175,7 @@ class LocalBackend:
             exit_file.unlink(missing_ok=True)  # left by an earlier run of the same workload
             cgroup = self.exec.prepare(spec, _file_stem(spec.workload_id), spec_file, account)
             try:
-                with open_log(spec.log_path) as log:
+                with open_log(spec.log_path) as log, stop_signals_held():
                     popen = subprocess.Popen(
                         command,
                         stdin=subprocess.DEVNULL,

@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+import signal
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -26,7 +28,7 @@ import tessera
 from tessera.backends import cgroups
 from tessera.backends.accounts import DEFAULT_PATH, LANG, Account, TenantAccounts, server_account, workload_env
 from tessera.backends.base import LaunchSpec
-from tessera.backends.supervisor import CommandSpec
+from tessera.backends.supervisor import RELAYED_SIGNALS, CommandSpec
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +117,17 @@ class LocalExec:
     def close(self) -> None:
         if self.cgroups is not None:
             self.cgroups.close()
+
+
+@contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """Blocks SIGTERM and SIGINT in the calling thread meanwhile: a supervisor started then inherits the mask and
+    unblocks them once its relay is installed, so a stop sent while it starts is never lost (nor kills it early)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, RELAYED_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _home_or_root(account: Account | None) -> Path:

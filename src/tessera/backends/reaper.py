@@ -12,7 +12,6 @@ Imports only the standard library (the supervisor loads it before anything else)
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import time
@@ -25,6 +24,8 @@ KILL_TIMEOUT_S = 5.0
 
 def become_subreaper() -> bool:
     """Makes the calling process a child subreaper; False where the kernel refuses (or this is not Linux)."""
+    import ctypes  # here, not at the top: the supervisor imports this module before its signal relay is set
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0

@@ -232,6 +232,11 @@ def end_process_group() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="tessera-supervisor: %(message)s", stream=sys.stderr)
+    relay = _SignalRelay()
+    relay.install()  # a stop that comes while the rest is set up is kept, and CMD then not started
+    # The backend starts this program with the stop signals blocked, so that one sent before the handlers were in
+    # place waits (pending) instead of killing it before it could write an exit code: it arrives now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, RELAYED_SIGNALS)
     try:
         exit_file, spec_file, command = split_args(sys.argv[1:] if argv is None else argv)
         spec = read_spec(spec_file) if spec_file is not None else CommandSpec()
@@ -247,8 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as error:
             logger.warning("cannot join cgroup %s (%s); containing by subreaper only", cgroup, error)
             cgroup = None
-    relay = _SignalRelay(cgroup)
-    relay.install()
+    relay.cgroup = cgroup
     exit_code = run_command(command, relay, spec)
     if exit_code < 0:
         logger.info("%r was ended by signal %s", command[0], signal_name(-exit_code))
