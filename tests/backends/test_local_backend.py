@@ -1,10 +1,12 @@
 """The local backend with real processes: environment, log, exit codes, stop with and without SIGTERM honoured,
-nothing of a workload's process group left behind, and re-adoption by a second backend instance."""
+nothing of a workload's process group left behind, and re-adoption by a second backend instance. (Containment and
+host isolation: test_containment.py.)"""
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import subprocess
 import sys
 import time
@@ -117,7 +119,7 @@ def test_env_is_passed_and_stdout_and_stderr_go_to_the_log(backend: LocalBackend
     text = log.read_text()
     assert "devices=GPU-1234,MIG-5678" in text
     assert "to stderr" in text
-    assert f"home={os.environ.get('HOME', '')}" in text  # the server's environment is kept
+    assert f"home={pwd.getpwuid(os.geteuid()).pw_dir}" in text  # the account's, not the server's environment
 
 
 def test_exit_codes_are_recorded_and_a_relaunch_ignores_the_old_exit_file(
@@ -349,10 +351,8 @@ def test_find_finds_a_supervisor_that_a_crash_kept_from_its_reference_file(tmp_p
     assert not backend.ref_path("w").exists() and backend.intent_path("w").exists()
     found = backend.find("w")  # before the launch intent, None: the restarted server launched "w" a second time
     assert found is not None and is_running(pid_of(found))
-    assert Path(f"/proc/{pid_of(found)}/cmdline").read_bytes().split(b"\0")[1:3] == [
-        b"-m",
-        b"tessera.backends.supervisor",
-    ]
+    argv = Path(f"/proc/{pid_of(found)}/cmdline").read_bytes().split(b"\0")
+    assert argv[argv.index(b"-m") + 1] == b"tessera.backends.supervisor"
     assert found.data["exit_file"] == str(backend.exit_path("w"))
     backend.adopt(found)
     assert backend.poll() == [] and set(backend.pids(found)) >= {pid_of(found)}

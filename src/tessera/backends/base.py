@@ -19,9 +19,11 @@ from typing import Any, Protocol
 class LaunchSpec:
     workload_id: str
     argv: tuple[str, ...]  # the command, argv[0] looked up on PATH
-    env: Mapping[str, str] = field(default_factory=dict)  # added to the server's environment (CUDA_VISIBLE_DEVICES...)
+    # The workload's own variables (its env, CUDA_VISIBLE_DEVICES...), on a clean minimal base: never the server's.
+    env: Mapping[str, str] = field(default_factory=dict)
     log_path: Path | None = None  # stdout and stderr together; None = discard
-    workdir: Path | None = None  # working directory; None = the server's
+    workdir: Path | None = None  # working directory; None = its account's home (tenant users), else the server's
+    tenant: str | None = None  # whose it is: a backend may run it as that tenant's OS user
 
 
 JsonScalar = str | int | float | bool | None

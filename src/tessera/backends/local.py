@@ -2,7 +2,12 @@
 
 Every workload runs under ``tessera.backends.supervisor`` (see there), started in a new session so that it leads the
 workload's process group and keeps running if the server dies. The supervisor writes the command's exit code to
-``<run_dir>/<id>.exit`` (the id percent-encoded) and then kills whatever is left of the group.
+``<run_dir>/<id>.exit`` (the id percent-encoded) and then kills whatever is left of the workload.
+
+- **Host isolation and containment** (``local_exec.py``): the supervisor runs with an environment of its own, the
+  command with a clean one (never the server's), as its tenant's OS user when the server is root and ``accounts``
+  are given; each workload has a cgroup of its own where one is usable (the supervisor a subreaper besides), which
+  ``poll`` kills when the workload ends, also when the supervisor itself was SIGKILLed, and then removes.
 
 - **Exit codes.** ``poll`` reports the code from the exit file. Without one (the supervisor itself was killed): -9
   if this backend sent SIGKILL, else minus the signal that killed the supervisor when it is this process's child,
@@ -20,8 +25,8 @@ workload's process group and keeps running if the server dies. The supervisor wr
   not our child: it counts as running while ``/proc/PID/stat`` exists, is not a zombie, and shows the recorded start
   time, so a reused PID reads as ended (and is never signalled). Exit files stay after the end is reported (a server
   that dies before recording the end reads them again); ``launch`` of the same id removes the old one.
-- **Nothing left behind.** When a workload ends, ``poll`` SIGKILLs its group once more and reports the end only when
-  no process of the group is left running (or after ``DRAIN_TIMEOUT_S``, with a warning).
+- **Nothing left behind.** When a workload ends, ``poll`` SIGKILLs its group and its cgroup once more and reports the
+  end only when no process of either is left running (or after ``DRAIN_TIMEOUT_S``, with a warning).
 
 Linux only (``/proc``, process groups). Thread-safe: one lock guards the state, so API threads may call ``stop``
 while the server loop calls ``poll``.
@@ -42,19 +47,21 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from tessera.backends import procfs
+from tessera.backends.accounts import TenantAccounts
 from tessera.backends.base import Backend, BackendNode, ExitStatus, Handle, JsonScalar, LaunchSpec
 from tessera.backends.launch_intent import NONCE_ENV, Intent, find_launched, write_intent
+from tessera.backends.local_exec import SUPERVISOR_MODULE, LocalExec, open_log, stop_signals_held
 from tessera.core.errors import InvalidRequestError, TesseraError
 from tessera.faults import crash_point
 
 logger = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 5.0  # how long an ended workload's SIGKILLed processes may take to vanish before we report anyway
-SUPERVISOR_MODULE = "tessera.backends.supervisor"
+__all__ = ["SUPERVISOR_MODULE", "LocalBackend"]
 KIND = "local"
 NODE_NAME = "local"  # as ``tessera.gpu.gpus.GpuDevice.node`` names this host
 
@@ -111,12 +118,22 @@ class LocalBackend:
 
     kind = KIND
 
-    def __init__(self, run_dir: Path, python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        python: str = sys.executable,
+        *,
+        containment: str = "auto",
+        accounts: TenantAccounts | None = None,
+    ) -> None:
+        """``containment``: "auto" (the best usable cgroup, else the subreaper alone), "none" or one of
+        ``cgroups.KINDS`` (``OSError`` when not usable). ``accounts``: run workloads as their tenants' OS users."""
         if not procfs.PROC_ROOT.joinpath("self", "stat").exists():
             raise TesseraError("the local backend needs Linux (/proc is not available)")
         self.run_dir = run_dir
         self.python = python
-        run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.exec = LocalExec(python, containment, run_dir, accounts)
         self._lock = threading.Lock()
         self._watches: dict[str, _Watch] = {}
 
@@ -136,41 +153,54 @@ class LocalBackend:
         """This host, the only one."""
         return [BackendNode(NODE_NAME, socket.gethostname())]
 
+    def spec_path(self, workload_id: str) -> Path:
+        """Where ``launch`` leaves the command's spec for the supervisor (which deletes it once read)."""
+        return self.run_dir / f"{_file_stem(workload_id)}.spec.json"
+
     def pids(self, handle: Handle) -> list[int]:
-        """The live processes of the workload's process group (none once its supervisor's PID names another)."""
+        """The live processes of the workload: its process group's (none once its supervisor's PID names another)
+        and its cgroup's (what left the group)."""
         ref = _process_of(handle)
-        if ref.pid == 0 or procfs.is_pid_reused(ref.pid, ref.started_marker):
+        if ref.pid == 0:  # found ended by its exit file: no process of its own to look for
             return []
-        return procfs.live_group_members(ref.pgid)
+        group = [] if procfs.is_pid_reused(ref.pid, ref.started_marker) else procfs.live_group_members(ref.pgid)
+        return sorted(set(group) | set(self.exec.members(_file_stem(ref.workload_id))))
 
     def launch(self, spec: LaunchSpec) -> Handle:
         """Starts the supervisor (which starts the command) and returns at once; a command that cannot be run is
         reported by ``poll`` with exit code 127 or 126. Raises ``OSError`` if the supervisor cannot be started
         (``NotADirectoryError`` for a missing ``workdir``), ``InvalidRequestError`` for an empty command or a
-        workload that is already running."""
+        workload that is already running, ``TesseraError`` when its tenant has no OS account."""
         if not spec.argv:
             raise InvalidRequestError("argv", "the command is empty")
         if spec.workdir is not None and not spec.workdir.is_dir():
             raise NotADirectoryError(errno.ENOTDIR, "the workload's directory does not exist", str(spec.workdir))
         _reap_released_children()
-        exit_file = self.exit_path(spec.workload_id)
-        command = [self.python, "-m", SUPERVISOR_MODULE, "--exit-file", str(exit_file), "--", *spec.argv]
+        account = self.exec.account(spec)
+        exit_file, spec_file = self.exit_path(spec.workload_id), self.spec_path(spec.workload_id)
+        command = self.exec.command(exit_file, spec_file, spec.argv)
         with self._lock:
             if spec.workload_id in self._watches:
                 raise InvalidRequestError("workload_id", f"{spec.workload_id!r} is already running")
             exit_file.unlink(missing_ok=True)  # left by an earlier run of the same workload: first, then the intent
             intent = Intent.new(spec.workload_id, exit_file)
-            write_intent(self.intent_path(spec.workload_id), intent)
-            with _open_log(spec.log_path) as log:  # if this fails, the intent stays: find() finds nothing by it
-                popen = subprocess.Popen(
-                    command,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env={**os.environ, **spec.env, NONCE_ENV: intent.nonce},
-                    cwd=spec.workdir,
-                    start_new_session=True,  # leads its own session and process group: pgid == pid
-                )
+            write_intent(self.intent_path(spec.workload_id), intent)  # if the launch fails, find() finds nothing by it
+            cgroup = self.exec.prepare(spec, _file_stem(spec.workload_id), spec_file, account)
+            try:
+                with open_log(spec.log_path) as log, stop_signals_held():
+                    popen = subprocess.Popen(
+                        command,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        # its own environment (the tenant's reaches only CMD), with the nonce find() knows it by
+                        env={**self.exec.supervisor_env, NONCE_ENV: intent.nonce},
+                        cwd="/",
+                        start_new_session=True,  # leads its own session and process group: pgid == pid
+                    )
+            except BaseException:
+                self.exec.undo(spec_file, cgroup)
+                raise
             crash_point("after-launch")
             marker = procfs.read_start_marker(popen.pid)  # our unreaped child: its /proc entry is there
             assert marker is not None, "a child that was not waited for always has a /proc entry"
@@ -263,6 +293,7 @@ class LocalBackend:
         with self._lock:
             children = [watch.popen for watch in self._watches.values() if watch.popen is not None]
             self._watches.clear()
+        self.exec.close()
         with _released_lock:
             _released_children.extend(children)
 
@@ -280,11 +311,14 @@ class LocalBackend:
             watch.exit_code = self._exit_code(watch)
             watch.report_by_s = now_s + DRAIN_TIMEOUT_S
             self._signal_group(watch, signal.SIGKILL)  # whatever outlived the supervisor
+        stem = _file_stem(watch.ref.workload_id)
         left = procfs.live_group_members(watch.ref.pgid) if self._group_is_ours(watch) else []
+        left += self.exec.kill(stem)  # also what left the group or outlived a SIGKILLed supervisor
         if left and now_s < watch.report_by_s:
             return None
         if left:
-            logger.warning("%s: processes %s of its group still there after SIGKILL", watch.ref.workload_id, left)
+            logger.warning("%s: processes %s still there after SIGKILL", watch.ref.workload_id, sorted(set(left)))
+        self.exec.remove(stem)
         return ExitStatus(watch.ref.workload_id, watch.exit_code)
 
     def _supervisor_running(self, watch: _Watch) -> bool:
@@ -312,9 +346,11 @@ class LocalBackend:
             except ProcessLookupError:
                 pass  # it ended just now: signal what may be left of the group
         self._signal_group(watch, signal.SIGTERM)
+        self.exec.signal(_file_stem(watch.ref.workload_id), signal.SIGTERM)
 
     def _kill_group(self, watch: _Watch) -> None:
-        if self._signal_group(watch, signal.SIGKILL):
+        """SIGKILL to the group and the cgroup; ``kill_sent`` if some process received it."""
+        if self._signal_group(watch, signal.SIGKILL) | bool(self.exec.kill(_file_stem(watch.ref.workload_id))):
             watch.kill_sent = True
 
     def _group_is_ours(self, watch: _Watch) -> bool:
@@ -343,13 +379,6 @@ def _handle_of_file(value: Any) -> Handle:
         fields = {k: value.get(k) for k in ("pid", "pgid", "started_marker", "exit_file")}
         return Handle(str(value["workload_id"]), KIND, fields)
     return Handle.from_json(value)
-
-
-def _open_log(log_path: Path | None) -> IO[bytes]:
-    if log_path is None:
-        return open(os.devnull, "wb")
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    return open(log_path, "ab")
 
 
 def _file_stem(workload_id: str) -> str:
