@@ -169,12 +169,14 @@ def _alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] not in "ZXx"
 
 
-def signal_members(path: Path, signum: int, spare: int | None = None) -> None:
-    """Sends ``signum`` to every process of the cgroup but ``spare``."""
+def signal_members(path: Path, signum: int, spare: int | None = None, spare_group: int | None = None) -> None:
+    """Sends ``signum`` to every process of the cgroup but ``spare`` and the members of process group
+    ``spare_group`` (signalled already through their group: each process gets a stop signal once)."""
     for pid in members(path):
         if pid != spare:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
+                if spare_group is None or os.getpgid(pid) != spare_group:
+                    os.kill(pid, signum)
 
 
 def kill(kind: str, path: Path, spare: int | None = None, timeout_s: float = KILL_TIMEOUT_S) -> list[int]:

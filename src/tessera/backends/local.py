@@ -346,7 +346,8 @@ class LocalBackend:
             except ProcessLookupError:
                 pass  # it ended just now: signal what may be left of the group
         self._signal_group(watch, signal.SIGTERM)
-        self.exec.signal(_file_stem(watch.ref.workload_id), signal.SIGTERM)
+        spare = watch.ref.pgid if self._group_is_ours(watch) else None
+        self.exec.signal(_file_stem(watch.ref.workload_id), signal.SIGTERM, spare_group=spare)
 
     def _kill_group(self, watch: _Watch) -> None:
         """SIGKILL to the group and the cgroup; ``kill_sent`` if some process received it."""

@@ -103,10 +103,11 @@ class LocalExec:
             logger.warning("cannot kill cgroup %s: %s", cgroup, error)
             return cgroups.members(cgroup)
 
-    def signal(self, stem: str, signum: int) -> None:
+    def signal(self, stem: str, signum: int, spare_group: int | None = None) -> None:
+        """Signals the workload's cgroup members outside process group ``spare_group`` (signalled on its own)."""
         cgroup = self.cgroup(stem)
         if cgroup is not None:
-            cgroups.signal_members(cgroup, signum)
+            cgroups.signal_members(cgroup, signum, spare_group=spare_group)
 
     def remove(self, stem: str) -> None:
         """Removes the ended workload's empty cgroup."""

@@ -116,13 +116,13 @@ class _SignalRelay:
             os.killpg(os.getpgrp(), signum)
         finally:
             signal.signal(signum, previous)
-        # What left the group (setsid, a double fork): the cgroup names it, else the subreaper's tree holds it.
-        if self.cgroup is not None:
-            cgroups.signal_members(self.cgroup, signum, spare=os.getpid())
-            return
-        for pid in reaper.descendants(os.getpid()):
+        # What left the group (setsid, a double fork): the cgroup names it, else the subreaper's tree holds it. The
+        # group's own members had the signal already: each process gets it once.
+        others = cgroups.members(self.cgroup) if self.cgroup is not None else reaper.descendants(os.getpid())
+        for pid in others:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
+                if pid != os.getpid() and os.getpgid(pid) != os.getpgrp():
+                    os.kill(pid, signum)
 
 
 def leads_own_group() -> bool:
