@@ -36,6 +36,8 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# scripts/test-packages.sh installs the Debian packages some tests use (the MPS control daemon); without them those
+# tests skip and say why.
 # The suite runs against a throw-away PostgreSQL server (scripts/test-postgres.sh installs it with apt-get when
 # missing), whose URL reaches the tests in TESSERA_TEST_PG_URL; it is stopped and removed however pytest ends.
 # `make test TESSERA_TEST_PG=skip` runs without it (the PostgreSQL tests then skip).
@@ -49,6 +51,7 @@ CORE_GATE := echo "tessera.core line coverage, in percent (the gate: $(CORE_COVE
     $(BIN)/coverage report --include='*/tessera/core/*' --format=total --fail-under=$(CORE_COVERAGE_MIN)
 
 test: lint
+	@bash scripts/test-packages.sh
 	@if [ "$(TESSERA_TEST_PG)" = skip ]; then \
 	    echo "TESSERA_TEST_PG=skip: no PostgreSQL test server, the PostgreSQL tests will be skipped"; \
 	    echo "$(PYTEST)"; $(PYTEST) && $(CORE_GATE); exit; \

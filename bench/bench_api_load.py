@@ -2,12 +2,12 @@
 client (a thread pool over one ``httpx.Client``), then a check that none was lost or duplicated, and the submit
 latency percentiles and throughput.
 
-The server runs as a subprocess on 127.0.0.1 (a free port, a temporary ``--data-dir`` with its SQLite store, a
-simulated ``1xA100-80GB`` pool, an ``--admin-token``), with its scheduler loop stepping all along. So that it does not
-start 10,000 processes, a *blocker* workload first takes the whole GPU (``sleep``); every submission then asks for a
-tenth of a GPU, which fits the pool but not now, and waits. At the end the server gets SIGTERM; the blocker, which
-by design outlives the server (a restarted server would re-adopt it), is then stopped through its process group,
-and the benchmark checks that no process of the run is left (no ``/proc`` command line names its data directory).
+The server runs as a subprocess on 127.0.0.1 (a free port, a temporary ``--data-dir`` with its SQLite store, a simulated
+``1xA100-80GB`` pool, an admin token in ``TESSERA_ADMIN_TOKEN``), with its scheduler loop stepping all along. So that it
+does not start 10,000 processes, a *blocker* workload first takes the whole GPU (``sleep``); every submission then asks
+for a tenth of a GPU, which fits the pool but not now, and waits. At the end the server gets SIGTERM; the blocker, which
+by design outlives the server (a restarted server would re-adopt it), is then stopped through its process group, and the
+benchmark checks that no process of the run is left (no ``/proc`` command line names its data directory).
 
 Usage: ``python bench/bench_api_load.py [--count 10000] [--concurrency 16]``. Linux only (``/proc``).
 """
@@ -66,10 +66,11 @@ def tessera_up(data_dir: Path) -> Iterator[Server]:
     """A ``tessera up`` subprocess, ready (``/healthz`` answers 200); stopped with SIGTERM afterwards."""
     port, token = free_port(), "bench-" + secrets.token_urlsafe(16)
     argv = [sys.executable, "-m", "tessera.cli", "up", "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["--gpus", POOL, "--data-dir", str(data_dir), "--admin-token", token]
+    argv += ["--gpus", POOL, "--data-dir", str(data_dir), "--run-as", "server"]
+    env = {**os.environ, "TESSERA_ADMIN_TOKEN": token}  # never on the command line
     log_path = data_dir.parent / "server.log"
     with log_path.open("wb") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     server = Server(process, f"http://127.0.0.1:{port}", token, data_dir, log_path)
     try:
         wait_ready(server)

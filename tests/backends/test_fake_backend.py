@@ -57,6 +57,19 @@ def test_find_serves_a_restarted_server_that_never_stored_the_ref() -> None:
     assert backend.poll() == [ExitStatus("w", 0)]
 
 
+def test_a_workload_that_ends_while_no_server_watches_is_reported_after_its_adoption() -> None:
+    backend = FakeBackend()
+    ref = backend.launch(LaunchSpec("a", ("train",)))
+    backend.close()  # the server died
+    backend.finish("a", 0)
+    assert backend.poll() == [] and backend.find("a") == ref  # not reported before a server adopts it
+    backend.adopt(ref)
+    assert backend.poll() == [ExitStatus("a", 0)]
+    assert backend.find("a") is None and backend.poll() == []
+    with pytest.raises(KeyError):
+        backend.finish("never-launched", 0)
+
+
 def test_handles_are_json_and_only_fake_ones_are_adopted() -> None:
     backend = FakeBackend()
     ref = backend.launch(LaunchSpec("w", ("train",)))

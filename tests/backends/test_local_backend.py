@@ -1,10 +1,12 @@
 """The local backend with real processes: environment, log, exit codes, stop with and without SIGTERM honoured,
-nothing of a workload's process group left behind, and re-adoption by a second backend instance."""
+nothing of a workload's process group left behind, and re-adoption by a second backend instance. (Containment and
+host isolation: test_containment.py.)"""
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import subprocess
 import sys
 import time
@@ -14,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from tessera.backends.base import ExitStatus, Handle, LaunchSpec
-from tessera.backends.local import LocalBackend
+from tessera.backends.launch_intent import NONCE_ENV, Intent, names_exit_file, write_intent
+from tessera.backends.local import SUPERVISOR_MODULE, LocalBackend
+from tessera.backends.procfs import read_cmdline
 from tessera.core.errors import InvalidRequestError
 
 pytestmark = pytest.mark.e2e
@@ -115,7 +119,7 @@ def test_env_is_passed_and_stdout_and_stderr_go_to_the_log(backend: LocalBackend
     text = log.read_text()
     assert "devices=GPU-1234,MIG-5678" in text
     assert "to stderr" in text
-    assert f"home={os.environ.get('HOME', '')}" in text  # the server's environment is kept
+    assert f"home={pwd.getpwuid(os.geteuid()).pw_dir}" in text  # the account's, not the server's environment
 
 
 def test_exit_codes_are_recorded_and_a_relaunch_ignores_the_old_exit_file(
@@ -317,3 +321,92 @@ def test_find_reads_a_reference_file_written_before_handles(tmp_path: Path) -> N
     assert backend.find("w") == local_handle("w", 2**22 + 1, "1", "/x/w.exit")
     backend.ref_path("v").write_text("{}")
     assert backend.find("v") is None
+
+
+# A stand-in server that dies by TESSERA_CRASH_AT=after-launch: right after the fork, before the reference file.
+CRASHING_SERVER_SCRIPT = """
+import sys
+from pathlib import Path
+from tessera.backends.base import LaunchSpec
+from tessera.backends.local import LocalBackend
+LocalBackend(Path(sys.argv[1])).launch(LaunchSpec("w", ("sh", "-c", sys.argv[2])))
+print("not reached", flush=True)
+"""
+
+
+def crash_after_launch(run_dir: Path, script: str) -> None:
+    """Runs the stand-in server with ``TESSERA_CRASH_AT=after-launch``; checks that it died by SIGKILL."""
+    env = {**os.environ, "TESSERA_CRASH_AT": "after-launch"}
+    server = subprocess.run(
+        [sys.executable, "-c", CRASHING_SERVER_SCRIPT, str(run_dir), script], env=env, capture_output=True, timeout=30
+    )
+    assert server.returncode == -9, server.stderr
+    assert b"not reached" not in server.stdout and b"crashing at after-launch" in server.stderr
+
+
+def test_find_finds_a_supervisor_that_a_crash_kept_from_its_reference_file(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    crash_after_launch(tmp_path / "run", f"while [ ! -e {go} ]; do sleep 0.02; done; exit 7")
+    backend = LocalBackend(tmp_path / "run")
+    assert not backend.ref_path("w").exists() and backend.intent_path("w").exists()
+    found = backend.find("w")  # before the launch intent, None: the restarted server launched "w" a second time
+    assert found is not None and is_running(pid_of(found))
+    argv = Path(f"/proc/{pid_of(found)}/cmdline").read_bytes().split(b"\0")
+    assert argv[argv.index(b"-m") + 1] == b"tessera.backends.supervisor"
+    assert found.data["exit_file"] == str(backend.exit_path("w"))
+    backend.adopt(found)
+    assert backend.poll() == [] and set(backend.pids(found)) >= {pid_of(found)}
+    go.touch()
+    assert wait_for_exit(backend, "w") == ExitStatus("w", 7)
+    assert backend.find("w") is None and not backend.intent_path("w").exists()  # reported: nothing left to find
+
+
+def test_find_reports_a_workload_that_ended_while_no_reference_file_pointed_to_it(tmp_path: Path) -> None:
+    crash_after_launch(tmp_path / "run", "exit 5")
+    backend = LocalBackend(tmp_path / "run")
+    wait_until(lambda: backend.exit_path("w").exists())
+    time.sleep(0.2)  # the supervisor kills its group after writing the exit file
+    found = backend.find("w")
+    assert found is not None and found.data["pid"] == 0  # no process left: its end is in the exit file
+    assert backend.pids(found) == []
+    backend.adopt(found)
+    backend.stop("w", grace_s=0)  # a handle without a process signals nothing (pid 0 would be our own group)
+    assert backend.poll() == [ExitStatus("w", 5)]
+    assert backend.find("w") is None
+
+
+def test_find_ignores_an_old_exit_file_an_intent_that_started_nothing_and_lookalikes(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    backend.launch(shell("w", "exit 3", tmp_path / "w.log"))
+    wait_for_exit(backend, "w")
+    assert backend.exit_path("w").exists() and backend.find("w") is None  # ended and reported: not found again
+
+    # An intent whose launch never started the supervisor (a crash before the fork): nothing to find.
+    exit_file = backend.exit_path("v")
+    intent = Intent.new("v", exit_file)
+    write_intent(backend.intent_path("v"), intent)
+    assert backend.find("v") is None
+
+    # A process that copies a supervisor's command line (anyone can read it) is taken only with the launch's nonce.
+    argv = [sys.executable, "-c", "import time; time.sleep(30)", "-m", SUPERVISOR_MODULE, "--exit-file", str(exit_file)]
+    for nonce, found in [(None, False), ("another launch", False), (intent.nonce, True)]:
+        env = {**os.environ, NONCE_ENV: nonce} if nonce else dict(os.environ)
+        lookalike = subprocess.Popen([*argv, "--", "x"], env=env, start_new_session=True)
+        try:
+            pid = lookalike.pid
+            wait_until(lambda: names_exit_file(read_cmdline(pid) or [], SUPERVISOR_MODULE, str(exit_file)))  # noqa: B023
+            handle = backend.find("v")
+            assert (handle is not None and pid_of(handle) == lookalike.pid) is found, nonce
+        finally:
+            lookalike.kill()
+            lookalike.wait()
+
+
+def test_only_the_supervisors_own_options_name_its_exit_file() -> None:
+    module, exit_file = SUPERVISOR_MODULE, "/run/7.exit"
+    assert names_exit_file(["python", "-m", module, "--exit-file", exit_file, "--", "sleep", "1"], module, exit_file)
+    assert not names_exit_file(["python", "-m", module, "--exit-file", "/run/8.exit", "--", "x"], module, exit_file)
+    assert not names_exit_file(["sh", "--", "-m", module, "--exit-file", exit_file], module, exit_file)
+    assert not names_exit_file(["python", "-m", "other", "--exit-file", exit_file], module, exit_file)
+    assert not names_exit_file(["python", "-m", module, "--exit-file"], module, exit_file)

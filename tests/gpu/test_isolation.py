@@ -1,6 +1,13 @@
 """The environment a launched workload gets, and the honest account of what enforces it."""
 
 import os
+import shutil
+import socket
+import stat
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -132,10 +139,65 @@ def test_describe_says_what_mps_mig_whole_gpus_cpu_and_simulation_enforce() -> N
     assert describe_isolation(parse_gpu_spec("T4"), 500, 0)[0].startswith("simulated GPU: nothing enforced")
 
 
-def test_mps_is_available_only_where_its_control_pipe_is(tmp_path: os.PathLike[str]) -> None:
+def test_a_named_pipe_alone_is_not_a_daemon(tmp_path: os.PathLike[str]) -> None:
+    """Older daemons used a FIFO: only one that the daemon holds open (a reader) counts."""
     pipe_dir = os.fspath(tmp_path)
     assert not mps_available(pipe_dir)
+    control = os.path.join(pipe_dir, "control")
+    os.mkfifo(control)
 
-    os.mkfifo(os.path.join(pipe_dir, "control"))
+    assert not mps_available(pipe_dir)  # left behind, nobody reading
 
-    assert mps_available(pipe_dir)
+    reader = os.open(control, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        assert mps_available(pipe_dir)
+    finally:
+        os.close(reader)
+
+
+def test_a_stale_socket_is_not_a_daemon(tmp_path: os.PathLike[str]) -> None:
+    """What a daemon leaves after ``quit``: the socket file, with nobody accepting on it."""
+    path = os.path.join(os.fspath(tmp_path), "control")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as server:
+        server.bind(path)
+        server.listen(1)
+        assert mps_available(os.fspath(tmp_path))
+    assert os.path.exists(path)
+
+    assert not mps_available(os.fspath(tmp_path))
+
+
+MPS_CONTROL = shutil.which("nvidia-cuda-mps-control")
+
+
+@pytest.mark.skipif(
+    MPS_CONTROL is None, reason="nvidia-cuda-mps-control is not installed (Debian non-free nvidia-cuda-mps)"
+)
+def test_the_real_mps_control_daemon_is_detected_while_it_runs_and_not_after_quit(tmp_path: Path) -> None:
+    """The real daemon starts without a GPU; it creates a UNIX socket called ``control`` (not a FIFO) and leaves it
+    behind when told to quit."""
+    assert MPS_CONTROL is not None
+    pipes, logs = tmp_path / "pipes", tmp_path / "logs"
+    pipes.mkdir()
+    logs.mkdir()
+    env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(pipes), "CUDA_MPS_LOG_DIRECTORY": str(logs)}
+    assert not mps_available(pipes)
+
+    subprocess.run([MPS_CONTROL, "-d"], env=env, check=True, timeout=10)
+    try:
+        assert _wait_for(lambda: mps_available(pipes)), "the daemon never accepted a connection"
+        assert stat.S_ISSOCK((pipes / "control").stat().st_mode)
+    finally:
+        subprocess.run([MPS_CONTROL], input=b"quit\n", env=env, timeout=10)
+
+    assert _wait_for(lambda: not mps_available(pipes)), "a daemon that quit still reads as live"
+    assert (pipes / "control").exists()  # the stale socket that fooled the old check
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False

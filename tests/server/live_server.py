@@ -1,5 +1,7 @@
 """A real ``tessera up`` process for end-to-end tests: started on a free 127.0.0.1 port with a temp data dir and a
-known admin token, stopped (or killed with -9, to test recovery) by the test."""
+known admin token (in ``TESSERA_ADMIN_TOKEN``), stopped (or killed with -9, to test recovery) by the test. Workloads
+run as the server's user (``--run-as server``) unless a test asks for tenant users: most tests share files with
+their workloads in pytest's private temporary directories."""
 
 from __future__ import annotations
 
@@ -33,6 +35,10 @@ class LiveServer:
     gpus: str = "1xA100-80GB"
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    db_url: str | None = None  # None: SQLite in data_dir
+    env: dict[str, str] = field(default_factory=dict)  # added to the server's environment (e.g. TESSERA_CRASH_AT)
+    run_as: str = "server"
+    prefix: tuple[str, ...] = ()  # e.g. setpriv ... -- to run the server as another user
 
     @property
     def url(self) -> str:
@@ -40,6 +46,7 @@ class LiveServer:
 
     def start(self, timeout_s: float = 30.0) -> None:
         command = [
+            *self.prefix,
             sys.executable,
             "-m",
             "tessera.cli",
@@ -48,14 +55,16 @@ class LiveServer:
             str(self.port),
             "--gpus",
             self.gpus,
-            "--admin-token",
-            ADMIN,
             "--data-dir",
             str(self.data_dir),
+            *(["--db", self.db_url] if self.db_url else []),
+            "--run-as",
+            self.run_as,
         ]
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = (self.data_dir / "server.log").open("ab")
-        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        env = {**os.environ, "TESSERA_ADMIN_TOKEN": ADMIN, **self.env}
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         try:
             wait_healthy(self.url, timeout_s, self.process.poll)
         except (RuntimeError, TimeoutError) as error:

@@ -63,6 +63,28 @@ def test_launch_that_never_reached_the_store_is_found_not_duplicated(make_harnes
     assert [r.workload_id for r in h2.backend.adopted] == [str(wid)]
     assert len(h2.backend.launched) == 1  # launched once, by the first server
     assert h2.get(wid)["state"] == "running"
+    handle = h2.server.ctx.store.get_workload(wid)
+    assert handle is not None and handle.handle == ref.to_json()  # what was found is stored: a second crash keeps it
+    assert any(e.kind == "found" for e in h2.server.ctx.store.events(wid))
+
+
+def test_a_workload_that_ended_while_no_server_ran_and_no_handle_was_stored_ends_once(
+    make_harness: MakeHarness,
+) -> None:
+    h = make_harness("1xA100-80GB")
+    wid = h.submit(gpus=1)["id"]
+    h.step()
+    with h.server.ctx.store.engine.begin() as connection:  # the crash came before the handle was stored
+        connection.execute(text("UPDATE workloads SET handle = NULL WHERE id = :id"), {"id": wid})
+    h.backend.close()
+    h.backend.finish(str(wid), 0)  # it ends while no server watches
+    h2 = make_harness("1xA100-80GB", db_url=h.db_url, backend=h.backend)
+    h2.step()
+    assert h2.get(wid)["state"] == "succeeded" and h2.get(wid)["exit_code"] == 0
+    assert len(h2.backend.launched) == 1  # not launched again
+    h3 = make_harness("1xA100-80GB", db_url=h.db_url, backend=h.backend)
+    h3.step()
+    assert len(h3.backend.launched) == 1 and h3.get(wid)["state"] == "succeeded"
 
 
 def test_normalise_url() -> None:

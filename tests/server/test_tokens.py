@@ -37,7 +37,7 @@ def test_a_generated_admin_token_is_revoked_once_one_is_given(tmp_path: Path) ->
     assert ensure_admin_token(store, None, 2.0) is None  # kept across restarts without a token
     ensure_admin_token(store, NEW_ADMIN, 3.0)
     assert store.token(generated) is None
-    assert [t.label for t in store.tokens() if t.is_admin] == ["admin (--admin-token)"]
+    assert [t.label for t in store.tokens() if t.is_admin] == ["admin (given)"]
 
 
 @pytest.mark.parametrize(

@@ -19,9 +19,11 @@ from typing import Any, Protocol
 class LaunchSpec:
     workload_id: str
     argv: tuple[str, ...]  # the command, argv[0] looked up on PATH
-    env: Mapping[str, str] = field(default_factory=dict)  # added to the server's environment (CUDA_VISIBLE_DEVICES...)
+    # The workload's own variables (its env, CUDA_VISIBLE_DEVICES...), on a clean minimal base: never the server's.
+    env: Mapping[str, str] = field(default_factory=dict)
     log_path: Path | None = None  # stdout and stderr together; None = discard
-    workdir: Path | None = None  # working directory; None = the server's
+    workdir: Path | None = None  # working directory; None = its account's home (tenant users), else the server's
+    tenant: str | None = None  # whose it is: a backend may run it as that tenant's OS user
 
 
 JsonScalar = str | int | float | bool | None
@@ -87,8 +89,11 @@ class Backend(Protocol):
         ...
 
     def find(self, workload_id: str) -> Handle | None:
-        """The handle of a workload launched earlier that never reached the store (the server died between launch
-        and write), or None when it was never launched (or its end was reported since)."""
+        """The handle of a workload launched earlier whose handle may never have reached the store (the server died
+        between launch and write, even between starting the process and noting where it is), or None when it was
+        never launched (nothing of it was started) or its end was reported since. A workload that ran and ended
+        meanwhile is found too: ``adopt`` its handle and the next ``poll`` reports that end. Recovery asks this
+        before it launches anything again, so a launch is never repeated while (or after) the first one ran."""
         ...
 
     def pids(self, handle: Handle) -> list[int]:

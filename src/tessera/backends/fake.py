@@ -1,10 +1,11 @@
 """An in-memory ``Backend`` for unit tests of the server loop: no process is started.
 
-``launch`` records the spec and hands out a ``Handle`` of kind ``"fake"`` with a made-up ``pid``; a test ends a
-workload with ``finish`` (or ``stop``, which ends it with -15 as if it honoured SIGTERM) and the next ``poll`` reports
-it, once. Like the local backend, ``find`` knows a launched workload's handle until its end is reported, also after
-``close`` (so one instance can play a restarted server's backend too). ``pids`` answers the made-up pid while the
-workload runs (so the memory watchdog can be tested against a fake NVML that reports it).
+``launch`` records the spec and hands out a ``Handle`` of kind ``"fake"`` with a made-up ``pid``; a test ends a workload
+with ``finish`` (or ``stop``, which ends it with -15 as if it honoured SIGTERM) and the next ``poll`` reports it, once.
+Like the local backend, ``find`` knows a launched workload's handle from the moment ``launch`` is called until its end
+is reported, also after ``close`` (so one instance can play a restarted server's backend too, and a crash anywhere after
+the launch began leaves the workload findable, as the local backend's launch intent does). ``pids`` answers the made-up
+pid while the workload runs (so the memory watchdog can be tested against a fake NVML that reports it).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class FakeBackend:
         self._running: dict[str, Handle] = {}
         self._ended: dict[str, int | None] = {}  # ended, to be reported by the next poll (insertion order)
         self._findable: dict[str, Handle] = {}  # launched, end not reported yet
+        self._ended_unwatched: dict[str, int | None] = {}  # ended while no server watched: reported once adopted
         self._next_pid = FIRST_FAKE_PID
 
     def nodes(self) -> list[BackendNode]:
@@ -75,13 +77,19 @@ class FakeBackend:
         with self._lock:
             self.adopted.append(ref)
             self._running.setdefault(ref.workload_id, ref)
+            if ref.workload_id in self._ended_unwatched:
+                self._ended.setdefault(ref.workload_id, self._ended_unwatched.pop(ref.workload_id))
 
     def finish(self, workload_id: str, exit_code: int | None) -> None:
-        """Ends a tracked workload with ``exit_code`` (None: vanished); the next ``poll`` reports it."""
+        """Ends a workload with ``exit_code`` (None: vanished): a tracked one is reported by the next ``poll``, one
+        launched but no longer tracked (after ``close``: the server died) by the ``poll`` after its ``adopt``."""
         with self._lock:
-            if workload_id not in self._running:
-                raise KeyError(f"{workload_id!r} is not tracked by this FakeBackend")
-            self._ended.setdefault(workload_id, exit_code)
+            if workload_id in self._running:
+                self._ended.setdefault(workload_id, exit_code)
+            elif workload_id in self._findable:
+                self._ended_unwatched.setdefault(workload_id, exit_code)
+            else:
+                raise KeyError(f"{workload_id!r} was not launched by this FakeBackend")
 
     def stop(self, workload_id: str, grace_s: float) -> None:
         with self._lock:

@@ -2,7 +2,12 @@
 
 Every workload runs under ``tessera.backends.supervisor`` (see there), started in a new session so that it leads the
 workload's process group and keeps running if the server dies. The supervisor writes the command's exit code to
-``<run_dir>/<id>.exit`` (the id percent-encoded) and then kills whatever is left of the group.
+``<run_dir>/<id>.exit`` (the id percent-encoded) and then kills whatever is left of the workload.
+
+- **Host isolation and containment** (``local_exec.py``): the supervisor runs with an environment of its own, the
+  command with a clean one (never the server's), as its tenant's OS user when the server is root and ``accounts``
+  are given; each workload has a cgroup of its own where one is usable (the supervisor a subreaper besides), which
+  ``poll`` kills when the workload ends, also when the supervisor itself was SIGKILLed, and then removes.
 
 - **Exit codes.** ``poll`` reports the code from the exit file. Without one (the supervisor itself was killed): -9
   if this backend sent SIGKILL, else minus the signal that killed the supervisor when it is this process's child,
@@ -14,12 +19,14 @@ workload's process group and keeps running if the server dies. The supervisor wr
   process group ``pgid`` (the same number), ``started_marker`` (its start time from ``/proc``, which tells a reused
   PID apart) and ``exit_file``. Only this module reads them; ``pids(handle)`` lists the group's live processes.
 - **Adoption.** A restarted server hands ``adopt`` the ``Handle`` it stored, or the one ``find`` reads back
-  from ``<run_dir>/<id>.ref.json`` (written by ``launch``, removed once the end is reported). Such a process is not
-  our child: it counts as running while ``/proc/PID/stat`` exists, is not a zombie, and shows the recorded start
+  from ``<run_dir>/<id>.ref.json`` (written by ``launch``, removed once the end is reported); if the server died
+  before that write, ``find`` finds the supervisor by the launch intent written before the fork (``launch_intent``),
+  or, when it has ended, gives a handle without a process (pid 0) whose end the exit file tells. Such a process is
+  not our child: it counts as running while ``/proc/PID/stat`` exists, is not a zombie, and shows the recorded start
   time, so a reused PID reads as ended (and is never signalled). Exit files stay after the end is reported (a server
   that dies before recording the end reads them again); ``launch`` of the same id removes the old one.
-- **Nothing left behind.** When a workload ends, ``poll`` SIGKILLs its group once more and reports the end only when
-  no process of the group is left running (or after ``DRAIN_TIMEOUT_S``, with a warning).
+- **Nothing left behind.** When a workload ends, ``poll`` SIGKILLs its group and its cgroup once more and reports the
+  end only when no process of either is left running (or after ``DRAIN_TIMEOUT_S``, with a warning).
 
 Linux only (``/proc``, process groups). Thread-safe: one lock guards the state, so API threads may call ``stop``
 while the server loop calls ``poll``.
@@ -40,17 +47,21 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from tessera.backends import procfs
+from tessera.backends.accounts import TenantAccounts
 from tessera.backends.base import Backend, BackendNode, ExitStatus, Handle, JsonScalar, LaunchSpec
+from tessera.backends.launch_intent import NONCE_ENV, Intent, find_launched, write_intent
+from tessera.backends.local_exec import SUPERVISOR_MODULE, LocalExec, open_log, stop_signals_held
 from tessera.core.errors import InvalidRequestError, TesseraError
+from tessera.faults import crash_point
 
 logger = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 5.0  # how long an ended workload's SIGKILLed processes may take to vanish before we report anyway
-SUPERVISOR_MODULE = "tessera.backends.supervisor"
+__all__ = ["SUPERVISOR_MODULE", "LocalBackend"]
 KIND = "local"
 NODE_NAME = "local"  # as ``tessera.gpu.gpus.GpuDevice.node`` names this host
 
@@ -60,7 +71,7 @@ class _Process:
     """What a local handle holds: enough to find the workload's processes again after a server restart."""
 
     workload_id: str
-    pid: int  # the supervising process (leader of the workload's process group)
+    pid: int  # the supervising process (leader of the workload's process group); 0: none known, it ended
     pgid: int
     started_marker: str  # the process's start time as the OS reports it: guards against a reused PID
     exit_file: str  # where the supervisor writes the exit code when the workload ends
@@ -81,7 +92,7 @@ def _process_of(handle: Handle) -> _Process:
         raise InvalidRequestError("handle", f"{handle.workload_id}: a {handle.backend!r} handle, not a local one")
     data = handle.data
     pid, pgid, marker, exit_file = (data.get(k) for k in ("pid", "pgid", "started_marker", "exit_file"))
-    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (pid, pgid))
+    ints = all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (pid, pgid))
     if not ints or not isinstance(marker, str) or not isinstance(exit_file, str):
         raise InvalidRequestError("handle", f"{handle.workload_id}: not a local process handle: {dict(data)}")
     assert isinstance(pid, int) and isinstance(pgid, int)
@@ -107,12 +118,22 @@ class LocalBackend:
 
     kind = KIND
 
-    def __init__(self, run_dir: Path, python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        python: str = sys.executable,
+        *,
+        containment: str = "auto",
+        accounts: TenantAccounts | None = None,
+    ) -> None:
+        """``containment``: "auto" (the best usable cgroup, else the subreaper alone), "none" or one of
+        ``cgroups.KINDS`` (``OSError`` when not usable). ``accounts``: run workloads as their tenants' OS users."""
         if not procfs.PROC_ROOT.joinpath("self", "stat").exists():
             raise TesseraError("the local backend needs Linux (/proc is not available)")
         self.run_dir = run_dir
         self.python = python
-        run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.exec = LocalExec(python, containment, run_dir, accounts)
         self._lock = threading.Lock()
         self._watches: dict[str, _Watch] = {}
 
@@ -124,43 +145,63 @@ class LocalBackend:
         """Where ``launch`` records the handle of ``workload_id`` until its end is reported (for ``find``)."""
         return self.run_dir / f"{_file_stem(workload_id)}.ref.json"
 
+    def intent_path(self, workload_id: str) -> Path:
+        """Where ``launch`` records, before the fork, that it starts ``workload_id`` (``launch_intent``)."""
+        return self.run_dir / f"{_file_stem(workload_id)}.intent.json"
+
     def nodes(self) -> list[BackendNode]:
         """This host, the only one."""
         return [BackendNode(NODE_NAME, socket.gethostname())]
 
+    def spec_path(self, workload_id: str) -> Path:
+        """Where ``launch`` leaves the command's spec for the supervisor (which deletes it once read)."""
+        return self.run_dir / f"{_file_stem(workload_id)}.spec.json"
+
     def pids(self, handle: Handle) -> list[int]:
-        """The live processes of the workload's process group (none once its supervisor's PID names another)."""
+        """The live processes of the workload: its process group's (none once its supervisor's PID names another)
+        and its cgroup's (what left the group)."""
         ref = _process_of(handle)
-        if procfs.is_pid_reused(ref.pid, ref.started_marker):
+        if ref.pid == 0:  # found ended by its exit file: no process of its own to look for
             return []
-        return procfs.live_group_members(ref.pgid)
+        group = [] if procfs.is_pid_reused(ref.pid, ref.started_marker) else procfs.live_group_members(ref.pgid)
+        return sorted(set(group) | set(self.exec.members(_file_stem(ref.workload_id))))
 
     def launch(self, spec: LaunchSpec) -> Handle:
         """Starts the supervisor (which starts the command) and returns at once; a command that cannot be run is
         reported by ``poll`` with exit code 127 or 126. Raises ``OSError`` if the supervisor cannot be started
         (``NotADirectoryError`` for a missing ``workdir``), ``InvalidRequestError`` for an empty command or a
-        workload that is already running."""
+        workload that is already running, ``TesseraError`` when its tenant has no OS account."""
         if not spec.argv:
             raise InvalidRequestError("argv", "the command is empty")
         if spec.workdir is not None and not spec.workdir.is_dir():
             raise NotADirectoryError(errno.ENOTDIR, "the workload's directory does not exist", str(spec.workdir))
         _reap_released_children()
-        exit_file = self.exit_path(spec.workload_id)
-        command = [self.python, "-m", SUPERVISOR_MODULE, "--exit-file", str(exit_file), "--", *spec.argv]
+        account = self.exec.account(spec)
+        exit_file, spec_file = self.exit_path(spec.workload_id), self.spec_path(spec.workload_id)
+        command = self.exec.command(exit_file, spec_file, spec.argv)
         with self._lock:
             if spec.workload_id in self._watches:
                 raise InvalidRequestError("workload_id", f"{spec.workload_id!r} is already running")
-            exit_file.unlink(missing_ok=True)  # left by an earlier run of the same workload
-            with _open_log(spec.log_path) as log:
-                popen = subprocess.Popen(
-                    command,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env={**os.environ, **spec.env},
-                    cwd=spec.workdir,
-                    start_new_session=True,  # leads its own session and process group: pgid == pid
-                )
+            exit_file.unlink(missing_ok=True)  # left by an earlier run of the same workload: first, then the intent
+            intent = Intent.new(spec.workload_id, exit_file)
+            write_intent(self.intent_path(spec.workload_id), intent)  # if the launch fails, find() finds nothing by it
+            cgroup = self.exec.prepare(spec, _file_stem(spec.workload_id), spec_file, account)
+            try:
+                with open_log(spec.log_path) as log, stop_signals_held():
+                    popen = subprocess.Popen(
+                        command,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        # its own environment (the tenant's reaches only CMD), with the nonce find() knows it by
+                        env={**self.exec.supervisor_env, NONCE_ENV: intent.nonce},
+                        cwd="/",
+                        start_new_session=True,  # leads its own session and process group: pgid == pid
+                    )
+            except BaseException:
+                self.exec.undo(spec_file, cgroup)
+                raise
+            crash_point("after-launch")
             marker = procfs.read_start_marker(popen.pid)  # our unreaped child: its /proc entry is there
             assert marker is not None, "a child that was not waited for always has a /proc entry"
             ref = _Process(spec.workload_id, popen.pid, popen.pid, marker, str(exit_file))
@@ -184,8 +225,10 @@ class LocalBackend:
         logger.info("adopted %s (pid %d)", ref.workload_id, ref.pid)
 
     def find(self, workload_id: str) -> Handle | None:
-        """The handle that ``launch`` recorded for ``workload_id`` (also by an earlier server), or None if it was
-        never launched or its end has been reported since. Hand it to ``adopt``."""
+        """The handle of ``workload_id``, launched by this or an earlier server, whose end was not reported yet:
+        the one ``launch`` recorded, or, if the launching server died before it could, the live supervisor of its
+        launch intent or (it ran and ended) a handle without a process. None if it was never launched, if its
+        launch never started the supervisor, or if its end has been reported since. Hand it to ``adopt``."""
         with self._lock:
             watch = self._watches.get(workload_id)
         if watch is not None:
@@ -194,12 +237,17 @@ class LocalBackend:
         try:
             handle = _handle_of_file(json.loads(path.read_text()))
             _process_of(handle)
+            if handle.workload_id == workload_id:
+                return handle
         except FileNotFoundError:
-            return None
+            pass
         except (ValueError, InvalidRequestError) as error:
             logger.warning("%s does not hold a process handle: %s", path, error)
-            return None
-        return handle if handle.workload_id == workload_id else None
+        return self._find_by_intent(workload_id)
+
+    def _find_by_intent(self, workload_id: str) -> Handle | None:
+        found = find_launched(self.intent_path(workload_id), workload_id, SUPERVISOR_MODULE)
+        return None if found is None else _Process(workload_id, *found).handle()
 
     def stop(self, workload_id: str, grace_s: float) -> None:
         """SIGTERM now, SIGKILL at the first ``poll`` after ``grace_s``; a no-op for a workload not tracked (it
@@ -229,6 +277,7 @@ class LocalBackend:
                 if status is not None:
                     del self._watches[workload_id]
                     self.ref_path(workload_id).unlink(missing_ok=True)  # ended and reported: nothing to find
+                    self.intent_path(workload_id).unlink(missing_ok=True)
                     ended.append(status)
         for status in ended:
             logger.info("%s ended with exit code %s", status.workload_id, status.exit_code)
@@ -244,6 +293,7 @@ class LocalBackend:
         with self._lock:
             children = [watch.popen for watch in self._watches.values() if watch.popen is not None]
             self._watches.clear()
+        self.exec.close()
         with _released_lock:
             _released_children.extend(children)
 
@@ -261,17 +311,20 @@ class LocalBackend:
             watch.exit_code = self._exit_code(watch)
             watch.report_by_s = now_s + DRAIN_TIMEOUT_S
             self._signal_group(watch, signal.SIGKILL)  # whatever outlived the supervisor
+        stem = _file_stem(watch.ref.workload_id)
         left = procfs.live_group_members(watch.ref.pgid) if self._group_is_ours(watch) else []
+        left += self.exec.kill(stem)  # also what left the group or outlived a SIGKILLed supervisor
         if left and now_s < watch.report_by_s:
             return None
         if left:
-            logger.warning("%s: processes %s of its group still there after SIGKILL", watch.ref.workload_id, left)
+            logger.warning("%s: processes %s still there after SIGKILL", watch.ref.workload_id, sorted(set(left)))
+        self.exec.remove(stem)
         return ExitStatus(watch.ref.workload_id, watch.exit_code)
 
     def _supervisor_running(self, watch: _Watch) -> bool:
         if watch.popen is not None:
             return watch.popen.poll() is None
-        return procfs.is_running(watch.ref.pid, watch.ref.started_marker)
+        return watch.ref.pid != 0 and procfs.is_running(watch.ref.pid, watch.ref.started_marker)
 
     def _exit_code(self, watch: _Watch) -> int | None:
         written = _read_exit_file(Path(watch.ref.exit_file))
@@ -293,20 +346,23 @@ class LocalBackend:
             except ProcessLookupError:
                 pass  # it ended just now: signal what may be left of the group
         self._signal_group(watch, signal.SIGTERM)
+        spare = watch.ref.pgid if self._group_is_ours(watch) else None
+        self.exec.signal(_file_stem(watch.ref.workload_id), signal.SIGTERM, spare_group=spare)
 
     def _kill_group(self, watch: _Watch) -> None:
-        if self._signal_group(watch, signal.SIGKILL):
+        """SIGKILL to the group and the cgroup; ``kill_sent`` if some process received it."""
+        if self._signal_group(watch, signal.SIGKILL) | bool(self.exec.kill(_file_stem(watch.ref.workload_id))):
             watch.kill_sent = True
 
     def _group_is_ours(self, watch: _Watch) -> bool:
         """False once the supervisor's PID names another process: then a process group with that id is not ours.
-        (While any process of our group lives, Linux keeps the PID from being reused.)"""
-        return not procfs.is_pid_reused(watch.ref.pid, watch.ref.started_marker)
+        (While any process of our group lives, Linux keeps the PID from being reused.) Never for pid 0."""
+        return watch.ref.pid != 0 and not procfs.is_pid_reused(watch.ref.pid, watch.ref.started_marker)
 
     def _signal_group(self, watch: _Watch, signum: int) -> bool:
         """Signals the workload's process group if it is still ours; True if some process received the signal."""
         if not self._group_is_ours(watch):
-            logger.info("%s: pid %d was reused; not signalling it", watch.ref.workload_id, watch.ref.pid)
+            logger.info("%s: pid %d is not its process; not signalling it", watch.ref.workload_id, watch.ref.pid)
             return False
         try:
             os.killpg(watch.ref.pgid, signum)
@@ -324,13 +380,6 @@ def _handle_of_file(value: Any) -> Handle:
         fields = {k: value.get(k) for k in ("pid", "pgid", "started_marker", "exit_file")}
         return Handle(str(value["workload_id"]), KIND, fields)
     return Handle.from_json(value)
-
-
-def _open_log(log_path: Path | None) -> IO[bytes]:
-    if log_path is None:
-        return open(os.devnull, "wb")
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    return open(log_path, "ab")
 
 
 def _file_stem(workload_id: str) -> str:

@@ -52,14 +52,44 @@ def is_pid_reused(pid: int, start_marker: str) -> bool:
     return stat is not None and stat.start_marker != start_marker
 
 
+def is_gone(stat: ProcStat) -> bool:
+    """True if the process has ended and only its entry is left (a zombie)."""
+    return stat.state in _GONE_STATES
+
+
+def all_pids() -> list[int]:
+    """Every process id ``/proc`` lists now."""
+    return [int(entry.name) for entry in os.scandir(PROC_ROOT) if entry.name.isdigit()]
+
+
+def read_cmdline(pid: int) -> list[str] | None:
+    """The process's command line, or None if there is no such process (or it is a kernel thread, with none)."""
+    try:
+        raw = (PROC_ROOT / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    return raw.rstrip(b"\0").decode(errors="surrogateescape").split("\0") if raw else None
+
+
+def read_environ(pid: int) -> dict[str, str] | None:
+    """The environment the process was started with; None if there is no such process. Raises
+    ``PermissionError`` for another user's process (only root, or its own user, may read it)."""
+    try:
+        raw = (PROC_ROOT / str(pid) / "environ").read_bytes()
+    except PermissionError:
+        raise
+    except OSError:
+        return None
+    pairs = (item.partition("=") for item in raw.decode(errors="surrogateescape").split("\0") if item)
+    return {name: value for name, _, value in pairs}
+
+
 def live_group_members(pgid: int) -> list[int]:
     """PIDs of the processes of group ``pgid`` that have not ended (scans ``/proc``)."""
     members = []
-    for entry in os.scandir(PROC_ROOT):
-        if not entry.name.isdigit():
-            continue
+    for pid in all_pids():
         try:
-            stat = read_proc_stat(int(entry.name))
+            stat = read_proc_stat(pid)
         except (ValueError, IndexError):  # a malformed entry: not one of ours
             continue
         if stat is not None and stat.pgid == pgid and stat.state not in _GONE_STATES:

@@ -1,14 +1,21 @@
 """The small program the local backend puts between the server and a workload's command.
 
-``LocalBackend.launch`` runs ``python -m tessera.backends.supervisor --exit-file PATH -- CMD ARGS...`` in a new
-session, so the supervisor leads the workload's process group and outlives a server killed with ``kill -9``; its
-stdout and stderr go to the workload's log, and CMD inherits them. The supervisor
+``LocalBackend.launch`` runs ``python -s -P -m tessera.backends.supervisor --exit-file PATH [--spec PATH] -- CMD
+ARGS...`` in a new session, with an environment of its own (never the tenant's: no ``PYTHONPATH``, ``PYTHONHOME`` or
+``LD_PRELOAD`` of theirs reaches this program, and ``-P`` keeps the working directory off ``sys.path``), so the
+supervisor leads the workload's process group and outlives a server killed with ``kill -9``; its stdout and stderr
+go to the workload's log (opened by the server), and CMD inherits them. The supervisor
 
-1. starts CMD as its child, in the same process group;
-2. relays SIGTERM and SIGINT to the whole group (CMD and whatever CMD started), once per signal it receives;
-3. waits for CMD and writes CMD's exit code to the exit file atomically (temporary file, then ``os.replace``):
-   the code CMD exited with, minus N if a signal N killed it, 127 if CMD was not found, 126 if it could not be run;
-4. kills what is left of the group with SIGKILL, itself included, so nothing of the workload outlives CMD.
+1. reads and deletes the spec file (``CommandSpec``: CMD's environment, directory, user, umask and cgroup), makes
+   itself a child subreaper (``reaper.py``) and moves itself into the workload's cgroup (``cgroups.py``) if any;
+2. starts CMD as its child, in the same process group (as the tenant's user when the spec names one);
+3. relays SIGTERM and SIGINT to the whole workload (the group, and the cgroup's members or its descendants: what
+   left the group too), once per signal it receives;
+4. waits for CMD (reaping orphans meanwhile) and writes CMD's exit code to the exit file atomically (temporary file,
+   then ``os.replace``): the code CMD exited with, minus N if a signal N killed it, 127 if CMD was not found, 126 if
+   it could not be run;
+5. kills what is left of the workload with SIGKILL (the cgroup, its descendants, the group), itself last, so nothing
+   of the workload outlives CMD.
 
 If a stop signal arrives before CMD started, CMD is not started and the exit code is minus that signal.
 Imports only the standard library. Linux (POSIX process groups) only.
@@ -16,14 +23,19 @@ Imports only the standard library. Linux (POSIX process groups) only.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from types import FrameType
+
+from tessera.backends import cgroups, reaper
 
 # Not __name__: run with ``-m`` this module is "__main__".
 logger = logging.getLogger("tessera.backends.supervisor")
@@ -31,13 +43,47 @@ logger = logging.getLogger("tessera.backends.supervisor")
 EXIT_CANNOT_EXECUTE = 126
 EXIT_NOT_FOUND = 127
 RELAYED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-USAGE = "usage: python -m tessera.backends.supervisor --exit-file PATH -- CMD [ARGS...]"
+USAGE = "usage: python -m tessera.backends.supervisor --exit-file PATH [--spec PATH] -- CMD [ARGS...]"
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """How CMD runs, as the local backend writes it to the spec file (JSON, 0600, read once and deleted). Without
+    one, CMD inherits the supervisor's environment, directory and user."""
+
+    env: dict[str, str] | None = None  # CMD's whole environment
+    cwd: str | None = None
+    uid: int | None = None  # run CMD as this user (the supervisor must be root)
+    gid: int | None = None
+    groups: tuple[int, ...] | None = None
+    umask: int | None = None
+    cgroup: str | None = None  # the workload's cgroup directory, which the supervisor joins
+    cgroup_kind: str | None = None  # cgroups.KINDS
+
+    def to_json(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, value: object) -> CommandSpec:
+        if not isinstance(value, dict) or not set(value) <= {f.name for f in fields(cls)}:
+            raise ValueError("not a command spec")
+        groups = value.get("groups")
+        return cls(**{**value, "groups": None if groups is None else tuple(groups)})
+
+
+def read_spec(path: Path) -> CommandSpec:
+    """The spec file's contents; the file is deleted (it may hold the tenant's secrets)."""
+    try:
+        return CommandSpec.from_json(json.loads(path.read_text()))
+    finally:
+        path.unlink(missing_ok=True)
 
 
 class _SignalRelay:
     """Relays stop signals to the process group once CMD runs; remembers the ones that came before."""
 
-    def __init__(self) -> None:
+    def __init__(self, cgroup: Path | None = None) -> None:
+        self.cgroup = cgroup
         self.first_signal: int | None = None
         self.child_pid: int | None = None
         self._relayed: set[int] = set()
@@ -70,6 +116,13 @@ class _SignalRelay:
             os.killpg(os.getpgrp(), signum)
         finally:
             signal.signal(signum, previous)
+        # What left the group (setsid, a double fork): the cgroup names it, else the subreaper's tree holds it. The
+        # group's own members had the signal already: each process gets it once.
+        others = cgroups.members(self.cgroup) if self.cgroup is not None else reaper.descendants(os.getpid())
+        for pid in others:
+            with contextlib.suppress(ProcessLookupError):
+                if pid != os.getpid() and os.getpgid(pid) != os.getpgrp():
+                    os.kill(pid, signum)
 
 
 def leads_own_group() -> bool:
@@ -83,36 +136,60 @@ def signal_name(signum: int) -> str:
         return str(signum)
 
 
-def split_args(argv: Sequence[str]) -> tuple[Path, list[str]]:
-    """``--exit-file PATH -- CMD ARGS...`` -> (exit file, command); raises ValueError on anything else."""
+def split_args(argv: Sequence[str]) -> tuple[Path, Path | None, list[str]]:
+    """``--exit-file PATH [--spec PATH] -- CMD ARGS...`` -> (exit file, spec file, command); raises ValueError on
+    anything else. (``--exit-file PATH`` comes first: recovery finds a supervisor by it in ``/proc/PID/cmdline``.)"""
     if "--" not in argv:
         raise ValueError("missing '--' before the command")
     cut = list(argv).index("--")
     options, command = list(argv[:cut]), list(argv[cut + 1 :])
-    if len(options) != 2 or options[0] != "--exit-file" or not options[1]:
-        raise ValueError("expected exactly '--exit-file PATH' before '--'")
+    if len(options) not in (2, 4) or options[0] != "--exit-file" or not all(options[1::2]):
+        raise ValueError("expected '--exit-file PATH [--spec PATH]' before '--'")
+    if len(options) == 4 and options[2] != "--spec":
+        raise ValueError(f"unknown option {options[2]!r}")
     if not command:
         raise ValueError("no command after '--'")
-    return Path(options[1]), command
+    return Path(options[1]), Path(options[3]) if len(options) == 4 else None, command
 
 
-def run_command(command: list[str], relay: _SignalRelay) -> int:
+def run_command(command: list[str], relay: _SignalRelay, spec: CommandSpec | None = None) -> int:
     """Runs CMD to its end; its exit code (negative: killed by that signal; 127/126: could not be started)."""
     if relay.first_signal is not None:  # told to stop before CMD started: do not start it
         return -relay.first_signal
+    spec = spec or CommandSpec()
     try:
-        child = subprocess.Popen(command)  # inherits stdin/stdout/stderr, environment, directory and process group
-    except FileNotFoundError:
-        logger.error("cannot run %r: command not found", command[0])
+        # Inherits stdin/stdout/stderr and the process group; the rest as the spec says.
+        child = subprocess.Popen(
+            command,
+            env=spec.env,
+            cwd=spec.cwd,
+            user=spec.uid,
+            group=spec.gid,
+            extra_groups=spec.groups,
+            umask=-1 if spec.umask is None else spec.umask,
+        )
+    except FileNotFoundError as error:
+        missing = "command not found" if error.filename in (None, command[0]) else f"{error.filename} not found"
+        logger.error("cannot run %r: %s", command[0], missing)
         return EXIT_NOT_FOUND
-    except PermissionError:
-        logger.error("cannot run %r: permission denied (not an executable file)", command[0])
+    except PermissionError as error:
+        logger.error("cannot run %r: permission denied (%s)", command[0], error.filename or "not an executable file")
         return EXIT_CANNOT_EXECUTE
     except OSError as error:
         logger.error("cannot run %r: %s", command[0], error.strerror or error)
         return EXIT_CANNOT_EXECUTE
     relay.child_started(child.pid)
-    return child.wait()  # a relayed signal interrupts the wait, which then resumes (PEP 475)
+    code = wait_reaping(child.pid)
+    child.returncode = code  # waited for here, not by Popen
+    return code
+
+
+def wait_reaping(pid: int) -> int:
+    """Waits for ``pid`` and returns its exit code, reaping meanwhile the orphans a subreaper inherits."""
+    while True:
+        ended, status = os.waitpid(-1, 0)  # a relayed signal interrupts the wait, which then resumes (PEP 475)
+        if ended == pid:
+            return os.waitstatus_to_exitcode(status)
 
 
 def write_exit_code(exit_file: Path, exit_code: int) -> None:
@@ -123,6 +200,25 @@ def write_exit_code(exit_file: Path, exit_code: int) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, exit_file)
+
+
+def end_workload(cgroup: Path | None, cgroup_kind: str | None) -> None:
+    """SIGKILLs whatever is left of the workload, the supervisor included (so this does not return when it leads
+    its group): the cgroup's members, then its descendants (the subreaper's tree), then the group."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if cgroup is not None and cgroup_kind is not None:
+        try:
+            if cgroup_kind == "cgroup2":
+                cgroups.kill(cgroup_kind, cgroup)  # every member at once, this one included
+            else:
+                cgroups.kill(cgroup_kind, cgroup, spare=os.getpid())
+        except OSError as error:
+            logger.warning("cannot kill the rest of cgroup %s: %s", cgroup, error)
+    left = reaper.kill_descendants()
+    if left:
+        logger.warning("processes %s survived SIGKILL", left)
+    end_process_group()
 
 
 def end_process_group() -> None:
@@ -136,21 +232,35 @@ def end_process_group() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="tessera-supervisor: %(message)s", stream=sys.stderr)
+    relay = _SignalRelay()
+    relay.install()  # a stop that comes while the rest is set up is kept, and CMD then not started
+    # The backend starts this program with the stop signals blocked, so that one sent before the handlers were in
+    # place waits (pending) instead of killing it before it could write an exit code: it arrives now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, RELAYED_SIGNALS)
     try:
-        exit_file, command = split_args(sys.argv[1:] if argv is None else argv)
-    except ValueError as error:
+        exit_file, spec_file, command = split_args(sys.argv[1:] if argv is None else argv)
+        spec = read_spec(spec_file) if spec_file is not None else CommandSpec()
+    except (ValueError, TypeError, OSError) as error:
         logger.error("%s\n%s", error, USAGE)
         return 2
-    relay = _SignalRelay()
-    relay.install()
-    exit_code = run_command(command, relay)
+    if not reaper.become_subreaper():
+        logger.warning("cannot become a child subreaper: what leaves the process group may outlive the command")
+    cgroup = Path(spec.cgroup) if spec.cgroup is not None else None
+    if cgroup is not None:
+        try:
+            cgroups.join(cgroup)
+        except OSError as error:
+            logger.warning("cannot join cgroup %s (%s); containing by subreaper only", cgroup, error)
+            cgroup = None
+    relay.cgroup = cgroup
+    exit_code = run_command(command, relay, spec)
     if exit_code < 0:
         logger.info("%r was ended by signal %s", command[0], signal_name(-exit_code))
     try:
         write_exit_code(exit_file, exit_code)
     except OSError as error:
         logger.error("cannot write the exit code %d to %s: %s", exit_code, exit_file, error)
-    end_process_group()
+    end_workload(cgroup, spec.cgroup_kind)
     return exit_code if exit_code >= 0 else 128 - exit_code  # reached only when not leading a process group
 
 

@@ -241,12 +241,20 @@ register_serving_command(simulate_app)
 def up(
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = DEFAULT_PORT,
-    db: Annotated[str | None, typer.Option("--db", help="Database URL (default: SQLite in --data-dir).")] = None,
+    db: Annotated[
+        str | None,
+        typer.Option("--db", help="Database URL without a password (default: $TESSERA_DB, else SQLite in --data-dir)."),
+    ] = None,
     gpus: Annotated[
         str, typer.Option("--gpus", help="auto (NVML, else simulated) or a pool like 4xA100-80GB,2xT4.")
     ] = "auto",
-    admin_token: Annotated[
-        str | None, typer.Option("--admin-token", help="Admin token (default: generated and printed once).")
+    admin_token: Annotated[str | None, typer.Option("--admin-token", hidden=True)] = None,
+    admin_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--admin-token-file",
+            help="File holding the admin token (default: $TESSERA_ADMIN_TOKEN, else generated and printed once).",
+        ),
     ] = None,
     data_dir: Annotated[Path, typer.Option("--data-dir", help="Store, logs and process files.")] = Path(".tessera"),
     policy: Annotated[
@@ -257,8 +265,23 @@ def up(
         str | None, typer.Option("--placement", help="Placement policy instead of the policy's own (e.g. fgd).")
     ] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Submit a small demo mix once ready (make run).")] = False,
+    run_as: Annotated[
+        str,
+        typer.Option(
+            "--run-as", help="Who workloads run as: tenant-users (root only), server, or auto (tenant-users as root)."
+        ),
+    ] = "auto",
+    tenant_user: Annotated[
+        list[str] | None,
+        typer.Option("--tenant-user", help="TENANT=USER: run TENANT's workloads as this existing OS user (repeat)."),
+    ] = None,
+    homes_dir: Annotated[
+        Path | None,
+        typer.Option("--homes-dir", help="Home directories of the tenants' users (default: DATA_DIR/homes)."),
+    ] = None,
 ) -> None:
     """Start the control plane: HTTP API, scheduler loop and local backend in one process."""
+    from tessera.cli.up_secrets import admin_token_of, database_url, tenant_users
     from tessera.core.placement import make_policy
     from tessera.core.presets import resolve_preset
     from tessera.server.loop_values import LoopConfig
@@ -268,8 +291,11 @@ def up(
         resolve_preset(policy, "--policy")  # fail early on an unknown name
         if placement is not None:
             make_policy(placement)
+        token = admin_token_of(admin_token, admin_token_file, os.environ)
+        url = database_url(db, os.environ)
         loop = LoopConfig(run_dir=data_dir, policy=policy, placement=placement)
-        config = UpConfig(host, port, data_dir, db, gpus, admin_token, loop)
+        users = tenant_users(tenant_user or [])
+        config = UpConfig(host, port, data_dir, url, gpus, token, loop, run_as, users, homes_dir)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for chatty in ("httpx", "alembic"):
             logging.getLogger(chatty).setLevel(logging.WARNING)

@@ -18,7 +18,11 @@ Called by backends when they launch a workload. Mechanisms, strongest first:
 
 from __future__ import annotations
 
+import errno
 import math
+import os
+import socket
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,12 +31,50 @@ from tessera.core.workload import MILLI_PER_GPU
 from tessera.gpu.gpus import GpuDevice
 
 DEFAULT_MPS_PIPE_DIR = "/tmp/nvidia-mps"  # where nvidia-cuda-mps-control -d opens its pipes by default
+MPS_PROBE_TIMEOUT_S = 1.0  # how long mps_available waits for the daemon to accept
 FRACTION_DIGITS = 4
 
 
-def mps_available(pipe_dir: str | Path = DEFAULT_MPS_PIPE_DIR) -> bool:
-    """Whether an MPS control daemon listens in ``pipe_dir`` (it creates a named pipe called ``control``)."""
-    return (Path(pipe_dir) / "control").is_fifo()
+def mps_available(pipe_dir: str | Path = DEFAULT_MPS_PIPE_DIR, timeout_s: float = MPS_PROBE_TIMEOUT_S) -> bool:
+    """Whether a live MPS control daemon serves ``pipe_dir``, found by asking it, not by a file being there.
+
+    The daemon (``nvidia-cuda-mps-control -d``) listens on a UNIX socket called ``control`` (a sequenced-packet
+    socket in current drivers) and leaves that file behind when it quits, so its presence proves nothing: a live
+    daemon accepts a connection, a dead one's socket refuses it. Drivers that used a named pipe instead are asked
+    the same way: opening the pipe for writing without blocking succeeds only while the daemon holds it open."""
+    control = Path(pipe_dir) / "control"
+    try:
+        mode = control.stat().st_mode
+    except OSError:
+        return False
+    if stat.S_ISSOCK(mode):
+        return _socket_accepts(control, timeout_s)
+    if stat.S_ISFIFO(mode):
+        return _fifo_has_reader(control)
+    return False
+
+
+def _socket_accepts(path: Path, timeout_s: float) -> bool:
+    for kind in (socket.SOCK_SEQPACKET, socket.SOCK_STREAM):  # the daemon's kind first; EPROTOTYPE: try the other
+        with socket.socket(socket.AF_UNIX, kind) as probe:
+            probe.settimeout(timeout_s)
+            try:
+                probe.connect(str(path))
+            except OSError as error:
+                if error.errno == errno.EPROTOTYPE:
+                    continue
+                return False  # refused (a stale socket), timed out, not allowed
+            return True
+    return False
+
+
+def _fifo_has_reader(path: Path) -> bool:
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # ENXIO: nobody reads the pipe
+        return False
+    os.close(descriptor)
+    return True
 
 
 def memory_allowance_mib(devices: Sequence[GpuDevice], gpu_milli: int, gpu_mem_mib: int) -> int:

@@ -29,7 +29,7 @@ TOKEN_KEY_FILE = "token.key"
 MIN_ADMIN_TOKEN_CHARS = 24
 MIN_ADMIN_TOKEN_DISTINCT = 10  # different characters: "aaaa...a" or "abab...ab" is long but guessable
 RESERVED_TENANTS = frozenset({DEFAULT_QUEUE})
-ADMIN_TOKEN_SOURCE = "--admin-token"  # how the admin token was given, named in errors and in its label
+ADMIN_TOKEN_SOURCE = "TESSERA_ADMIN_TOKEN"  # how the admin token is given (or --admin-token-file), named in errors
 
 
 def new_secret() -> str:
@@ -81,7 +81,7 @@ def ensure_admin_token(store: Store, given: str | None, now_s: float, source: st
     if given:
         check_admin_token(given, source)
         try:
-            revoked = store.set_admin_token(given, f"admin ({source})", now_s)
+            revoked = store.set_admin_token(given, "admin (given)", now_s)
         except AdminTokenConflict as exc:
             raise InvalidRequestError(source, str(exc)) from None
         if revoked:

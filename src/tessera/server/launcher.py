@@ -81,7 +81,7 @@ class Launcher:
         if not self._logs_made:
             self.log_path(row.id).parent.mkdir(parents=True, exist_ok=True)
             self._logs_made = True
-        return LaunchSpec(str(row.id), tuple(row.command), env, self.log_path(row.id))
+        return LaunchSpec(str(row.id), tuple(row.command), env, self.log_path(row.id), tenant=row.tenant)
 
     def log_path(self, workload_id: int) -> Path:
         return self._logs_dir / f"{workload_id}.log"

@@ -372,7 +372,7 @@ class SchedulerLoop:
         self._refresh_queues()
         now = self.clock()
         rows = self.store.workloads_in([RUNNING])
-        recover_running(rows, self, self.backend, self.pool, self.config.stop_grace_s, now)
+        recover_running(rows, self, self.backend, self.pool, self.config.stop_grace_s, now, self.store)
         self.snapshot = self._snapshot()
         return len(rows)
 

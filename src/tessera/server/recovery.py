@@ -1,11 +1,14 @@
 """Recovery after a (re)start: rebuild the scheduler loop's view of the running workloads from the store.
 
-For each workload stored as running: take it into the scheduler's books with its stored placements (none for one
-whose preemption was sent: its capacity went to the preemptor) and its quota charged again (``SchedulerLoop.adopt``,
-``Scheduler.adopt``), and re-adopt it through the backend
-from its stored handle, or from the one ``Backend.find`` still knows when the crash came between launch and write.
-A stop that was sent is sent again. A preempted workload that is gone is requeued, and so is one whose placement no
-longer fits the pool. Called by ``SchedulerLoop.recover`` before the first step.
+For each workload stored as running: take it into the scheduler's books with its stored placements (none for one whose
+preemption was sent: its capacity went to the preemptor) and its quota charged again (``SchedulerLoop.adopt``,
+``Scheduler.adopt``), and re-adopt it through the backend from its stored handle, or from the one ``Backend.find`` still
+knows when the crash came between launch and write (then the found handle is stored, so that its end, once collected, is
+never lost to a second crash: without a stored handle and once the backend has forgotten the workload, a restart would
+launch it again). A workload that has no handle anywhere was never started (``find`` answers for launches cut short too)
+and is launched by the loop's next step. A stop that was sent is sent again. A preempted workload that is gone is
+requeued, and so is one whose placement no longer fits the pool. Called by ``SchedulerLoop.recover`` before the first
+step.
 """
 
 from __future__ import annotations
@@ -14,13 +17,14 @@ import logging
 from collections.abc import Iterable
 from typing import Protocol
 
-from tessera.backends.base import Backend
+from tessera.backends.base import Backend, Handle
 from tessera.errors import InvalidRequestError
-from tessera.server.loop_values import RunningEntry
+from tessera.server.loop_values import RunningEntry, started_text
 from tessera.server.pool import Pool
 from tessera.server.records import admission_of, handle_of, placement_of, request_of
-from tessera.server.store.changes import StopKind, StopReason
+from tessera.server.store.changes import HandleChange, StopKind, StopReason
 from tessera.server.store.models import WorkloadRow
+from tessera.server.store.store import Event, Store
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +38,30 @@ class Books(Protocol):
 
 
 def recover_running(
-    rows: Iterable[WorkloadRow], books: Books, backend: Backend, pool: Pool, stop_grace_s: float, now: float
+    rows: Iterable[WorkloadRow],
+    books: Books,
+    backend: Backend,
+    pool: Pool,
+    stop_grace_s: float,
+    now: float,
+    store: Store,
 ) -> None:
-    """Rebuild ``books`` from the running workloads ``rows``, in id order."""
+    """Rebuild ``books`` from the running workloads ``rows``, in id order; store the handles ``find`` found."""
+    found: list[HandleChange] = []
     for row in sorted(rows, key=lambda r: r.id):
-        _recover_one(row, books, backend, pool, stop_grace_s, now)
+        handle = _recover_one(row, books, backend, pool, stop_grace_s, now)
+        if handle is not None:
+            found.append(HandleChange(row.id, handle))
+    if found:
+        events = [Event(f.workload_id, "found", f"{started_text(f.handle)}; found after a restart") for f in found]
+        store.update_workloads(found, events, now)
+        log.warning("found %d launched workloads whose handles had not been stored", len(found))
 
 
-def _recover_one(row: WorkloadRow, books: Books, backend: Backend, pool: Pool, stop_grace_s: float, now: float) -> None:
+def _recover_one(
+    row: WorkloadRow, books: Books, backend: Backend, pool: Pool, stop_grace_s: float, now: float
+) -> Handle | None:
+    """Recover one workload; returns the handle ``Backend.find`` found for it (None if stored or not found)."""
     request = request_of(row)
     stop = StopReason.parse(row.stop_reason) if row.stop_reason is not None else None
     preempted = stop is not None and stop.kind is StopKind.PREEMPTED
@@ -56,7 +76,8 @@ def _recover_one(row: WorkloadRow, books: Books, backend: Backend, pool: Pool, s
         log.warning("workload %s: stored placement no longer fits the pool", row.id)
         entry.placements = ()
         books.adopt(entry)
-    handle = handle_of(row) or backend.find(str(row.id))
+    stored = handle_of(row)
+    handle = stored or backend.find(str(row.id))
     if handle is not None:
         entry.launched = True
         entry.handle = handle
@@ -67,3 +88,4 @@ def _recover_one(row: WorkloadRow, books: Books, backend: Backend, pool: Pool, s
         books.requeue(entry, f"{stop.text()}; requeued", now)
     elif not entry.placements and row.placement:
         books.requeue(entry, "the GPU pool changed while the server was down; requeued", now)
+    return None if stored is not None else handle

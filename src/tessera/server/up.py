@@ -1,7 +1,8 @@
 """``tessera up``: one process with the HTTP API, the scheduler loop and the local backend.
 
 ``build_server`` wires the parts (store, pool, backend, loop, metrics, app) and is what tests call with fakes;
-``serve`` adds the admin token, recovery, the loop thread and uvicorn.
+``serve`` adds the server's private files and umask (``host.py``), the admin token, recovery, the loop thread and
+uvicorn. The admin token and the database URL come from the environment or a file, never a command line.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from fastapi import FastAPI
 from tessera.backends.base import Backend
 from tessera.backends.local import LocalBackend
 from tessera.errors import InvalidRequestError
+from tessera.faults import check_environment
 from tessera.gpu.dcgm import GpuUsageCollector
 from tessera.gpu.discovery import detect_gpus
 from tessera.gpu.gpus import GpuProbe, ProcessMemoryProbe
@@ -32,6 +34,7 @@ from tessera.server.api.app import create_app
 from tessera.server.auth import create_tenant_token, ensure_admin_token, token_key
 from tessera.server.context import ServerContext
 from tessera.server.demo import DEMO_TENANT, submit_demo
+from tessera.server.host import isolation_notice, make_private, run_as_mode, tenant_accounts
 from tessera.server.loop import SchedulerLoop
 from tessera.server.loop_values import LoopConfig
 from tessera.server.metrics import ServerMetrics
@@ -55,6 +58,9 @@ class UpConfig:
     gpus: str = "auto"  # "auto" (NVML, else a simulated pool) or a simulated pool such as "4xA100-80GB,2xT4"
     admin_token: str | None = None  # None: generate one on first start and print it once
     loop: LoopConfig | None = None  # None: defaults with run_dir = data_dir
+    run_as: str = "auto"  # host.RUN_AS_MODES: auto = tenant-users for a root server, else server
+    tenant_users: tuple[tuple[str, str], ...] = ()  # (tenant, OS user) for tenant-users; others get tessera-<tenant>
+    homes_dir: Path | None = None  # the tenant users' homes; None: data_dir/homes
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -63,6 +69,10 @@ class UpConfig:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def homes(self) -> Path:
+        return self.homes_dir or self.data_dir / "homes"
 
 
 @dataclass
@@ -88,7 +98,10 @@ def build_server(
     if not pool.simulated and mps_available():
         log.info("an MPS daemon serves the GPUs: workloads get MPS compute and memory limits")
         loop_config = dataclasses.replace(loop_config, mps=True)
-    runner: Backend = backend if backend is not None else LocalBackend(loop_config.run_dir / "runs")
+    if backend is None:
+        accounts = tenant_accounts(run_as_mode(config.run_as), config.homes, dict(config.tenant_users))
+        backend = LocalBackend(loop_config.run_dir / "runs", accounts=accounts)
+    runner: Backend = backend
     _check_pool(store, pool)
     _ensure_default_queue(store, clock())
     loop = SchedulerLoop(store, runner, pool, loop_config, clock, memory_probe=_memory_probe(probe, pool))
@@ -138,8 +151,14 @@ def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
 
 def serve(config: UpConfig, announce: Callable[[str], None], *, demo: bool = False) -> None:
     """Run until SIGINT/SIGTERM. With ``demo``, submit the demo mix once ready and stop its workloads at the end."""
+    if (crash := check_environment()) is not None:  # an unknown crash point is refused here, not ignored
+        log.warning("fault injection: this server kills itself at %s (visit %d)", crash.point, crash.nth)
+    mode = run_as_mode(config.run_as)
+    homes_inside = config.homes.resolve().is_relative_to(config.data_dir.resolve())
+    make_private(config.data_dir, homes_inside=mode == "tenant-users" and homes_inside)
     check_port_free(config.host, config.port)
     server = build_server(config)
+    log.log(*isolation_notice(mode, config.homes))
     secret = ensure_admin_token(server.ctx.store, config.admin_token, server.ctx.clock())
     pool = server.ctx.pool
     kind = "simulated" if pool.simulated else "NVML"

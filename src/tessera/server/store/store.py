@@ -21,7 +21,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from tessera.core.workload import WorkloadState
-from tessera.server.store.changes import BindChange, ReasonChange, WorkloadChange, columns_of
+from tessera.faults import crash_point
+from tessera.server.store.changes import BindChange, EndChange, ReasonChange, WorkloadChange, columns_of
 from tessera.server.store.models import EventRow, MetaRow, QueueRow, TokenRow, WorkloadRow
 
 PENDING = WorkloadState.PENDING.value
@@ -154,6 +155,8 @@ class Store:
 
     def update_workloads(self, changes: Sequence[WorkloadChange], events: Sequence[Event], now_s: float) -> None:
         """Apply ``changes`` (in order: a later change of a row wins) and record ``events``, atomically."""
+        if any(isinstance(change, EndChange) for change in changes):
+            crash_point("before-end")  # fault injection (tessera.faults); a no-op unless TESSERA_CRASH_AT says so
         with self._sessions.begin() as session:
             _write_changes(session, [columns_of(change) for change in changes])
             _insert_events(session, events, now_s)
@@ -171,6 +174,8 @@ class Store:
         Returns the ids of binds that lost that race (their events are not recorded)."""
         with self._sessions.begin() as session:
             _write_changes(session, [columns_of(bind) for bind in binds], only_pending=True)
+            if binds:
+                crash_point("mid-commit")  # fault injection: the binds are written, nothing is committed
             ids = [bind.workload_id for bind in binds]
             taken: set[int] = set()
             for chunk in _chunks(ids):

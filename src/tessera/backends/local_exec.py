@@ -1,0 +1,159 @@
+"""What the local backend starts for a workload and how it keeps the workload contained (``LocalExec``).
+
+- **The supervisor** runs with an environment of its own (``python -s -P``, ``PATH``, ``LANG`` and the
+  ``PYTHONPATH`` of this Tessera), never the tenant's, in ``/``: no ``PYTHONPATH``, ``PYTHONHOME`` or ``LD_PRELOAD``
+  of a tenant's, nor a module in the workload's directory, reaches it.
+- **The command** gets a clean environment (``accounts.workload_env``: a minimal base and the spec's ``env``, nothing
+  of the server's), umask 022, and with ``accounts`` (a root server) its tenant's OS user, in that user's home unless
+  the spec names a directory. All of it goes in ``<id>.spec.json`` (0600; the supervisor deletes it once read).
+- **The log** is opened by the server (0600, in a 0700 directory) and handed over as stdout: a tenant's user can
+  write its own log through it but read no log at all.
+- **Containment**: a cgroup per workload where one is usable (``cgroups.py``), which the supervisor joins before it
+  starts the command, and which the backend kills and removes when the workload ends, also when the supervisor was
+  SIGKILLed. The supervisor is a child subreaper too (``reaper.py``), the fallback without cgroups.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+import tessera
+from tessera.backends import cgroups
+from tessera.backends.accounts import DEFAULT_PATH, LANG, Account, TenantAccounts, server_account, workload_env
+from tessera.backends.base import LaunchSpec
+from tessera.backends.supervisor import RELAYED_SIGNALS, CommandSpec
+
+logger = logging.getLogger(__name__)
+
+SUPERVISOR_MODULE = "tessera.backends.supervisor"
+# -s: no user site-packages; -P: the working directory is not on sys.path. (Not -E: PYTHONPATH names this Tessera.)
+SUPERVISOR_FLAGS = ("-s", "-P")
+WORKLOAD_UMASK = 0o022  # the server itself runs with 077
+
+
+class LocalExec:
+    def __init__(self, python: str, containment: str, run_dir: Path, accounts: TenantAccounts | None) -> None:
+        self.python = python
+        self.cgroups = cgroups.detect(containment, run_dir)
+        self.accounts = accounts
+        self.server_account = server_account()
+        self.supervisor_env = {"PATH": DEFAULT_PATH, "LANG": LANG, "PYTHONPATH": package_root()}
+        how = f"a {self.cgroups.kind} cgroup each" if self.cgroups else "their supervisor as subreaper (no cgroup)"
+        logger.info("workloads are contained by %s", how)
+
+    def command(self, exit_file: Path, spec_file: Path, argv: Sequence[str]) -> list[str]:
+        """The supervisor's command line (``--exit-file PATH`` right after the module: recovery looks for it)."""
+        head = [self.python, *SUPERVISOR_FLAGS, "-m", SUPERVISOR_MODULE, "--exit-file", str(exit_file)]
+        return [*head, "--spec", str(spec_file), "--", *argv]
+
+    def account(self, spec: LaunchSpec) -> Account | None:
+        """The tenant's account the command runs as; None: the server's. ``TesseraError`` when it has none."""
+        return self.accounts.account(spec.tenant) if self.accounts and spec.tenant is not None else None
+
+    def prepare(self, spec: LaunchSpec, stem: str, spec_file: Path, account: Account | None) -> Path | None:
+        """Makes the workload's cgroup (if any, returned) and writes the spec file for the supervisor."""
+        cgroup = self.cgroups.create(stem) if self.cgroups else None
+        runs_as = account or self.server_account
+        command_spec = CommandSpec(
+            env=workload_env(runs_as, spec.env),
+            cwd=str(spec.workdir or _home_or_root(account)),
+            uid=None if account is None else account.uid,
+            gid=None if account is None else account.gid,
+            groups=None if account is None else account.groups,
+            umask=WORKLOAD_UMASK,
+            cgroup=None if cgroup is None else str(cgroup),
+            cgroup_kind=None if self.cgroups is None else self.cgroups.kind,
+        )
+        try:
+            write_private(spec_file, json.dumps(command_spec.to_json()))
+        except BaseException:
+            self.undo(spec_file, cgroup)
+            raise
+        return cgroup
+
+    def undo(self, spec_file: Path, cgroup: Path | None) -> None:
+        """What ``prepare`` made, removed (the supervisor did not start)."""
+        spec_file.unlink(missing_ok=True)
+        if cgroup is not None and self.cgroups is not None:
+            self.cgroups.remove(cgroup)
+
+    def cgroup(self, stem: str) -> Path | None:
+        """The workload's cgroup (None without cgroups; it may not exist)."""
+        return self.cgroups.path(stem) if self.cgroups else None
+
+    def members(self, stem: str) -> list[int]:
+        cgroup = self.cgroup(stem)
+        return [] if cgroup is None else cgroups.members(cgroup)
+
+    def kill(self, stem: str) -> list[int]:
+        """One round of SIGKILL to the workload's cgroup (without waiting); the processes still in it."""
+        cgroup = self.cgroup(stem)
+        if cgroup is None or self.cgroups is None:
+            return []
+        try:
+            return cgroups.kill(self.cgroups.kind, cgroup, timeout_s=0)
+        except OSError as error:
+            logger.warning("cannot kill cgroup %s: %s", cgroup, error)
+            return cgroups.members(cgroup)
+
+    def signal(self, stem: str, signum: int, spare_group: int | None = None) -> None:
+        """Signals the workload's cgroup members outside process group ``spare_group`` (signalled on its own)."""
+        cgroup = self.cgroup(stem)
+        if cgroup is not None:
+            cgroups.signal_members(cgroup, signum, spare_group=spare_group)
+
+    def remove(self, stem: str) -> None:
+        """Removes the ended workload's empty cgroup."""
+        cgroup = self.cgroup(stem)
+        if cgroup is not None and self.cgroups is not None and not self.cgroups.remove(cgroup):
+            logger.warning("cannot remove cgroup %s yet: processes are still in it", cgroup)
+
+    def close(self) -> None:
+        if self.cgroups is not None:
+            self.cgroups.close()
+
+
+@contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """Blocks SIGTERM and SIGINT in the calling thread meanwhile: a supervisor started then inherits the mask and
+    unblocks them once its relay is installed, so a stop sent while it starts is never lost (nor kills it early)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, RELAYED_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _home_or_root(account: Account | None) -> Path:
+    """Where a command without a ``workdir`` starts: its account's home (``/`` if that does not exist, as for
+    ``nobody``), or the server's directory when it runs as the server's user."""
+    if account is None:
+        return Path.cwd()
+    return account.home if account.home.is_dir() else Path("/")
+
+
+def open_log(log_path: Path | None) -> IO[bytes]:
+    """The workload's log, opened here (0600, the server's): the workload writes it through its stdout only."""
+    if log_path is None:
+        return open(os.devnull, "wb")
+    log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return open(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
+
+
+def write_private(path: Path, text: str) -> None:
+    """Writes ``text`` to a new file only the server's user can read (it may hold the tenant's secrets)."""
+    path.unlink(missing_ok=True)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+        handle.write(text)
+
+
+def package_root() -> str:
+    """The directory this Tessera is imported from: the supervisor's only ``PYTHONPATH`` entry."""
+    return str(Path(tessera.__file__).resolve().parent.parent)
