@@ -224,11 +224,13 @@ class LocalBackend:
         now_s = time.monotonic()
         ended: list[ExitStatus] = []
         with self._lock:
-            for workload_id, watch in list(self._watches.items()):
-                status = self._advance(watch, now_s)
+            gone = [watch for watch in self._watches.values() if self._advance(watch, now_s)]
+            left = self._groups_left(gone)
+            for watch in gone:
+                status = self._report(watch, left.get(watch.ref.pgid, []), now_s)
                 if status is not None:
-                    del self._watches[workload_id]
-                    self.ref_path(workload_id).unlink(missing_ok=True)  # ended and reported: nothing to find
+                    del self._watches[status.workload_id]
+                    self.ref_path(status.workload_id).unlink(missing_ok=True)  # ended and reported: nothing to find
                     ended.append(status)
         for status in ended:
             logger.info("%s ended with exit code %s", status.workload_id, status.exit_code)
@@ -249,19 +251,30 @@ class LocalBackend:
 
     # ------------------------------------------------------------------------------------------------ internals
 
-    def _advance(self, watch: _Watch, now_s: float) -> ExitStatus | None:
-        """One poll step of one workload; its ``ExitStatus`` once it has ended and nothing of it is left."""
+    def _advance(self, watch: _Watch, now_s: float) -> bool:
+        """One poll step of one workload; True once its supervisor has ended (then ``_report`` says whether
+        anything of its group is left)."""
         if not watch.ended:
             if watch.kill_at_s is not None and now_s >= watch.kill_at_s and not watch.kill_sent:
                 logger.info("%s: stop grace over, sending SIGKILL", watch.ref.workload_id)
                 self._kill_group(watch)
             if self._supervisor_running(watch):
-                return None
+                return False
             watch.ended = True
             watch.exit_code = self._exit_code(watch)
             watch.report_by_s = now_s + DRAIN_TIMEOUT_S
             self._signal_group(watch, signal.SIGKILL)  # whatever outlived the supervisor
-        left = procfs.live_group_members(watch.ref.pgid) if self._group_is_ours(watch) else []
+        return True
+
+    def _groups_left(self, watches: list[_Watch]) -> dict[int, list[int]]:
+        """The live processes left in the groups of ``watches`` (ended supervisors), by group: groups no longer ours
+        count as empty, and one ``/proc`` scan serves all those that ``killpg(0)`` still finds (a zombie counts
+        there, so only the scan can tell)."""
+        groups = {w.ref.pgid for w in watches if self._group_is_ours(w) and _group_exists(w.ref.pgid)}
+        return procfs.live_members_of_groups(groups)
+
+    def _report(self, watch: _Watch, left: list[int], now_s: float) -> ExitStatus | None:
+        """The ended workload's ``ExitStatus`` once nothing of its group is ``left`` (or its drain time is up)."""
         if left and now_s < watch.report_by_s:
             return None
         if left:
@@ -316,6 +329,17 @@ class LocalBackend:
             logger.warning("%s: not allowed to signal process group %d", watch.ref.workload_id, watch.ref.pgid)
             return False
         return True
+
+
+def _group_exists(pgid: int) -> bool:
+    """True while the process group has any process, zombies included (``killpg`` with signal 0 sends nothing)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # there is a process, not ours to signal
+        return True
+    return True
 
 
 def _handle_of_file(value: Any) -> Handle:
