@@ -22,7 +22,9 @@ workload's process group and keeps running if the server dies. The supervisor wr
   no process of the group is left running (or after ``DRAIN_TIMEOUT_S``, with a warning).
 
 Linux only (``/proc``, process groups). Thread-safe: one lock guards the state, so API threads may call ``stop``
-while the server loop calls ``poll``.
+while the server loop calls ``poll``. ``launch`` does not hold it while the process starts (a fork and exec: tens of
+milliseconds on a busy host), so ``poll`` and ``stop`` never wait for a launch made on another thread; ``stop`` of
+a workload whose launch has not returned yet does nothing (the caller stops it once it has the handle).
 """
 
 from __future__ import annotations
@@ -115,6 +117,7 @@ class LocalBackend:
         run_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._watches: dict[str, _Watch] = {}
+        self._starting: set[str] = set()  # ids whose launch is starting their process (not watched yet)
 
     def exit_path(self, workload_id: str) -> Path:
         """Where the supervisor of ``workload_id`` writes its exit code."""
@@ -147,9 +150,11 @@ class LocalBackend:
         _reap_released_children()
         exit_file = self.exit_path(spec.workload_id)
         command = [self.python, "-m", SUPERVISOR_MODULE, "--exit-file", str(exit_file), "--", *spec.argv]
-        with self._lock:
-            if spec.workload_id in self._watches:
+        with self._lock:  # the id is reserved while the process starts, outside the lock (see the class's doc)
+            if spec.workload_id in self._watches or spec.workload_id in self._starting:
                 raise InvalidRequestError("workload_id", f"{spec.workload_id!r} is already running")
+            self._starting.add(spec.workload_id)
+        try:
             exit_file.unlink(missing_ok=True)  # left by an earlier run of the same workload
             with _open_log(spec.log_path) as log:
                 popen = subprocess.Popen(
@@ -164,11 +169,15 @@ class LocalBackend:
             marker = procfs.read_start_marker(popen.pid)  # our unreaped child: its /proc entry is there
             assert marker is not None, "a child that was not waited for always has a /proc entry"
             ref = _Process(spec.workload_id, popen.pid, popen.pid, marker, str(exit_file))
-            self._watches[spec.workload_id] = _Watch(ref=ref, popen=popen)
+            with self._lock:
+                self._watches[spec.workload_id] = _Watch(ref=ref, popen=popen)
             try:
                 _write_atomically(self.ref_path(spec.workload_id), json.dumps(ref.handle().to_json()) + "\n")
             except OSError as error:  # the workload runs all the same; only find() will not know it
                 logger.warning("%s: cannot record its process reference: %s", spec.workload_id, error)
+        finally:
+            with self._lock:
+                self._starting.discard(spec.workload_id)
         one_line = " ".join(shlex.join(spec.argv).split())
         logger.info("launched %s as pid %d: %s", spec.workload_id, popen.pid, one_line[:120])
         return ref.handle()

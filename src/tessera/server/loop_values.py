@@ -34,7 +34,7 @@ class LoopConfig:
     max_tries_per_step: int = 1000
     # How long a step waits for the launches it decided (made by a worker thread, server.launch_worker) before it
     # goes on; launches still being made are recorded at a later step. Bounds a step whatever the backend does.
-    launch_wait_s: float = 0.05
+    launch_wait_s: float = 0.02
 
 
 @dataclass(slots=True)
