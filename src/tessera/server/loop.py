@@ -143,7 +143,7 @@ class SchedulerLoop:
         """One tick: launches made, ends, cancels, the watchdog, held launches, then every scheduling step of this
         instant (``core.pending.schedule_instant``, as the simulator runs them), then a short wait for this tick's
         launches (``Launcher.settle``)."""
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         now = self.clock()
         self._now = self.intake.now_s = now
         self._refresh_queues()
@@ -163,7 +163,8 @@ class SchedulerLoop:
         binds, preempts = self._flush(now)
         self.launcher.settle(self.running, now)
         self.snapshot = self._snapshot()
-        report = StepReport(binds, preempts, ended, len(stored), time.perf_counter() - started)
+        duration_s, cpu_s = time.perf_counter() - started, time.thread_time() - started_cpu
+        report = StepReport(binds, preempts, ended, len(stored), duration_s, cpu_s)
         if self.on_step is not None:
             self.on_step(report)
         return report

@@ -71,6 +71,7 @@ class StepReport:
     ended: int
     pending: int
     duration_s: float
+    cpu_s: float = 0.0  # CPU time the loop's thread spent in the step: far below duration_s, the host was busy
 
 
 def started_text(handle: Handle) -> str:

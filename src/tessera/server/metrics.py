@@ -49,14 +49,21 @@ class ServerMetrics:
             "Duration of the longest scheduling step since the server started",
             registry=self.registry,
         )
+        # The CPU time of the longest step: a long step that used little CPU waited for the host, not for its work.
+        self.step_max_cpu_seconds = Gauge(
+            "tessera_scheduling_step_max_cpu_seconds",
+            "CPU time the loop's thread spent in the longest scheduling step",
+            registry=self.registry,
+        )
         self.registry.register(_StateCollector(store, loop))
 
-    def observe_step(self, seconds: float) -> None:
-        """One scheduling step took ``seconds`` (the loop thread calls this after each step)."""
+    def observe_step(self, seconds: float, cpu_seconds: float = 0.0) -> None:
+        """One scheduling step took ``seconds``, ``cpu_seconds`` of them on a CPU (the loop thread calls this)."""
         self.step_seconds.observe(seconds)
         if seconds > self._step_max_s:
             self._step_max_s = seconds
             self.step_max_seconds.set(seconds)
+            self.step_max_cpu_seconds.set(cpu_seconds)
 
     def register(self, collector: Collector) -> None:
         self.registry.register(collector)
