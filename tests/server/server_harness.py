@@ -19,6 +19,9 @@ from tessera.server.up import Server, UpConfig, build_server
 
 ADMIN = "admin-secret-for-the-test-harness"  # long and varied enough for an admin token
 HOST = HostResources(cpu_milli=32_000, mem_mib=128 * 1024)
+# A step waits this long for the launches it decided: the tests step the loop by hand and read a step's launches
+# (handles, "started" events) as soon as it returns, as the simulator's lockstep does. The server's default is short.
+LOCKSTEP_S = 60.0
 
 
 class FakeClock:
@@ -78,7 +81,9 @@ def harness_factory(tmp_path: Path) -> tuple[MakeHarness, list[TestClient]]:
         backend = backend or FakeBackend()
         url = db_url or f"sqlite:///{tmp_path / 'tessera.db'}"
         config = UpConfig(
-            data_dir=tmp_path, db_url=url, loop=LoopConfig(run_dir=tmp_path, policy=policy, placement=placement)
+            data_dir=tmp_path,
+            db_url=url,
+            loop=LoopConfig(run_dir=tmp_path, policy=policy, placement=placement, launch_wait_s=LOCKSTEP_S),
         )
         server = build_server(
             config, probe=SimulatedProbe(parse_gpu_spec(gpus)), backend=backend, host=HOST, clock=clock

@@ -74,7 +74,7 @@ def test_a_cancel_that_arrives_while_the_step_plans_wins(make_harness: MakeHarne
 
 
 def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path: Path) -> None:
-    from server_harness import HOST, FakeClock
+    from server_harness import HOST, LOCKSTEP_S, FakeClock
 
     from tessera.backends.fake import FakeBackend, fake_pid
     from tessera.gpu.fakes import FakeGpu, FakeNvml
@@ -86,7 +86,7 @@ def test_the_memory_watchdog_stops_only_the_workload_over_its_share(tmp_path: Pa
     nvml = FakeNvml([gpu])
     nvml.nvmlInit()
     backend, clock = FakeBackend(), FakeClock()
-    config = UpConfig(data_dir=tmp_path, loop=LoopConfig(run_dir=tmp_path))
+    config = UpConfig(data_dir=tmp_path, loop=LoopConfig(run_dir=tmp_path, launch_wait_s=LOCKSTEP_S))
     server = build_server(config, probe=NvmlProbe(nvml), backend=backend, host=HOST, clock=clock)
     loop = server.ctx.loop
     assert loop.memory_watch is not None  # real (NVML) GPUs: the watchdog is on

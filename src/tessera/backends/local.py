@@ -29,7 +29,9 @@ workload's process group and keeps running if the server dies. The supervisor wr
   end only when no process of either is left running (or after ``DRAIN_TIMEOUT_S``, with a warning).
 
 Linux only (``/proc``, process groups). Thread-safe: one lock guards the state, so API threads may call ``stop``
-while the server loop calls ``poll``.
+while the server loop calls ``poll``. ``launch`` does not hold it while the process starts (a fork and exec: tens of
+milliseconds on a busy host), so ``poll`` and ``stop`` never wait for a launch made on another thread; ``stop`` of
+a workload whose launch has not returned yet does nothing (the caller stops it once it has the handle).
 """
 
 from __future__ import annotations
@@ -136,6 +138,7 @@ class LocalBackend:
         self.exec = LocalExec(python, containment, run_dir, accounts)
         self._lock = threading.Lock()
         self._watches: dict[str, _Watch] = {}
+        self._starting: set[str] = set()  # ids whose launch is starting their process (not watched yet)
 
     def exit_path(self, workload_id: str) -> Path:
         """Where the supervisor of ``workload_id`` writes its exit code."""
@@ -179,9 +182,11 @@ class LocalBackend:
         account = self.exec.account(spec)
         exit_file, spec_file = self.exit_path(spec.workload_id), self.spec_path(spec.workload_id)
         command = self.exec.command(exit_file, spec_file, spec.argv)
-        with self._lock:
-            if spec.workload_id in self._watches:
+        with self._lock:  # the id is reserved while the process starts, outside the lock (see the class's doc)
+            if spec.workload_id in self._watches or spec.workload_id in self._starting:
                 raise InvalidRequestError("workload_id", f"{spec.workload_id!r} is already running")
+            self._starting.add(spec.workload_id)
+        try:
             exit_file.unlink(missing_ok=True)  # left by an earlier run of the same workload: first, then the intent
             intent = Intent.new(spec.workload_id, exit_file)
             write_intent(self.intent_path(spec.workload_id), intent)  # if the launch fails, find() finds nothing by it
@@ -205,11 +210,15 @@ class LocalBackend:
             marker = procfs.read_start_marker(popen.pid)  # our unreaped child: its /proc entry is there
             assert marker is not None, "a child that was not waited for always has a /proc entry"
             ref = _Process(spec.workload_id, popen.pid, popen.pid, marker, str(exit_file))
-            self._watches[spec.workload_id] = _Watch(ref=ref, popen=popen)
+            with self._lock:
+                self._watches[spec.workload_id] = _Watch(ref=ref, popen=popen)
             try:
                 _write_atomically(self.ref_path(spec.workload_id), json.dumps(ref.handle().to_json()) + "\n")
             except OSError as error:  # the workload runs all the same; only find() will not know it
                 logger.warning("%s: cannot record its process reference: %s", spec.workload_id, error)
+        finally:
+            with self._lock:
+                self._starting.discard(spec.workload_id)
         one_line = " ".join(shlex.join(spec.argv).split())
         logger.info("launched %s as pid %d: %s", spec.workload_id, popen.pid, one_line[:120])
         return ref.handle()
@@ -272,12 +281,14 @@ class LocalBackend:
         now_s = time.monotonic()
         ended: list[ExitStatus] = []
         with self._lock:
-            for workload_id, watch in list(self._watches.items()):
-                status = self._advance(watch, now_s)
+            gone = [watch for watch in self._watches.values() if self._advance(watch, now_s)]
+            left = self._groups_left(gone)
+            for watch in gone:
+                status = self._report(watch, left.get(watch.ref.pgid, []), now_s)
                 if status is not None:
-                    del self._watches[workload_id]
-                    self.ref_path(workload_id).unlink(missing_ok=True)  # ended and reported: nothing to find
-                    self.intent_path(workload_id).unlink(missing_ok=True)
+                    del self._watches[status.workload_id]
+                    self.ref_path(status.workload_id).unlink(missing_ok=True)  # ended and reported: nothing to find
+                    self.intent_path(status.workload_id).unlink(missing_ok=True)
                     ended.append(status)
         for status in ended:
             logger.info("%s ended with exit code %s", status.workload_id, status.exit_code)
@@ -299,21 +310,32 @@ class LocalBackend:
 
     # ------------------------------------------------------------------------------------------------ internals
 
-    def _advance(self, watch: _Watch, now_s: float) -> ExitStatus | None:
-        """One poll step of one workload; its ``ExitStatus`` once it has ended and nothing of it is left."""
+    def _advance(self, watch: _Watch, now_s: float) -> bool:
+        """One poll step of one workload; True once its supervisor has ended (then ``_report`` says whether
+        anything of its group is left)."""
         if not watch.ended:
             if watch.kill_at_s is not None and now_s >= watch.kill_at_s and not watch.kill_sent:
                 logger.info("%s: stop grace over, sending SIGKILL", watch.ref.workload_id)
                 self._kill_group(watch)
             if self._supervisor_running(watch):
-                return None
+                return False
             watch.ended = True
             watch.exit_code = self._exit_code(watch)
             watch.report_by_s = now_s + DRAIN_TIMEOUT_S
             self._signal_group(watch, signal.SIGKILL)  # whatever outlived the supervisor
+        return True
+
+    def _groups_left(self, watches: list[_Watch]) -> dict[int, list[int]]:
+        """The live processes left in the groups of ``watches`` (ended supervisors), by group: groups no longer ours
+        count as empty, and one ``/proc`` scan serves all those that ``killpg(0)`` still finds (a zombie counts
+        there, so only the scan can tell)."""
+        groups = {w.ref.pgid for w in watches if self._group_is_ours(w) and _group_exists(w.ref.pgid)}
+        return procfs.live_members_of_groups(groups)
+
+    def _report(self, watch: _Watch, left: list[int], now_s: float) -> ExitStatus | None:
+        """The ended workload's ``ExitStatus`` once nothing of its group is ``left`` (or its drain time is up)."""
         stem = _file_stem(watch.ref.workload_id)
-        left = procfs.live_group_members(watch.ref.pgid) if self._group_is_ours(watch) else []
-        left += self.exec.kill(stem)  # also what left the group or outlived a SIGKILLed supervisor
+        left = left + self.exec.kill(stem)  # also what left the group or outlived a SIGKILLed supervisor
         if left and now_s < watch.report_by_s:
             return None
         if left:
@@ -372,6 +394,17 @@ class LocalBackend:
             logger.warning("%s: not allowed to signal process group %d", watch.ref.workload_id, watch.ref.pgid)
             return False
         return True
+
+
+def _group_exists(pgid: int) -> bool:
+    """True while the process group has any process, zombies included (``killpg`` with signal 0 sends nothing)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # there is a process, not ours to signal
+        return True
+    return True
 
 
 def _handle_of_file(value: Any) -> Handle:

@@ -1,23 +1,31 @@
 """Launching for the scheduler loop: what a bound workload is started with (command, isolation environment, log
-path) and the batched launch-and-record (``launch_all``: every launch of a step, then their handles in one
-transaction). ``SchedulerLoop`` owns one ``Launcher`` and calls it after its decisions are stored.
+path), handed to a ``LaunchWorker`` (``server.launch_worker``) so that a slow ``Backend.launch`` never holds up a
+step, and the handles that come back stored in one transaction per step (``collect``). ``SchedulerLoop`` owns one
+``Launcher`` and submits launches only after their decisions are stored.
+
+A bound workload goes through three states in its ``RunningEntry``: not launched (``launched`` False: decided,
+stored, perhaps waiting for preempted victims to exit), launch submitted (``launched`` True, no ``handle`` yet:
+queued or being started; ``withdraw`` can still take a queued one back), and started (``handle`` set).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from tessera.backends.base import Backend, Handle, LaunchSpec
-from tessera.errors import TesseraError
+from tessera.backends.base import Backend, LaunchSpec
 from tessera.gpu.gpus import GpuDevice
 from tessera.gpu.isolation import isolation_env
+from tessera.server.launch_worker import LaunchWorker
 from tessera.server.loop_values import LoopConfig, RunningEntry, share_milli, started_text
 from tessera.server.pool import Pool
 from tessera.server.store.changes import HandleChange
 from tessera.server.store.store import Event, Store
 
-# (entry, reason, now): a launch that failed; the loop ends the workload as failed with that reason.
+log = logging.getLogger(__name__)
+
+# (entry, reason, now): a launch that failed; the loop ends the workload with that reason.
 OnLaunchFailed = Callable[[RunningEntry, str, float], None]
 
 
@@ -28,6 +36,7 @@ class Launcher:
         self.pool = pool
         self.config = config
         self.failed = failed
+        self.worker = LaunchWorker(backend)
         self._logs_dir = config.run_dir / "logs"
         self._logs_made = False
 
@@ -42,29 +51,64 @@ class Launcher:
         self.launch_all(ready, now)
 
     def launch_all(self, entries: list[RunningEntry], now: float) -> None:
-        """Launch ``entries`` and store their handles in one transaction (one per launch made a step over
-        thousands of binds take seconds). A handle that a crash keeps from the store is found again by
-        ``Backend.find`` in recovery, as before."""
+        """Hand the launches of ``entries`` to the worker; ``collect`` stores their handles once they are made."""
+        for entry in entries:
+            self.worker.submit(entry.row.id, self.launch_spec(entry))
+            entry.launched = True
+
+    def withdraw(self, entry: RunningEntry) -> bool:
+        """True when ``entry``'s process was never started and never will be: not launched yet, or its launch was
+        still queued and is taken back. False once the launch has begun (its handle comes through ``collect``)."""
+        if not entry.launched:
+            return True
+        if self.worker.withdraw(entry.row.id):
+            entry.launched = False
+            return True
+        return False
+
+    def collect(self, running: Mapping[int, RunningEntry], now: float) -> None:
+        """The launches made since the last call: their handles stored in one transaction (a handle that a crash
+        keeps from the store is found again by ``Backend.find`` in recovery), a failed one ended. A workload
+        whose stop was decided while its launch was being made is stopped now that its process exists."""
         changes: list[HandleChange] = []
         events: list[Event] = []
-        for entry in entries:
-            handle = self._launch(entry, now)
-            if handle is not None:
-                entry.handle = handle
-                changes.append(HandleChange(entry.row.id, handle))
-                events.append(Event(entry.row.id, "started", started_text(handle)))
+        stops: list[str] = []
+        for launched in self.worker.results():
+            entry = running.get(launched.workload_id)
+            if entry is None:  # never happens: an entry leaves only after its end, which waits for its handle
+                log.warning("launch of workload %s came back for no running workload", launched.workload_id)
+                if launched.handle is not None:
+                    self.backend.stop(launched.handle.workload_id, 0.0)
+                continue
+            if launched.handle is None:
+                self.failed(entry, launched.error or "could not start", now)
+                continue
+            entry.handle = launched.handle
+            changes.append(HandleChange(entry.row.id, launched.handle))
+            events.append(Event(entry.row.id, "started", started_text(launched.handle)))
+            if entry.stop_sent is not None:
+                stops.append(launched.handle.workload_id)
         if changes:
             self.store.update_workloads(changes, events, now)
+        for workload_id in stops:
+            self.backend.stop(workload_id, self.config.stop_grace_s)
 
-    def _launch(self, entry: RunningEntry, now: float) -> Handle | None:
-        """Start the workload of ``entry``; None when it could not start (the workload has then failed)."""
-        spec = self.launch_spec(entry)
-        entry.launched = True
-        try:
-            return self.backend.launch(spec)
-        except (OSError, TesseraError) as exc:
-            self.failed(entry, f"could not start: {exc}", now)
-            return None
+    def settle(self, running: Mapping[int, RunningEntry], now: float) -> None:
+        """Wait for the submitted launches at most ``config.launch_wait_s``, then ``collect``: a fast backend's
+        handles are stored within the step that decided the launch, a slow one's at a later step."""
+        if self.config.launch_wait_s > 0:
+            self.worker.wait(self.config.launch_wait_s)
+        self.collect(running, now)
+
+    def shut_down(self, running: Mapping[int, RunningEntry], now: float, timeout_s: float) -> None:
+        """The loop stops: queued launches are dropped (their decisions are stored, so a restarted server launches
+        them), the one being made is waited for (at most ``timeout_s``) and its handle stored."""
+        for workload_id in self.worker.withdraw_all():
+            entry = running.get(workload_id)
+            if entry is not None:
+                entry.launched = False
+        self.worker.wait(timeout_s)
+        self.collect(running, now)
 
     def devices(self, entry: RunningEntry) -> tuple[GpuDevice, ...]:
         """The GPUs of the workload's placements, in order."""

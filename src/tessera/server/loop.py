@@ -1,13 +1,21 @@
 """The scheduler loop: the core's scheduling step on a wall clock, with the store as the source of truth.
 
-One ``step()`` (a tick): collect the workloads that ended (``Backend.poll``; ``Scheduler.observe`` returns their
-capacity), stop those whose cancel was requested, run the memory watchdog, then every scheduling step of this instant
+One ``step()`` (a tick): record the launches made since the last tick, collect the workloads that ended
+(``Backend.poll``; ``Scheduler.observe`` returns their capacity; their ends stored in one transaction), stop those
+whose cancel was requested, run the memory watchdog, then every scheduling step of this instant
 exactly as the simulator runs them (``core.pending.schedule_instant`` over the same ``PendingOffer``: the first
 workload of each request shape, a failed shape again only after a release). Each plan is applied to the scheduler's
 books with ``Scheduler.commit``, the very call the simulator makes, so the next plan of the tick builds on it; then
 **all the tick's decisions are written to the store in one transaction** (typed changes, ``server.store.changes``)
 and only then acted on (stop victims, launch through ``server.launcher``). Nothing acts before it is durable; a bind
-that lost the race with a cancel is taken back out of the books. The scheduler is built from a named preset
+that lost the race with a cancel is taken back out of the books.
+
+A step never waits long for the backend: launches are made by a worker thread (``server.launch_worker``), and the
+step waits for them at most ``LoopConfig.launch_wait_s``; their handles are stored at a later step. So ends are
+collected and cancels applied every interval even while a wave of launches is being started. A workload cancelled
+or preempted while its launch is still queued is taken out of the queue and never started; one whose launch is
+being made is stopped as soon as its handle comes back; an end the backend reports before the handle has been
+recorded waits for it. The scheduler is built from a named preset
 (``LoopConfig.policy``, ``core.presets``: ``tessera`` by default, or static, fifo-share, tiresias, gavel and the
 reference variants) with the store's queues.
 
@@ -23,7 +31,8 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,6 +76,7 @@ log = logging.getLogger(__name__)
 
 PENDING = WorkloadState.PENDING.value
 RUNNING = WorkloadState.RUNNING.value
+SHUTDOWN_LAUNCH_WAIT_S = 10.0  # how long a stopping loop waits for the launch being made, to record its handle
 
 
 class SchedulerLoop:
@@ -108,6 +118,8 @@ class SchedulerLoop:
         self._preemptions = itertools.count(1)
         self._preempted_order: dict[int, int] = {}  # preempted workloads not yet ended -> in which order
         self._reasons: dict[int, str] = {}
+        self._early_ends: list[ExitStatus] = []  # ends reported before their launch's handle was recorded
+        self._batch: tuple[list[WorkloadChange], list[Event]] | None = None  # writes held for one transaction
         self.queue_specs: tuple[QueueSpec, ...] = ()
         self.snapshot = self._snapshot()
 
@@ -128,12 +140,14 @@ class SchedulerLoop:
     # ----------------------------------------------------------------------------------------------- the step
 
     def step(self) -> StepReport:
-        """One tick: ends, cancels, the watchdog, held launches, then every scheduling step of this instant
-        (``core.pending.schedule_instant``, as the simulator runs them)."""
-        started = time.perf_counter()
+        """One tick: launches made, ends, cancels, the watchdog, held launches, then every scheduling step of this
+        instant (``core.pending.schedule_instant``, as the simulator runs them), then a short wait for this tick's
+        launches (``Launcher.settle``)."""
+        started, started_cpu = time.perf_counter(), time.thread_time()
         now = self.clock()
         self._now = self.intake.now_s = now
         self._refresh_queues()
+        self.launcher.collect(self.running, now)
         ended = self._collect_exits(now)
         self._send_cancels(now)
         if self.memory_watch is not None:
@@ -147,8 +161,10 @@ class SchedulerLoop:
         limit = self.config.max_tries_per_step
         schedule_instant(self.scheduler, intake.offer, now, intake.offered, self._apply, self.preset.borrowing, limit)
         binds, preempts = self._flush(now)
+        self.launcher.settle(self.running, now)
         self.snapshot = self._snapshot()
-        report = StepReport(binds, preempts, ended, len(stored), time.perf_counter() - started)
+        duration_s, cpu_s = time.perf_counter() - started, time.thread_time() - started_cpu
+        report = StepReport(binds, preempts, ended, len(stored), duration_s, cpu_s)
         if self.on_step is not None:
             self.on_step(report)
         return report
@@ -199,13 +215,24 @@ class SchedulerLoop:
             self._reasons.pop(entry.row.id, None)
             self.intake.started(str(entry.row.id), now)
             self.running[entry.row.id] = entry
-        for preempt in tick.preempts:
-            self.backend.stop(preempt.workload_id, self.config.stop_grace_s)
+        self._stop_victims(tick.preempts, now)
         if self.on_start is not None:
             for entry in bound:
                 self.on_start(entry.row, now - entry.row.submitted_at)
         self.launcher.launch_all([entry for entry in bound if not entry.waits_for], now)
         return len(bound), len(tick.preempts)
+
+    def _stop_victims(self, preempts: list[Preempt], now: float) -> None:
+        """Stop the preempted workloads; one whose process was never started (its launch still queued, or waiting
+        for victims of its own) has nothing to stop: it ends now, and the workloads waiting for it may launch."""
+        with self._batched(now):
+            for preempt in preempts:
+                victim = self.running.get(int(preempt.workload_id))
+                if victim is not None and self.launcher.withdraw(victim):
+                    self._preempted_order.pop(victim.row.id, None)
+                    self._on_exit(victim, ExitStatus(preempt.workload_id, None), now)
+                else:
+                    self.backend.stop(preempt.workload_id, self.config.stop_grace_s)
 
     def _entry(self, bind: Bind, row: WorkloadRow, now: float, waits: set[int]) -> RunningEntry:
         """The server's entry of a bound workload, launched once the victims still running have exited."""
@@ -244,31 +271,71 @@ class SchedulerLoop:
         self.backend.stop(workload_id, self.config.stop_grace_s)
 
     def _send_cancels(self, now: float) -> None:
+        """Stop the workloads whose cancel was requested (stored first, then signalled); one whose process was never
+        started (its launch still queued) is taken out of the launch queue and ends cancelled at once. A workload
+        whose launch is being made is stopped when its handle comes back (``Launcher.collect``)."""
         wanted = self.store.cancel_requested_ids()
-        for wid in wanted:
-            entry = self.running.get(wid)
-            if entry is None or entry.stop_sent == StopReason.cancel():
-                continue
-            if not entry.launched:
-                self._finish(entry, WorkloadState.CANCELLED, None, "cancelled before it started", now)
-                continue
-            entry.stop_sent = StopReason.cancel()
-            self.scheduler.books.stopping.add(str(wid))
-            self.store.update_workloads([StopChange(wid, entry.stop_sent)], [], now)
-            self.backend.stop(str(wid), self.config.stop_grace_s)
+        stops: list[str] = []
+        with self._batched(now):
+            for wid in wanted:
+                entry = self.running.get(wid)
+                if entry is None or entry.stop_sent == StopReason.cancel():
+                    continue
+                if self.launcher.withdraw(entry):
+                    self._finish(entry, WorkloadState.CANCELLED, None, "cancelled before it started", now)
+                    continue
+                entry.stop_sent = StopReason.cancel()
+                self.scheduler.books.stopping.add(str(wid))
+                self._write([StopChange(wid, entry.stop_sent)], [], now)
+                stops.append(str(wid))
+        for wid_text in stops:
+            self.backend.stop(wid_text, self.config.stop_grace_s)
 
     def _collect_exits(self, now: float) -> int:
-        """Ends the backend reports; preempted workloads that ended together are requeued in the order they were
-        preempted (their processes may exit in any order), as the simulator requeues them."""
-        statuses = sorted(self.backend.poll(), key=lambda s: self._preempted_order.get(int(s.workload_id), 0))
-        for status in statuses:
-            self._preempted_order.pop(int(status.workload_id), None)
-            entry = self.running.get(int(status.workload_id))
-            if entry is None:
-                log.warning("backend reported the end of unknown workload %s", status.workload_id)
-                continue
-            self._on_exit(entry, status, now)
-        return len(statuses)
+        """Ends the backend reports, stored in one transaction; preempted workloads that ended together are requeued
+        in the order they were preempted (their processes may exit in any order), as the simulator requeues them.
+        An end reported before its launch's handle was recorded is kept for the step that records it."""
+        statuses = self._early_ends + self.backend.poll()
+        self._early_ends = []
+        statuses.sort(key=lambda s: self._preempted_order.get(int(s.workload_id), 0))
+        ended = 0
+        with self._batched(now):
+            for status in statuses:
+                entry = self.running.get(int(status.workload_id))
+                if entry is None:
+                    self._preempted_order.pop(int(status.workload_id), None)
+                    log.warning("backend reported the end of unknown workload %s", status.workload_id)
+                    continue
+                if entry.launched and entry.handle is None:  # the launch's outcome comes at the next collect
+                    self._early_ends.append(status)
+                    continue
+                self._preempted_order.pop(entry.row.id, None)
+                self._on_exit(entry, status, now)
+                ended += 1
+        return ended
+
+    @contextmanager
+    def _batched(self, now: float) -> Iterator[None]:
+        """The store writes of ``_write`` inside this block go in one transaction at its end (a wave of ends is one
+        commit, not one per workload)."""
+        if self._batch is not None:  # already inside a batch: it writes them
+            yield
+            return
+        batch: tuple[list[WorkloadChange], list[Event]] = ([], [])
+        self._batch = batch
+        try:
+            yield
+        finally:
+            self._batch = None
+            if batch[0] or batch[1]:
+                self.store.update_workloads(batch[0], batch[1], now)
+
+    def _write(self, changes: list[WorkloadChange], events: list[Event], now: float) -> None:
+        if self._batch is not None:
+            self._batch[0].extend(changes)
+            self._batch[1].extend(events)
+        else:
+            self.store.update_workloads(changes, events, now)
 
     def _on_exit(self, entry: RunningEntry, status: ExitStatus, now: float) -> None:
         code = status.exit_code
@@ -294,7 +361,7 @@ class SchedulerLoop:
         wid = entry.row.id
         self._observe(wid, now, finished=True)
         change = EndChange(wid, state, code, now, reason)
-        self.store.update_workloads([change], [Event(wid, state.value, reason)], now)
+        self._write([change], [Event(wid, state.value, reason)], now)
 
     def _observe(self, wid: int, now: float, finished: bool) -> None:
         """``wid`` stopped: its capacity (if it still held any) goes back, and failed shapes are tried again."""
@@ -304,14 +371,20 @@ class SchedulerLoop:
         self.running.pop(wid, None)
 
     def _launch_failed(self, entry: RunningEntry, reason: str, now: float) -> None:
-        self._finish(entry, WorkloadState.FAILED, None, reason, now)
+        """A launch that could not start: the workload failed, unless a stop was decided meanwhile (then it ends
+        as that stop says: cancelled, or requeued when preempted)."""
+        if entry.stop_sent is None:
+            self._finish(entry, WorkloadState.FAILED, None, reason, now)
+        else:
+            self._preempted_order.pop(entry.row.id, None)
+            self._on_exit(entry, ExitStatus(str(entry.row.id), None), now)
 
     def requeue(self, entry: RunningEntry, reason: str, now: float) -> None:
         """``entry`` waits again: its capacity and quota are given back, and it joins the offer now (workloads
         requeued together join in the order they stopped, as the simulator's preempted jobs do)."""
         wid = entry.row.id
         self._observe(wid, now, finished=False)
-        self.store.update_workloads([RequeueChange(wid, reason)], [Event(wid, "requeued", reason)], now)
+        self._write([RequeueChange(wid, reason)], [Event(wid, "requeued", reason)], now)
         self.intake.add(entry.row)
 
     def _snapshot(self) -> ClusterSnapshot:
@@ -379,13 +452,15 @@ class SchedulerLoop:
     # ------------------------------------------------------------------------------------------------ running
 
     def run_forever(self, stop: Callable[[], bool]) -> None:
-        """Step every ``interval_s`` until ``stop()`` says so; a failing step is logged and retried."""
+        """Step every ``interval_s`` until ``stop()`` says so; a failing step is logged and retried. At the end,
+        launches not begun are dropped (a restarted server makes them) and the one being made is recorded."""
         while not stop():
             try:
                 self.step()
             except Exception:
                 log.exception("scheduling step failed; retrying")
             time.sleep(self.config.interval_s)
+        self.launcher.shut_down(self.running, self.clock(), SHUTDOWN_LAUNCH_WAIT_S)
 
 
 @dataclass(slots=True)

@@ -32,6 +32,9 @@ class LoopConfig:
     mps: bool = False  # an MPS daemon serves the GPUs: launches get MPS compute and memory limits
     # Placement attempts per step: a step over many pending workloads stays short (the rest go 0.2 s later).
     max_tries_per_step: int = 1000
+    # How long a step waits for the launches it decided (made by a worker thread, server.launch_worker) before it
+    # goes on; launches still being made are recorded at a later step. Bounds a step whatever the backend does.
+    launch_wait_s: float = 0.02
 
 
 @dataclass(slots=True)
@@ -40,10 +43,10 @@ class RunningEntry:
     placements: tuple[Placement, ...]  # empty once preempted (its capacity went to the preemptor)
     admission: Admission | None
     started_s: float
-    launched: bool  # False: decided and stored, process not started yet
+    launched: bool  # False: decided and stored, launch not submitted yet; True: submitted (see server.launcher)
     waits_for: set[int] = field(default_factory=set)  # preempted victims that must exit before the launch
     stop_sent: StopReason | None = None  # why a stop was sent, once one was
-    handle: Handle | None = None  # the backend's handle, once launched or adopted
+    handle: Handle | None = None  # the backend's handle, once started or adopted
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,7 @@ class StepReport:
     ended: int
     pending: int
     duration_s: float
+    cpu_s: float = 0.0  # CPU time the loop's thread spent in the step: far below duration_s, the host was busy
 
 
 def started_text(handle: Handle) -> str:

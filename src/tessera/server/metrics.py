@@ -1,5 +1,6 @@
-"""Prometheus metrics at ``/metrics``: workloads by state and queue, time spent pending, scheduling step latency,
-per-GPU allocated share and memory, per-queue usage against quota; with NVML, GPU usage under dcgm-exporter's names.
+"""Prometheus metrics at ``/metrics``: workloads by state and queue, time spent pending, scheduling step latency and
+the longest step, per-GPU allocated share and memory, per-queue usage against quota; with NVML, GPU usage under
+dcgm-exporter's names.
 
 Counts and allocations are read at scrape time from the store and the loop's snapshot (``MetricsCollector``);
 latencies are observed as they happen (``ServerMetrics.observe_*``). One registry per server, never the global one.
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -32,6 +33,7 @@ PRIVATE_LABELS = frozenset({"queue"})
 class ServerMetrics:
     def __init__(self, store: Store, loop: SchedulerLoop) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._step_max_s = 0.0
         self.pending_seconds = Histogram(
             "tessera_workload_pending_seconds",
             "Time from submission to placement",
@@ -45,9 +47,29 @@ class ServerMetrics:
             buckets=_STEP_BUCKETS,
             registry=self.registry,
         )
+        # The histogram's top bucket says only "over 5 s"; how long the worst step took is what a stall shows.
+        self.step_max_seconds = Gauge(
+            "tessera_scheduling_step_max_seconds",
+            "Duration of the longest scheduling step since the server started",
+            registry=self.registry,
+        )
+        # The CPU time of the longest step: a long step that used little CPU waited for the host, not for its work.
+        self.step_max_cpu_seconds = Gauge(
+            "tessera_scheduling_step_max_cpu_seconds",
+            "CPU time the loop's thread spent in the longest scheduling step",
+            registry=self.registry,
+        )
         self.registry.register(_StateCollector(store, loop))
         self.public = CollectorRegistry(auto_describe=False)
         self.public.register(_WithoutLabels(self.registry, PRIVATE_LABELS))
+
+    def observe_step(self, seconds: float, cpu_seconds: float = 0.0) -> None:
+        """One scheduling step took ``seconds``, ``cpu_seconds`` of them on a CPU (the loop thread calls this)."""
+        self.step_seconds.observe(seconds)
+        if seconds > self._step_max_s:
+            self._step_max_s = seconds
+            self.step_max_seconds.set(seconds)
+            self.step_max_cpu_seconds.set(cpu_seconds)
 
     def register(self, collector: Collector) -> None:
         self.registry.register(collector)

@@ -106,7 +106,7 @@ def build_server(
     _ensure_default_queue(store, clock())
     loop = SchedulerLoop(store, runner, pool, loop_config, clock, memory_probe=_memory_probe(probe, pool))
     metrics = ServerMetrics(store, loop)
-    loop.on_step = lambda report: metrics.step_seconds.observe(report.duration_s)
+    loop.on_step = lambda report: metrics.observe_step(report.duration_s, report.cpu_s)
     loop.on_start = lambda row, waited: metrics.pending_seconds.labels(row.queue).observe(waited)
     if not pool.simulated:
         metrics.register(GpuUsageCollector(probe))
