@@ -49,14 +49,22 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from typing import TYPE_CHECKING
 
 from tessera.backends import procfs
 from tessera.backends.accounts import TenantAccounts
-from tessera.backends.base import Backend, BackendNode, ExitStatus, Handle, JsonScalar, LaunchSpec
+from tessera.backends.base import Backend, BackendNode, ExitStatus, Handle, LaunchSpec
 from tessera.backends.launch_intent import NONCE_ENV, Intent, find_launched, write_intent
 from tessera.backends.local_exec import SUPERVISOR_MODULE, LocalExec, open_log, stop_signals_held
+from tessera.backends.local_files import (
+    KIND,
+    LocalProcess,
+    file_stem,
+    handle_of_file,
+    process_of,
+    read_exit_file,
+    write_atomically,
+)
 from tessera.core.errors import InvalidRequestError, TesseraError
 from tessera.faults import crash_point
 
@@ -64,48 +72,14 @@ logger = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 5.0  # how long an ended workload's SIGKILLed processes may take to vanish before we report anyway
 __all__ = ["SUPERVISOR_MODULE", "LocalBackend"]
-KIND = "local"
 NODE_NAME = "local"  # as ``tessera.gpu.gpus.GpuDevice.node`` names this host
-
-
-@dataclass(frozen=True, slots=True)
-class _Process:
-    """What a local handle holds: enough to find the workload's processes again after a server restart."""
-
-    workload_id: str
-    pid: int  # the supervising process (leader of the workload's process group); 0: none known, it ended
-    pgid: int
-    started_marker: str  # the process's start time as the OS reports it: guards against a reused PID
-    exit_file: str  # where the supervisor writes the exit code when the workload ends
-
-    def handle(self) -> Handle:
-        data: dict[str, JsonScalar] = {
-            "pid": self.pid,
-            "pgid": self.pgid,
-            "started_marker": self.started_marker,
-            "exit_file": self.exit_file,
-        }
-        return Handle(self.workload_id, KIND, data)
-
-
-def _process_of(handle: Handle) -> _Process:
-    """The process fields of a local handle; ``InvalidRequestError`` for another backend's or a malformed one."""
-    if handle.backend != KIND:
-        raise InvalidRequestError("handle", f"{handle.workload_id}: a {handle.backend!r} handle, not a local one")
-    data = handle.data
-    pid, pgid, marker, exit_file = (data.get(k) for k in ("pid", "pgid", "started_marker", "exit_file"))
-    ints = all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (pid, pgid))
-    if not ints or not isinstance(marker, str) or not isinstance(exit_file, str):
-        raise InvalidRequestError("handle", f"{handle.workload_id}: not a local process handle: {dict(data)}")
-    assert isinstance(pid, int) and isinstance(pgid, int)
-    return _Process(handle.workload_id, pid, pgid, marker, exit_file)
 
 
 @dataclass(slots=True)
 class _Watch:
     """One tracked workload; mutated only under ``LocalBackend._lock``."""
 
-    ref: _Process
+    ref: LocalProcess
     popen: subprocess.Popen[bytes] | None  # None: adopted from an earlier server, not our child
     term_sent: bool = False
     kill_at_s: float | None = None  # time.monotonic() deadline for SIGKILL, set by stop()
@@ -142,15 +116,15 @@ class LocalBackend:
 
     def exit_path(self, workload_id: str) -> Path:
         """Where the supervisor of ``workload_id`` writes its exit code."""
-        return self.run_dir / f"{_file_stem(workload_id)}.exit"
+        return self.run_dir / f"{file_stem(workload_id)}.exit"
 
     def ref_path(self, workload_id: str) -> Path:
         """Where ``launch`` records the handle of ``workload_id`` until its end is reported (for ``find``)."""
-        return self.run_dir / f"{_file_stem(workload_id)}.ref.json"
+        return self.run_dir / f"{file_stem(workload_id)}.ref.json"
 
     def intent_path(self, workload_id: str) -> Path:
         """Where ``launch`` records, before the fork, that it starts ``workload_id`` (``launch_intent``)."""
-        return self.run_dir / f"{_file_stem(workload_id)}.intent.json"
+        return self.run_dir / f"{file_stem(workload_id)}.intent.json"
 
     def nodes(self) -> list[BackendNode]:
         """This host, the only one."""
@@ -158,16 +132,16 @@ class LocalBackend:
 
     def spec_path(self, workload_id: str) -> Path:
         """Where ``launch`` leaves the command's spec for the supervisor (which deletes it once read)."""
-        return self.run_dir / f"{_file_stem(workload_id)}.spec.json"
+        return self.run_dir / f"{file_stem(workload_id)}.spec.json"
 
     def pids(self, handle: Handle) -> list[int]:
         """The live processes of the workload: its process group's (none once its supervisor's PID names another)
         and its cgroup's (what left the group)."""
-        ref = _process_of(handle)
+        ref = process_of(handle)
         if ref.pid == 0:  # found ended by its exit file: no process of its own to look for
             return []
         group = [] if procfs.is_pid_reused(ref.pid, ref.started_marker) else procfs.live_group_members(ref.pgid)
-        return sorted(set(group) | set(self.exec.members(_file_stem(ref.workload_id))))
+        return sorted(set(group) | set(self.exec.members(file_stem(ref.workload_id))))
 
     def launch(self, spec: LaunchSpec) -> Handle:
         """Starts the supervisor (which starts the command) and returns at once; a command that cannot be run is
@@ -190,7 +164,7 @@ class LocalBackend:
             exit_file.unlink(missing_ok=True)  # left by an earlier run of the same workload: first, then the intent
             intent = Intent.new(spec.workload_id, exit_file)
             write_intent(self.intent_path(spec.workload_id), intent)  # if the launch fails, find() finds nothing by it
-            cgroup = self.exec.prepare(spec, _file_stem(spec.workload_id), spec_file, account)
+            cgroup = self.exec.prepare(spec, file_stem(spec.workload_id), spec_file, account)
             try:
                 with open_log(spec.log_path) as log, stop_signals_held():
                     popen = subprocess.Popen(
@@ -209,11 +183,11 @@ class LocalBackend:
             crash_point("after-launch")
             marker = procfs.read_start_marker(popen.pid)  # our unreaped child: its /proc entry is there
             assert marker is not None, "a child that was not waited for always has a /proc entry"
-            ref = _Process(spec.workload_id, popen.pid, popen.pid, marker, str(exit_file))
+            ref = LocalProcess(spec.workload_id, popen.pid, popen.pid, marker, str(exit_file))
             with self._lock:
                 self._watches[spec.workload_id] = _Watch(ref=ref, popen=popen)
             try:
-                _write_atomically(self.ref_path(spec.workload_id), json.dumps(ref.handle().to_json()) + "\n")
+                write_atomically(self.ref_path(spec.workload_id), json.dumps(ref.handle().to_json()) + "\n")
             except OSError as error:  # the workload runs all the same; only find() will not know it
                 logger.warning("%s: cannot record its process reference: %s", spec.workload_id, error)
         finally:
@@ -225,7 +199,7 @@ class LocalBackend:
 
     def adopt(self, handle: Handle) -> None:
         """Tracks a workload started by an earlier server; if it has ended, the next ``poll`` reports it."""
-        ref = _process_of(handle)
+        ref = process_of(handle)
         with self._lock:
             if ref.workload_id in self._watches:
                 logger.debug("adopt: %s is already tracked", ref.workload_id)
@@ -244,8 +218,8 @@ class LocalBackend:
             return watch.ref.handle()
         path = self.ref_path(workload_id)
         try:
-            handle = _handle_of_file(json.loads(path.read_text()))
-            _process_of(handle)
+            handle = handle_of_file(json.loads(path.read_text()))
+            process_of(handle)
             if handle.workload_id == workload_id:
                 return handle
         except FileNotFoundError:
@@ -256,7 +230,7 @@ class LocalBackend:
 
     def _find_by_intent(self, workload_id: str) -> Handle | None:
         found = find_launched(self.intent_path(workload_id), workload_id, SUPERVISOR_MODULE)
-        return None if found is None else _Process(workload_id, *found).handle()
+        return None if found is None else LocalProcess(workload_id, *found).handle()
 
     def stop(self, workload_id: str, grace_s: float) -> None:
         """SIGTERM now, SIGKILL at the first ``poll`` after ``grace_s``; a no-op for a workload not tracked (it
@@ -334,7 +308,7 @@ class LocalBackend:
 
     def _report(self, watch: _Watch, left: list[int], now_s: float) -> ExitStatus | None:
         """The ended workload's ``ExitStatus`` once nothing of its group is ``left`` (or its drain time is up)."""
-        stem = _file_stem(watch.ref.workload_id)
+        stem = file_stem(watch.ref.workload_id)
         left = left + self.exec.kill(stem)  # also what left the group or outlived a SIGKILLed supervisor
         if left and now_s < watch.report_by_s:
             return None
@@ -349,7 +323,7 @@ class LocalBackend:
         return watch.ref.pid != 0 and procfs.is_running(watch.ref.pid, watch.ref.started_marker)
 
     def _exit_code(self, watch: _Watch) -> int | None:
-        written = _read_exit_file(Path(watch.ref.exit_file))
+        written = read_exit_file(Path(watch.ref.exit_file))
         if written is not None:
             return written
         if watch.kill_sent:
@@ -369,11 +343,11 @@ class LocalBackend:
                 pass  # it ended just now: signal what may be left of the group
         self._signal_group(watch, signal.SIGTERM)
         spare = watch.ref.pgid if self._group_is_ours(watch) else None
-        self.exec.signal(_file_stem(watch.ref.workload_id), signal.SIGTERM, spare_group=spare)
+        self.exec.signal(file_stem(watch.ref.workload_id), signal.SIGTERM, spare_group=spare)
 
     def _kill_group(self, watch: _Watch) -> None:
         """SIGKILL to the group and the cgroup; ``kill_sent`` if some process received it."""
-        if self._signal_group(watch, signal.SIGKILL) | bool(self.exec.kill(_file_stem(watch.ref.workload_id))):
+        if self._signal_group(watch, signal.SIGKILL) | bool(self.exec.kill(file_stem(watch.ref.workload_id))):
             watch.kill_sent = True
 
     def _group_is_ours(self, watch: _Watch) -> bool:
@@ -405,37 +379,6 @@ def _group_exists(pgid: int) -> bool:
     except PermissionError:  # there is a process, not ours to signal
         return True
     return True
-
-
-def _handle_of_file(value: Any) -> Handle:
-    """A handle as ``launch`` writes it, or as servers before handles wrote it (the process fields, flat)."""
-    if isinstance(value, dict) and "data" not in value and "workload_id" in value:
-        fields = {k: value.get(k) for k in ("pid", "pgid", "started_marker", "exit_file")}
-        return Handle(str(value["workload_id"]), KIND, fields)
-    return Handle.from_json(value)
-
-
-def _file_stem(workload_id: str) -> str:
-    """A single, safe file name component for any workload id."""
-    return quote(workload_id, safe="")
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
-
-
-def _read_exit_file(path: Path) -> int | None:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return None
-    try:
-        return int(text.strip())
-    except ValueError:
-        logger.warning("%s does not hold an exit code: %r", path, text[:80])
-        return None
 
 
 # Children of this process that a closed LocalBackend no longer watches; any LocalBackend's poll/launch reaps them
