@@ -10,18 +10,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import groupby
 from typing import Any
 
-from sqlalchemy import Engine, Row, Table, bindparam, func, insert, select, true, update
+from sqlalchemy import Engine, Row, Table, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from tessera.core.workload import WorkloadState
 from tessera.faults import crash_point
+from tessera.server.store.bulk import chunks, write_changes
 from tessera.server.store.changes import BindChange, EndChange, ReasonChange, WorkloadChange, columns_of
 from tessera.server.store.models import EventRow, MetaRow, QueueRow, TokenRow, WorkloadRow
 
@@ -31,7 +30,6 @@ ACTIVE_STATES = (PENDING, RUNNING)
 TERMINAL_STATES = tuple(s.value for s in WorkloadState if s.value not in ACTIVE_STATES)
 WORKLOADS: Table = WorkloadRow.__table__  # type: ignore[assignment]  # a declarative class's Table
 EVENTS: Table = EventRow.__table__  # type: ignore[assignment]
-IN_LIST_MAX = 500  # ids per IN (...) list
 REQUEST_COLUMNS = (
     WorkloadRow.id,
     WorkloadRow.num_gpus,
@@ -130,7 +128,7 @@ class Store:
     def workloads_by_id(self, ids: Iterable[int]) -> list[WorkloadRow]:
         rows: list[WorkloadRow] = []
         with self.session() as session:
-            for chunk in _chunks(list(ids)):
+            for chunk in chunks(list(ids)):
                 rows.extend(session.scalars(select(WorkloadRow).where(WorkloadRow.id.in_(chunk))))
         return rows
 
@@ -138,7 +136,7 @@ class Store:
         """The tenant of each of the workloads ``ids`` (those that exist)."""
         found: dict[int, str] = {}
         with self.session() as session:
-            for chunk in _chunks(list(ids)):
+            for chunk in chunks(list(ids)):
                 query = select(WorkloadRow.id, WorkloadRow.tenant).where(WorkloadRow.id.in_(chunk))
                 found.update((int(i), str(t)) for i, t in session.execute(query))
         return found
@@ -149,7 +147,7 @@ class Store:
         query = select(*REQUEST_COLUMNS).where(WorkloadRow.state == PENDING)
         rows: list[Row[Any]] = []
         with self.session() as session:
-            for chunk in _chunks(list(ids)):
+            for chunk in chunks(list(ids)):
                 rows.extend(session.execute(query.where(WorkloadRow.id.in_(chunk))))
         return rows
 
@@ -158,7 +156,7 @@ class Store:
         if any(isinstance(change, EndChange) for change in changes):
             crash_point("before-end")  # fault injection (tessera.faults); a no-op unless TESSERA_CRASH_AT says so
         with self._sessions.begin() as session:
-            _write_changes(session, [columns_of(change) for change in changes])
+            write_changes(session, [columns_of(change) for change in changes])
             _insert_events(session, events, now_s)
 
     def commit_decisions(
@@ -173,17 +171,17 @@ class Store:
         workloads still pending and not being cancelled: a cancel that came in while the step was planning wins.
         Returns the ids of binds that lost that race (their events are not recorded)."""
         with self._sessions.begin() as session:
-            _write_changes(session, [columns_of(bind) for bind in binds], only_pending=True)
+            write_changes(session, [columns_of(bind) for bind in binds], only_pending=True)
             if binds:
                 crash_point("mid-commit")  # fault injection: the binds are written, nothing is committed
             ids = [bind.workload_id for bind in binds]
             taken: set[int] = set()
-            for chunk in _chunks(ids):
+            for chunk in chunks(ids):
                 query = select(WORKLOADS.c.id).where(WORKLOADS.c.id.in_(chunk), WORKLOADS.c.state == RUNNING)
                 taken.update(session.scalars(query))
             lost = set(ids) - taken
-            _write_changes(session, [columns_of(reason) for reason in reasons], only_pending=True)
-            _write_changes(session, [columns_of(change) for change in changes])
+            write_changes(session, [columns_of(reason) for reason in reasons], only_pending=True)
+            write_changes(session, [columns_of(change) for change in changes])
             _insert_events(session, [e for e in events if e.workload_id not in lost or e.kind != "bound"], now_s)
         return lost
 
@@ -345,63 +343,10 @@ class Store:
             session.merge(MetaRow(key=key, value=value))
 
 
-def _columns(change: Mapping[str, Any]) -> tuple[str, ...]:
-    return tuple(change)
-
-
-def _chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
-    """``ids`` in slices short enough for an ``IN (...)`` list on every database."""
-    for start in range(0, len(ids), IN_LIST_MAX):
-        yield ids[start : start + IN_LIST_MAX]
-
-
-def _write_changes(session: Session, changes: Sequence[Mapping[str, Any]], *, only_pending: bool = False) -> None:
-    """Core statements per run of changes that set the same columns: a step can write thousands of decisions, and
-    the ORM's bulk paths cost more per row than the database does."""
-    for columns, run in groupby(changes, key=_columns):
-        unknown = set(columns) - set(WORKLOADS.c.keys())
-        if unknown or columns == ("id",):
-            raise KeyError(f"workload change with unknown or no columns: {sorted(unknown) or columns}")
-        _update_run(session, [c for c in columns if c != "id"], list(run), only_pending=only_pending)
-
-
 def _insert_events(session: Session, events: Sequence[Event], now_s: float) -> None:
     if events:
         rows = [{"workload_id": e.workload_id, "at": now_s, "kind": e.kind, "message": e.message} for e in events]
         session.execute(insert(EVENTS), rows)
-
-
-def _update_run(
-    session: Session, columns: list[str], run: list[Mapping[str, Any]], *, only_pending: bool = False
-) -> None:
-    """Workloads that get the same values (the reason thousands wait, say) get one ``UPDATE ... WHERE id IN (...)``
-    per value; the others one executemany, row by row. ``only_pending``: rows no longer pending, or being
-    cancelled, are left alone."""
-    shared = _ids_by_values(columns, run)
-    grouped = {workload_id for ids in shared.values() for workload_id in ids}
-    singles = [change for change in run if change["id"] not in grouped]
-    still_pending = (WORKLOADS.c.state == PENDING) & ~WORKLOADS.c.cancel_requested if only_pending else true()
-    if singles:
-        statement = update(WORKLOADS).where(WORKLOADS.c.id == bindparam("id_"), still_pending)
-        session.execute(statement, [{"id_": change["id"], **{c: change[c] for c in columns}} for change in singles])
-    for values, ids in shared.items():
-        assignments = dict(zip(columns, values, strict=True))
-        for chunk in _chunks(ids):
-            session.execute(update(WORKLOADS).where(WORKLOADS.c.id.in_(chunk), still_pending).values(assignments))
-
-
-def _ids_by_values(columns: list[str], run: list[Mapping[str, Any]]) -> dict[tuple[Any, ...], list[int]]:
-    """The ids of ``run`` by the values they get, for values shared by several; {} when the changes cannot be
-    grouped (a value that cannot be hashed, such as a placement, or the same workload twice: its order counts)."""
-    by_values: dict[tuple[Any, ...], list[int]] = defaultdict(list)
-    try:
-        for change in run:
-            by_values[tuple(change[c] for c in columns)].append(change["id"])
-    except TypeError:
-        return {}
-    if len({change["id"] for change in run}) < len(run):
-        return {}
-    return {values: ids for values, ids in by_values.items() if len(ids) > 1}
 
 
 def _submitted(row: WorkloadRow) -> str:
