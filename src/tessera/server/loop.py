@@ -15,15 +15,15 @@ step waits for them at most ``LoopConfig.launch_wait_s``; their handles are stor
 collected and cancels applied every interval even while a wave of launches is being started. A workload cancelled
 or preempted while its launch is still queued is taken out of the queue and never started; one whose launch is
 being made is stopped as soon as its handle comes back; an end the backend reports before the handle has been
-recorded waits for it. The scheduler is built from a named preset
-(``LoopConfig.policy``, ``core.presets``: ``tessera`` by default, or static, fifo-share, tiresias, gavel and the
-reference variants) with the store's queues.
+recorded waits for it. The scheduler is built from a named preset (``LoopConfig.policy``, ``core.presets``:
+``tessera`` by default, or static, fifo-share, tiresias, gavel and the reference variants) with the store's queues.
 
 A restarted server calls ``recover()`` first (``server.recovery``): it takes the stored placements back into the
 scheduler's books (``Scheduler.adopt``), re-charges the quotas and re-adopts the workloads that outlived the crash.
 Why a stop was sent is a typed ``StopReason`` (cancel, preempted, watchdog), which decides what the workload's end
-means. A bind that needs preempted victims to go first is launched only once they have exited (``waits_for``): two
-processes never hold one GPU share at once.
+means (``server.loop_ends``: that decision as a pure function, and the batched writes of a wave of ends). A bind
+that needs preempted victims to go first is launched only once they have exited (``waits_for``): two processes
+never hold one GPU share at once.
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 from tessera.backends.base import Backend, ExitStatus
@@ -46,29 +44,23 @@ from tessera.core.workload import WorkloadState
 from tessera.gpu.gpus import ProcessMemoryProbe
 from tessera.server.intake import Intake
 from tessera.server.launcher import Launcher
+from tessera.server.loop_ends import WriteBatch, end_outcome, preemption_writes
 from tessera.server.loop_values import (
     ClusterSnapshot,
     LoopConfig,
     RunningEntry,
     StepReport,
+    TickDecisions,
+    cluster_snapshot,
     describe,
-    exit_text,
-    share_milli,
+    reason_changes,
+    watched,
 )
-from tessera.server.memory_watch import MemoryWatch, Watched
+from tessera.server.memory_watch import MemoryWatch
 from tessera.server.pool import Pool
 from tessera.server.records import admission_record, placement_record, queue_spec
 from tessera.server.recovery import recover_running
-from tessera.server.store.changes import (
-    BindChange,
-    EndChange,
-    ReasonChange,
-    RequeueChange,
-    StopChange,
-    StopKind,
-    StopReason,
-    WorkloadChange,
-)
+from tessera.server.store.changes import BindChange, EndChange, RequeueChange, StopChange, StopKind, StopReason
 from tessera.server.store.models import WorkloadRow
 from tessera.server.store.store import Event, Store
 
@@ -114,12 +106,12 @@ class SchedulerLoop:
         )
         self.intake = Intake(self.preset, lambda: self.scheduler)
         self._now = 0.0  # the current tick's time
-        self._tick = _Tick()  # the current tick's decisions, stored together by _flush
+        self._tick = TickDecisions()  # the current tick's decisions, stored together by _flush
         self._preemptions = itertools.count(1)
         self._preempted_order: dict[int, int] = {}  # preempted workloads not yet ended -> in which order
-        self._reasons: dict[int, str] = {}
+        self._reasons: dict[int, str] = {}  # pending workload -> why it waits, as stored
         self._early_ends: list[ExitStatus] = []  # ends reported before their launch's handle was recorded
-        self._batch: tuple[list[WorkloadChange], list[Event]] | None = None  # writes held for one transaction
+        self._writes = WriteBatch(store)  # end and stop writes, held by _writes.batched for one transaction
         self.queue_specs: tuple[QueueSpec, ...] = ()
         self.snapshot = self._snapshot()
 
@@ -151,7 +143,7 @@ class SchedulerLoop:
         ended = self._collect_exits(now)
         self._send_cancels(now)
         if self.memory_watch is not None:
-            self.memory_watch.check(now, self._watched())
+            self.memory_watch.check(now, watched(self.running, self.launcher.devices))
         self.intake.recheck(now)
         self.launcher.launch_ready(self.running, now)
         stored = set(self.store.ids_in(PENDING))
@@ -191,23 +183,14 @@ class SchedulerLoop:
     def _flush(self, now: float) -> tuple[int, int]:
         """Store the tick's decisions in one transaction, then act: stop victims, launch what need not wait. A bind
         that lost the race with a cancel is taken back out of the books. Returns (binds, preemptions)."""
-        tick, self._tick = self._tick, _Tick()
-        changes: list[WorkloadChange] = []
-        events: list[Event] = []
-        for preempt in tick.preempts:
-            wid = int(preempt.workload_id)
-            changes.append(StopChange(wid, StopReason.preempted(preempt.reason)))
-            events.append(Event(wid, "preempted", f"{preempt.reason} (for workload {preempt.preemptor})"))
+        tick, self._tick = self._tick, TickDecisions()
+        changes, events = preemption_writes(tick.preempts)
         rows = {row.id: row for row in self.store.workloads_by_id(int(b.workload_id) for b, _ in tick.binds)}
         bound = [self._entry(bind, rows[int(bind.workload_id)], now, waits) for bind, waits in tick.binds]
         bind_changes = [self._bind_change(entry, now) for entry in bound]
         events += [Event(entry.row.id, "bound", describe(entry, self.pool)) for entry in bound]
-        reasons: list[ReasonChange] = []
-        for wid_text, reason in tick.waiting.items():
-            wid = int(wid_text)
-            if wid in self.intake.pending and self._reasons.get(wid) != reason:
-                self._reasons[wid] = reason
-                reasons.append(ReasonChange(wid, reason))
+        reasons = reason_changes(tick.waiting, self.intake.pending.keys(), self._reasons)
+        self._reasons.update((change.workload_id, change.reason) for change in reasons)
         lost = self.store.commit_decisions(bind_changes, reasons, changes, events, now)
         self.scheduler.observe([str(wid) for wid in lost], now, finished=False)
         bound = [entry for entry in bound if entry.row.id not in lost]
@@ -225,7 +208,7 @@ class SchedulerLoop:
     def _stop_victims(self, preempts: list[Preempt], now: float) -> None:
         """Stop the preempted workloads; one whose process was never started (its launch still queued, or waiting
         for victims of its own) has nothing to stop: it ends now, and the workloads waiting for it may launch."""
-        with self._batched(now):
+        with self._writes.batched(now):
             for preempt in preempts:
                 victim = self.running.get(int(preempt.workload_id))
                 if victim is not None and self.launcher.withdraw(victim):
@@ -252,13 +235,6 @@ class SchedulerLoop:
     def log_path(self, workload_id: int) -> Path:
         return self.launcher.log_path(workload_id)
 
-    def _watched(self) -> list[Watched]:
-        return [
-            Watched(str(wid), entry.handle, self.launcher.devices(entry), share_milli(entry), entry.row.gpu_mem_mib)
-            for wid, entry in self.running.items()
-            if entry.handle is not None and entry.stop_sent is None and entry.placements
-        ]
-
     def _stop_for_memory(self, workload_id: str, reason: str) -> None:
         entry = self.running[int(workload_id)]
         entry.stop_sent = StopReason.watchdog(reason)
@@ -276,7 +252,7 @@ class SchedulerLoop:
         whose launch is being made is stopped when its handle comes back (``Launcher.collect``)."""
         wanted = self.store.cancel_requested_ids()
         stops: list[str] = []
-        with self._batched(now):
+        with self._writes.batched(now):
             for wid in wanted:
                 entry = self.running.get(wid)
                 if entry is None or entry.stop_sent == StopReason.cancel():
@@ -286,7 +262,7 @@ class SchedulerLoop:
                     continue
                 entry.stop_sent = StopReason.cancel()
                 self.scheduler.books.stopping.add(str(wid))
-                self._write([StopChange(wid, entry.stop_sent)], [], now)
+                self._writes.write([StopChange(wid, entry.stop_sent)], [], now)
                 stops.append(str(wid))
         for wid_text in stops:
             self.backend.stop(wid_text, self.config.stop_grace_s)
@@ -299,7 +275,7 @@ class SchedulerLoop:
         self._early_ends = []
         statuses.sort(key=lambda s: self._preempted_order.get(int(s.workload_id), 0))
         ended = 0
-        with self._batched(now):
+        with self._writes.batched(now):
             for status in statuses:
                 entry = self.running.get(int(status.workload_id))
                 if entry is None:
@@ -314,54 +290,19 @@ class SchedulerLoop:
                 ended += 1
         return ended
 
-    @contextmanager
-    def _batched(self, now: float) -> Iterator[None]:
-        """The store writes of ``_write`` inside this block go in one transaction at its end (a wave of ends is one
-        commit, not one per workload)."""
-        if self._batch is not None:  # already inside a batch: it writes them
-            yield
-            return
-        batch: tuple[list[WorkloadChange], list[Event]] = ([], [])
-        self._batch = batch
-        try:
-            yield
-        finally:
-            self._batch = None
-            if batch[0] or batch[1]:
-                self.store.update_workloads(batch[0], batch[1], now)
-
-    def _write(self, changes: list[WorkloadChange], events: list[Event], now: float) -> None:
-        if self._batch is not None:
-            self._batch[0].extend(changes)
-            self._batch[1].extend(events)
-        else:
-            self.store.update_workloads(changes, events, now)
-
     def _on_exit(self, entry: RunningEntry, status: ExitStatus, now: float) -> None:
-        code = status.exit_code
-        row = entry.row
-        stop = entry.stop_sent
-        if stop is not None and stop.kind is StopKind.CANCEL:
-            self._finish(entry, WorkloadState.CANCELLED, code, "cancelled", now)
-        elif stop is not None and stop.kind is StopKind.WATCHDOG:
-            self._finish(entry, WorkloadState.FAILED, code, stop.text(), now)
-        elif stop is not None:  # preempted
-            if self.config.requeue_preempted:
-                self.requeue(entry, f"{stop.text()}; requeued", now)
-            else:
-                self._finish(entry, WorkloadState.PREEMPTED, code, stop.text(), now)
-        elif row.kind == "service" and row.attempts <= self.config.service_max_restarts:
-            self.requeue(entry, f"service exited ({exit_text(code)}); restarting", now)
-        elif code == 0:
-            self._finish(entry, WorkloadState.SUCCEEDED, code, "exit code 0", now)
+        """The workload's process ended: it ends as ``loop_ends.end_outcome`` says, or waits again."""
+        outcome = end_outcome(entry.stop_sent, entry.row, status.exit_code, self.config)
+        if outcome.state is None:
+            self.requeue(entry, outcome.reason, now)
         else:
-            self._finish(entry, WorkloadState.FAILED, code, exit_text(code), now)
+            self._finish(entry, outcome.state, status.exit_code, outcome.reason, now)
 
     def _finish(self, entry: RunningEntry, state: WorkloadState, code: int | None, reason: str, now: float) -> None:
         wid = entry.row.id
         self._observe(wid, now, finished=True)
         change = EndChange(wid, state, code, now, reason)
-        self._write([change], [Event(wid, state.value, reason)], now)
+        self._writes.write([change], [Event(wid, state.value, reason)], now)
 
     def _observe(self, wid: int, now: float, finished: bool) -> None:
         """``wid`` stopped: its capacity (if it still held any) goes back, and failed shapes are tried again."""
@@ -384,28 +325,11 @@ class SchedulerLoop:
         requeued together join in the order they stopped, as the simulator's preempted jobs do)."""
         wid = entry.row.id
         self._observe(wid, now, finished=False)
-        self._write([RequeueChange(wid, reason)], [Event(wid, "requeued", reason)], now)
+        self._writes.write([RequeueChange(wid, reason)], [Event(wid, "requeued", reason)], now)
         self.intake.add(entry.row)
 
     def _snapshot(self) -> ClusterSnapshot:
-        on_gpu: dict[tuple[int, int], list[int]] = {}
-        for wid, entry in self.running.items():
-            for p in entry.placements:
-                for g in p.gpu_indices:
-                    on_gpu.setdefault((p.node, g), []).append(wid)
-        usage: dict[str, dict[str, tuple[int, int, int]]] = {}
-        ledger = self.scheduler.ledger
-        if ledger is not None:
-            for spec in self.queue_specs:
-                used = {f: ledger.usage(spec.name, f) for f in spec.nominal}
-                usage[spec.name] = {f: (u.gpu_milli, u.cpu_milli, u.mem_mib) for f, u in used.items()}
-        return ClusterSnapshot(
-            self.state.gpu_free_milli.copy(),
-            self.state.cpu_free_milli.copy(),
-            self.state.mem_free_mib.copy(),
-            on_gpu,
-            usage,
-        )
+        return cluster_snapshot(self.state, self.running, self.scheduler.ledger, self.queue_specs)
 
     # ------------------------------------------------------------------------------------------------ queues
 
@@ -461,12 +385,3 @@ class SchedulerLoop:
                 log.exception("scheduling step failed; retrying")
             time.sleep(self.config.interval_s)
         self.launcher.shut_down(self.running, self.clock(), SHUTDOWN_LAUNCH_WAIT_S)
-
-
-@dataclass(slots=True)
-class _Tick:
-    """The decisions of one tick's plans, already in the books, not yet stored."""
-
-    preempts: list[Preempt] = field(default_factory=list)
-    binds: list[tuple[Bind, set[int]]] = field(default_factory=list)  # with the victims each must wait for
-    waiting: dict[str, str] = field(default_factory=dict)  # workload id -> why it still waits

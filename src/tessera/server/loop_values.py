@@ -1,9 +1,11 @@
-"""The scheduler loop's values: its configuration, its view of a running workload, the snapshot it publishes after
-each step, and the texts of its events. Used by ``server.loop``.
+"""The scheduler loop's values: its configuration, its view of a running workload, a tick's decisions not yet
+stored, the snapshot it publishes after each step (and how it is built), the workloads the memory watchdog watches,
+and the texts of its events. Used by ``server.loop``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,10 +13,14 @@ from typing import Any
 import numpy as np
 
 from tessera.backends.base import Handle
-from tessera.core.queueing.quotas import Admission
+from tessera.core.cluster import ClusterState
+from tessera.core.queueing.quotas import Admission, QueueSpec, QuotaLedger
+from tessera.core.scheduler import Bind, Preempt
 from tessera.core.workload import MILLI_PER_GPU, Placement
+from tessera.gpu.gpus import GpuDevice
+from tessera.server.memory_watch import Watched
 from tessera.server.pool import Pool
-from tessera.server.store.changes import StopReason
+from tessera.server.store.changes import ReasonChange, StopReason
 from tessera.server.store.models import WorkloadRow
 
 
@@ -49,6 +55,15 @@ class RunningEntry:
     handle: Handle | None = None  # the backend's handle, once started or adopted
 
 
+@dataclass(slots=True)
+class TickDecisions:
+    """The decisions of one tick's plans, already in the scheduler's books, not yet stored."""
+
+    preempts: list[Preempt] = field(default_factory=list)
+    binds: list[tuple[Bind, set[int]]] = field(default_factory=list)  # with the victims each must wait for
+    waiting: dict[str, str] = field(default_factory=dict)  # workload id -> why it still waits
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     """A copy of the allocation after a step, for readers on other threads (API, metrics)."""
@@ -62,6 +77,43 @@ class ClusterSnapshot:
     def allocated_milli(self, node: int, gpu: int) -> int:
         """How much of GPU ``gpu`` of node ``node`` is allocated, in thousandths."""
         return MILLI_PER_GPU - int(self.gpu_free_milli[node, gpu])
+
+
+def reason_changes(waiting: dict[str, str], pending: Collection[int], stored: dict[int, str]) -> list[ReasonChange]:
+    """The wait reasons to store from a tick's ``waiting`` (workload id -> why it waits): those of workloads still
+    ``pending`` whose reason differs from the one ``stored`` last."""
+    return [
+        ReasonChange(int(wid), reason)
+        for wid, reason in waiting.items()
+        if int(wid) in pending and stored.get(int(wid)) != reason
+    ]
+
+
+def cluster_snapshot(
+    state: ClusterState,
+    running: dict[int, RunningEntry],
+    ledger: QuotaLedger | None,
+    queue_specs: tuple[QueueSpec, ...],
+) -> ClusterSnapshot:
+    """A copy of ``state``'s free amounts, the workloads on each GPU and each queue's usage (``ledger`` None: no
+    quotas, no usage), which the loop publishes after a step."""
+    on_gpu: dict[tuple[int, int], list[int]] = {}
+    for wid, entry in running.items():
+        for p in entry.placements:
+            for g in p.gpu_indices:
+                on_gpu.setdefault((p.node, g), []).append(wid)
+    usage: dict[str, dict[str, tuple[int, int, int]]] = {}
+    if ledger is not None:
+        for spec in queue_specs:
+            used = {f: ledger.usage(spec.name, f) for f in spec.nominal}
+            usage[spec.name] = {f: (u.gpu_milli, u.cpu_milli, u.mem_mib) for f, u in used.items()}
+    return ClusterSnapshot(
+        state.gpu_free_milli.copy(),
+        state.cpu_free_milli.copy(),
+        state.mem_free_mib.copy(),
+        on_gpu,
+        usage,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,3 +155,14 @@ def describe(entry: RunningEntry, pool: Pool) -> str:
 def share_milli(entry: RunningEntry) -> int:
     """The share of each GPU the workload holds (all its workers hold the same)."""
     return max((p.gpu_milli_each for p in entry.placements), default=0)
+
+
+def watched(
+    running: dict[int, RunningEntry], devices: Callable[[RunningEntry], tuple[GpuDevice, ...]]
+) -> list[Watched]:
+    """The workloads the memory watchdog watches: started, not being stopped, still holding their GPUs."""
+    return [
+        Watched(str(wid), entry.handle, devices(entry), share_milli(entry), entry.row.gpu_mem_mib)
+        for wid, entry in running.items()
+        if entry.handle is not None and entry.stop_sent is None and entry.placements
+    ]

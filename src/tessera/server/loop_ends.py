@@ -1,0 +1,92 @@
+"""The scheduler loop's ends: what the end of a workload means, and how a wave of ends is written.
+
+``end_outcome`` is the decision alone (no store, no books): why a stop was sent (``StopReason``) comes first, then
+the service restarts, then the exit code. ``preemption_writes`` is what a tick's preemptions store (the stop whose
+reason decides that later end). ``WriteBatch`` holds the loop's workload writes made inside one block
+(the ends a poll reports, the cancels of a tick, the victims stopped) for one transaction at its end. Used by
+``server.loop``, which acts on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from tessera.core.scheduler import Preempt
+from tessera.core.workload import WorkloadState
+from tessera.server.loop_values import LoopConfig, exit_text
+from tessera.server.store.changes import StopChange, StopKind, StopReason, WorkloadChange
+from tessera.server.store.models import WorkloadRow
+from tessera.server.store.store import Event, Store
+
+
+@dataclass(frozen=True, slots=True)
+class EndOutcome:
+    """What an end means: the workload ends in ``state``, or, when ``state`` is None, it waits again (requeued);
+    ``reason`` is the text stored with it."""
+
+    state: WorkloadState | None
+    reason: str
+
+
+def end_outcome(stop: StopReason | None, row: WorkloadRow, code: int | None, config: LoopConfig) -> EndOutcome:
+    """The end of ``row``'s process (``code`` None: no exit code), given the stop the loop sent it, if any: a cancel
+    ends it cancelled, the watchdog failed, a preemption requeues it (or ends it preempted when
+    ``config.requeue_preempted`` is off); a service that exited on its own restarts up to
+    ``config.service_max_restarts`` times; otherwise the exit code decides between succeeded and failed."""
+    if stop is not None and stop.kind is StopKind.CANCEL:
+        return EndOutcome(WorkloadState.CANCELLED, "cancelled")
+    if stop is not None and stop.kind is StopKind.WATCHDOG:
+        return EndOutcome(WorkloadState.FAILED, stop.text())
+    if stop is not None:  # preempted
+        if config.requeue_preempted:
+            return EndOutcome(None, f"{stop.text()}; requeued")
+        return EndOutcome(WorkloadState.PREEMPTED, stop.text())
+    if row.kind == "service" and row.attempts <= config.service_max_restarts:
+        return EndOutcome(None, f"service exited ({exit_text(code)}); restarting")
+    if code == 0:
+        return EndOutcome(WorkloadState.SUCCEEDED, "exit code 0")
+    return EndOutcome(WorkloadState.FAILED, exit_text(code))
+
+
+def preemption_writes(preempts: Sequence[Preempt]) -> tuple[list[WorkloadChange], list[Event]]:
+    """What the store records of a tick's preemptions, before any victim is stopped: each victim's stop (its
+    ``StopReason``, which decides what its end means) and an event naming its preemptor."""
+    changes: list[WorkloadChange] = []
+    events: list[Event] = []
+    for preempt in preempts:
+        wid = int(preempt.workload_id)
+        changes.append(StopChange(wid, StopReason.preempted(preempt.reason)))
+        events.append(Event(wid, "preempted", f"{preempt.reason} (for workload {preempt.preemptor})"))
+    return changes, events
+
+
+class WriteBatch:
+    """The loop's workload writes: inside a ``batched`` block they go in one transaction at its end (a wave of ends
+    is one commit, not one per workload); outside one, each ``write`` is its own transaction."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._held: tuple[list[WorkloadChange], list[Event]] | None = None
+
+    @contextmanager
+    def batched(self, now: float) -> Iterator[None]:
+        if self._held is not None:  # already inside a batch: it writes them
+            yield
+            return
+        held: tuple[list[WorkloadChange], list[Event]] = ([], [])
+        self._held = held
+        try:
+            yield
+        finally:
+            self._held = None
+            if held[0] or held[1]:
+                self._store.update_workloads(held[0], held[1], now)
+
+    def write(self, changes: list[WorkloadChange], events: list[Event], now: float) -> None:
+        if self._held is not None:
+            self._held[0].extend(changes)
+            self._held[1].extend(events)
+        else:
+            self._store.update_workloads(changes, events, now)
