@@ -89,7 +89,8 @@ def test_server_killed_with_9_loses_nothing_and_readopts_running_processes(tmp_p
             slow = _submit(client, "sleep 300", gpus=1, gpu_fraction=0.5)
             blocked = _submit(client, "echo late", gpus=1, gpu_fraction=0.5)
             wait_for(lambda: {client.workload(w)["state"] for w in (quick, slow)} == {"running"})
-            slow_pid = _pid(live, slow)
+            # launches are made off the loop: the handle is stored a step or two after the workload is running
+            slow_pid = wait_for(lambda: _pid(live, slow) and _pid(live, quick) and _pid(live, slow))
         live.kill_hard()
         time.sleep(3)  # the quick one ends while no server is watching
         assert alive(slow_pid)

@@ -73,6 +73,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
     errors: dict[int | str, dict[str, Any]] = {
         400: _error("the body could not be decoded"),
         401: _error("missing or invalid token"),
+        413: _error("the body is over 1 MiB; `field` is `body`"),
         422: _error("invalid request; `field` names the field"),
     }
     app.include_router(routes.router(ctx), prefix="/v1", responses=errors)
