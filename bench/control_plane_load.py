@@ -73,7 +73,7 @@ def tessera_up(data_dir: Path, gpus: str) -> Iterator[Server]:
     """A ``tessera up`` subprocess, ready (``/healthz`` answers 200); stopped with SIGTERM afterwards."""
     port, token = free_port(), "bench-" + secrets.token_urlsafe(24)
     argv = [sys.executable, "-m", "tessera.cli", "up", "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["--gpus", gpus, "--data-dir", str(data_dir), "--admin-token", token]
+    argv += ["--gpus", gpus, "--data-dir", str(data_dir)]  # the token in TESSERA_ADMIN_TOKEN, never argv
     log_path = data_dir.parent / "server.log"
     env = {**os.environ, "TESSERA_ADMIN_TOKEN": token}
     with log_path.open("wb") as log:
