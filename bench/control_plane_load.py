@@ -194,6 +194,7 @@ def percentile(sorted_values: list[float], pct: float) -> float:
 def run(jobs: int, gpus: str, fraction: float, clients: int, cancels: int, timeout_s: float) -> dict[str, Any]:
     load_before = os.getloadavg()  # the host's load: on a shared machine, what else ran weighs on every figure
     with tempfile.TemporaryDirectory(prefix="tessera-bench-cp-") as tmp:
+        os.chmod(tmp, 0o711)  # as root, workloads run as tenant users, whose homes (in data/) must be reachable
         data_dir = Path(tmp) / "data"
         with tessera_up(data_dir, gpus) as server:
             headers = {"Authorization": f"Bearer {server.token}"}
