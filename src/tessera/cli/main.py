@@ -268,7 +268,9 @@ def up(
     run_as: Annotated[
         str,
         typer.Option(
-            "--run-as", help="Who workloads run as: tenant-users (root only), server, or auto (tenant-users as root)."
+            "--run-as",
+            help="Who workloads run as: tenant-users (root only), server, or auto (tenant-users as root; the server's "
+            "user with --demo, whose workloads run this Python).",
         ),
     ] = "auto",
     tenant_user: Annotated[
@@ -295,6 +297,8 @@ def up(
         url = database_url(db, os.environ)
         loop = LoopConfig(run_dir=data_dir, policy=policy, placement=placement)
         users = tenant_users(tenant_user or [])
+        if demo and run_as == "auto":  # the demo's workloads run this interpreter, which tenant users may not reach
+            run_as = "server"
         config = UpConfig(host, port, data_dir, url, gpus, token, loop, run_as, users, homes_dir)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for chatty in ("httpx", "alembic"):
