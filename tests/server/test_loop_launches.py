@@ -163,3 +163,45 @@ def test_a_workload_preempted_while_its_launch_is_queued_is_never_started(make_h
         assert "started" in _events(h, owner)
     finally:
         backend.gate.set()
+
+
+def test_a_cancel_through_the_api_wakes_the_loop_instead_of_waiting_out_its_interval(gated: Any) -> None:
+    """The loop sleeps a whole interval between steps; a cancel posted meanwhile wakes it, so the cancel takes
+    effect now. The interval here is an hour: without the wake, the workload would still be running at the end."""
+    h, _ = gated
+    loop = h.server.ctx.loop
+    loop.config = dataclasses.replace(loop.config, interval_s=3600.0)
+    wid = h.submit(gpus=1, gpu_fraction=0.5, command=["sleep", "600"])["id"]
+    h.step()
+    h.step()
+    assert h.get(wid)["state"] == "running"
+    steps: list[int] = []
+    loop.on_step = lambda report: steps.append(1)
+    stopped = threading.Event()
+    runner = threading.Thread(target=loop.run_forever, args=(stopped.is_set,), daemon=True)
+    runner.start()
+    try:
+        assert _wait_until(lambda: len(steps) >= 1)  # the first step of run_forever, then an hour's sleep
+        cancelled = h.http.post(f"/v1/workloads/{wid}/cancel", headers=h.as_(ADMIN))
+        assert cancelled.status_code == 200, cancelled.text
+        assert _wait_until(lambda: len(steps) >= 2), "the cancel did not wake the loop"
+        assert loop.running[wid].stop_sent == StopReason.cancel()
+    finally:
+        stopped.set()
+        loop.wake()
+        runner.join(GUARD_S)
+    assert not runner.is_alive()
+
+
+def _wait_until(condition: Any, timeout_s: float = GUARD_S) -> bool:
+    done = threading.Event()
+    deadline = threading.Timer(timeout_s, done.set)
+    deadline.start()
+    try:
+        while not done.is_set():
+            if condition():
+                return True
+            done.wait(0.01)
+        return bool(condition())
+    finally:
+        deadline.cancel()

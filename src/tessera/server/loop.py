@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -112,6 +113,7 @@ class SchedulerLoop:
         self._reasons: dict[int, str] = {}  # pending workload -> why it waits, as stored
         self._early_ends: list[ExitStatus] = []  # ends reported before their launch's handle was recorded
         self._writes = WriteBatch(store)  # end and stop writes, held by _writes.batched for one transaction
+        self._wake = threading.Event()  # set by wake(): run_forever steps at once instead of after its interval
         self.queue_specs: tuple[QueueSpec, ...] = ()
         self.snapshot = self._snapshot()
 
@@ -375,6 +377,16 @@ class SchedulerLoop:
 
     # ------------------------------------------------------------------------------------------------ running
 
+    def wake(self) -> None:
+        """Step now rather than at the end of the interval (a cancel was requested: it takes effect at once)."""
+        self._wake.set()
+
+    def _pause_s(self) -> float:
+        """The interval, or a quarter of it while a stop was sent and its workload has not ended yet, so that the
+        end (of a cancel, a preemption's victim) is recorded soon after the process exits."""
+        stopping = any(entry.stop_sent is not None and entry.launched for entry in self.running.values())
+        return self.config.interval_s / 4 if stopping else self.config.interval_s
+
     def run_forever(self, stop: Callable[[], bool]) -> None:
         """Step every ``interval_s`` until ``stop()`` says so; a failing step is logged and retried. At the end,
         launches not begun are dropped (a restarted server makes them) and the one being made is recorded."""
@@ -383,5 +395,6 @@ class SchedulerLoop:
                 self.step()
             except Exception:
                 log.exception("scheduling step failed; retrying")
-            time.sleep(self.config.interval_s)
+            self._wake.wait(self._pause_s())
+            self._wake.clear()
         self.launcher.shut_down(self.running, self.clock(), SHUTDOWN_LAUNCH_WAIT_S)

@@ -94,6 +94,7 @@ def router(ctx: ServerContext) -> APIRouter:
         visible(workload_id, caller)
         row = ctx.store.request_cancel(workload_id, ctx.clock())
         assert row is not None
+        ctx.loop.wake()  # the cancel takes effect at the next step, which starts now
         return workload_out(row, ctx)
 
     @api.get("/workloads/{workload_id}/events", response_model=list[EventOut], responses=NOT_FOUND, tags=["workloads"])
