@@ -410,3 +410,16 @@ def test_only_the_supervisors_own_options_name_its_exit_file() -> None:
     assert not names_exit_file(["sh", "--", "-m", module, "--exit-file", exit_file], module, exit_file)
     assert not names_exit_file(["python", "-m", "other", "--exit-file", exit_file], module, exit_file)
     assert not names_exit_file(["python", "-m", module, "--exit-file"], module, exit_file)
+
+
+def test_a_relative_run_dir_works_although_the_supervisor_runs_from_the_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tessera up``'s default data directory is the relative ``.tessera``; the supervisor starts in ``/``, so the
+    spec and exit files it is handed must not be relative (they were: every workload of ``make run`` vanished)."""
+    monkeypatch.chdir(tmp_path)
+    backend = LocalBackend(Path(".tessera") / "runs")
+    backend.launch(LaunchSpec("w", ("sh", "-c", "exit 4"), log_path=Path(".tessera") / "w.log"))
+
+    assert wait_for_exit(backend, "w").exit_code == 4
+    assert (tmp_path / ".tessera" / "runs" / "w.exit").read_text().strip() == "4"

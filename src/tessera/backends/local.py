@@ -106,7 +106,7 @@ class LocalBackend:
         ``cgroups.KINDS`` (``OSError`` when not usable). ``accounts``: run workloads as their tenants' OS users."""
         if not procfs.PROC_ROOT.joinpath("self", "stat").exists():
             raise TesseraError("the local backend needs Linux (/proc is not available)")
-        self.run_dir = run_dir
+        self.run_dir = run_dir.absolute()  # the supervisor runs from /: every path it is given must be absolute
         self.python = python
         run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.exec = LocalExec(python, containment, run_dir, accounts)
