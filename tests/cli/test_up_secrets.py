@@ -87,3 +87,12 @@ def test_the_server_makes_its_files_private(tmp_path: Path) -> None:
         p.name: p.stat().st_mode & 0o777 for p in (data, data / "logs", data / "logs" / "1.log", data / "tessera.db")
     }
     assert modes == {"data": 0o711, "logs": 0o700, "1.log": 0o600, "tessera.db": 0o600}
+
+
+def test_the_tenants_homes_are_absolute_even_for_a_relative_data_dir() -> None:
+    """``tessera up``'s default data directory is relative; useradd refuses a relative home (every tenant workload of a
+    root server started that way failed to launch)."""
+    from tessera.server.up import UpConfig
+
+    assert UpConfig(data_dir=Path(".tessera")).homes.is_absolute()
+    assert UpConfig(data_dir=Path(".tessera")).homes == Path(".tessera", "homes").absolute()

@@ -72,7 +72,8 @@ class UpConfig:
 
     @property
     def homes(self) -> Path:
-        return self.homes_dir or self.data_dir / "homes"
+        """Absolute: it becomes the tenant users' home directories (``useradd`` refuses a relative one)."""
+        return (self.homes_dir or self.data_dir / "homes").absolute()
 
 
 @dataclass
