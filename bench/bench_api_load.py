@@ -62,11 +62,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def tessera_up(data_dir: Path) -> Iterator[Server]:
-    """A ``tessera up`` subprocess, ready (``/healthz`` answers 200); stopped with SIGTERM afterwards."""
-    port, token = free_port(), "bench-" + secrets.token_urlsafe(16)
+def tessera_up(data_dir: Path, gpus: str = POOL, run_as: str = "server") -> Iterator[Server]:
+    """A ``tessera up`` subprocess, ready (``/healthz`` answers 200); stopped with SIGTERM afterwards (also used by
+    ``control_plane_load.py``)."""
+    port, token = free_port(), "bench-" + secrets.token_urlsafe(24)
     argv = [sys.executable, "-m", "tessera.cli", "up", "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["--gpus", POOL, "--data-dir", str(data_dir), "--run-as", "server"]
+    argv += ["--gpus", gpus, "--data-dir", str(data_dir), "--run-as", run_as]
     env = {**os.environ, "TESSERA_ADMIN_TOKEN": token}  # never on the command line
     log_path = data_dir.parent / "server.log"
     with log_path.open("wb") as log:
@@ -94,7 +95,7 @@ def stop(server: Server) -> None:
         except subprocess.TimeoutExpired:
             server.process.kill()
             server.process.wait()
-            raise RuntimeError("tessera up did not stop within 30 s of SIGTERM (killed)") from None
+            raise RuntimeError(f"tessera up did not stop within {STOP_TIMEOUT_S:.0f} s of SIGTERM (killed)") from None
 
 
 def submit_blocker(client: httpx.Client) -> int:

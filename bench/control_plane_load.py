@@ -23,76 +23,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tessera.client.http import wait_healthy
+from bench_api_load import tessera_up  # the same real server, started and stopped the same way
 
-READY_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 60.0
 TERMINAL = ("succeeded", "failed", "cancelled", "preempted")
 SAMPLE_S = 0.25  # how often the drain is sampled (counts from /metrics)
 CANCEL_POLL_S = 0.02  # how often a cancelled job's state is read back
-
-
-@dataclass
-class Server:
-    process: subprocess.Popen[bytes]
-    url: str
-    token: str
-    data_dir: Path
-    log_path: Path
-
-    def log_tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@contextmanager
-def tessera_up(data_dir: Path, gpus: str) -> Iterator[Server]:
-    """A ``tessera up`` subprocess, ready (``/healthz`` answers 200); stopped with SIGTERM afterwards."""
-    port, token = free_port(), "bench-" + secrets.token_urlsafe(24)
-    argv = [sys.executable, "-m", "tessera.cli", "up", "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["--gpus", gpus, "--data-dir", str(data_dir)]  # the token in TESSERA_ADMIN_TOKEN, never argv
-    log_path = data_dir.parent / "server.log"
-    env = {**os.environ, "TESSERA_ADMIN_TOKEN": token}
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    server = Server(process, f"http://127.0.0.1:{port}", token, data_dir, log_path)
-    try:
-        try:
-            wait_healthy(server.url, READY_TIMEOUT_S, process.poll)
-        except (RuntimeError, TimeoutError) as error:
-            raise RuntimeError(f"tessera up: {error}:\n{server.log_tail()}") from None
-        yield server
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
 
 def metric_values(text: str) -> dict[str, float]:
@@ -196,7 +142,7 @@ def run(jobs: int, gpus: str, fraction: float, clients: int, cancels: int, timeo
     with tempfile.TemporaryDirectory(prefix="tessera-bench-cp-") as tmp:
         os.chmod(tmp, 0o711)  # as root, workloads run as tenant users, whose homes (in data/) must be reachable
         data_dir = Path(tmp) / "data"
-        with tessera_up(data_dir, gpus) as server:
+        with tessera_up(data_dir, gpus, run_as="auto") as server:  # as a server runs by default
             headers = {"Authorization": f"Bearer {server.token}"}
             limits = httpx.Limits(max_connections=clients + 2, max_keepalive_connections=clients + 2)
             with httpx.Client(base_url=server.url, headers=headers, limits=limits, timeout=120.0) as client:
