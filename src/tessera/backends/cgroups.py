@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tessera.backends import procfs
+
 KINDS = ("cgroup2", "freezer", "pids")
 MOUNTS = Path("/proc/self/mounts")
 OWN_CGROUPS = Path("/proc/self/cgroup")
@@ -158,15 +160,7 @@ def members(path: Path) -> list[int]:
         text = (path / "cgroup.procs").read_text()
     except FileNotFoundError:
         return []
-    return [pid for pid in map(int, text.split()) if _alive(pid)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] not in "ZXx"
+    return [pid for pid in map(int, text.split()) if procfs.is_alive(pid)]
 
 
 def signal_members(path: Path, signum: int, spare: int | None = None, spare_group: int | None = None) -> None:

@@ -19,6 +19,7 @@ _GONE_STATES = frozenset({"Z", "X", "x"})  # zombie or dead: the process has end
 class ProcStat:
     pid: int
     state: str  # one letter: R running, S sleeping, D disk wait, Z zombie, ...
+    ppid: int
     pgid: int
     start_marker: str  # field 22 of /proc/PID/stat: start time in clock ticks since boot
 
@@ -32,7 +33,13 @@ def read_proc_stat(pid: int) -> ProcStat | None:
     # "PID (COMM) STATE PPID PGRP ... STARTTIME ...": COMM may hold spaces and ")", so split after the last ")".
     fields = text[text.rindex(")") + 2 :].split()
     # fields[0] is field 3 of the man page (state); field N is fields[N - 3].
-    return ProcStat(pid=pid, state=fields[0], pgid=int(fields[2]), start_marker=fields[19])
+    return ProcStat(pid=pid, state=fields[0], ppid=int(fields[1]), pgid=int(fields[2]), start_marker=fields[19])
+
+
+def is_alive(pid: int) -> bool:
+    """True if ``pid`` names a process that has not ended (a zombie has)."""
+    stat = read_proc_stat(pid)
+    return stat is not None and not is_gone(stat)
 
 
 def read_start_marker(pid: int) -> str | None:

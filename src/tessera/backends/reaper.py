@@ -6,7 +6,7 @@ does (``setsid``, a double fork, ``nohup``). When CMD ends, the supervisor SIGKI
 until none is left. What this cannot do: contain anything once the supervisor itself has been SIGKILLed (orphans
 then go to init); only a cgroup does that.
 
-Imports only the standard library (the supervisor loads it before anything else).
+Imports only the standard library and ``procfs`` (which does too): the supervisor loads it before anything else.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import contextlib
 import os
 import signal
 import time
-from pathlib import Path
+
+from tessera.backends import procfs
 
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
-PROC = Path("/proc")
 KILL_TIMEOUT_S = 5.0
 
 
@@ -36,16 +36,9 @@ def become_subreaper() -> bool:
 def descendants(pid: int) -> list[int]:
     """The live (not zombie) processes below ``pid`` in the process tree, from one scan of ``/proc``."""
     children: dict[int, list[int]] = {}
-    for entry in os.scandir(PROC):
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (PROC / entry.name / "stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        if fields[0] not in ("Z", "X", "x"):
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    for stat in filter(None, map(procfs.read_proc_stat, procfs.all_pids())):
+        if not procfs.is_gone(stat):
+            children.setdefault(stat.ppid, []).append(stat.pid)
     found: list[int] = []
     todo = list(children.get(pid, []))
     while todo:
