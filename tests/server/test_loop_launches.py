@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -194,14 +195,9 @@ def test_a_cancel_through_the_api_wakes_the_loop_instead_of_waiting_out_its_inte
 
 
 def _wait_until(condition: Any, timeout_s: float = GUARD_S) -> bool:
-    done = threading.Event()
-    deadline = threading.Timer(timeout_s, done.set)
-    deadline.start()
-    try:
-        while not done.is_set():
-            if condition():
-                return True
-            done.wait(0.01)
-        return bool(condition())
-    finally:
-        deadline.cancel()
+    deadline_s = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline_s:
+            return False
+        time.sleep(0.01)
+    return True
