@@ -95,8 +95,9 @@ def estimate_tokens(text: str) -> int:
     return max(1, -(-len(text) // CHARS_PER_TOKEN))
 
 
-def error_body(message: str, kind: str, code: int, param: str | None = None) -> bytes:
-    """OpenAI's error JSON (``kind``: ``invalid_request_error``, ``not_found_error``, ...)."""
+def error_body(message: str, kind: str, code: int | str | None, param: str | None = None) -> bytes:
+    """OpenAI's error JSON (``kind``: ``invalid_request_error``, ...; ``code``: ``model_not_found``, ... or the
+    HTTP status, as vLLM puts it)."""
     return json.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}}).encode()
 
 

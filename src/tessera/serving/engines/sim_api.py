@@ -27,8 +27,57 @@ from tessera.serving.engines.openai_wire import (
 from tessera.serving.engines.sim_live import LiveEngine
 
 WORDS = tuple(
-    "the of and to in is that for it as was with be by on not he this are or his from at which but have an they"
-    " you were her she there been one all we their has would when if so no will more can out up".split()
+    [
+        "the",
+        "of",
+        "and",
+        "to",
+        "in",
+        "is",
+        "that",
+        "for",
+        "it",
+        "as",
+        "was",
+        "with",
+        "be",
+        "by",
+        "on",
+        "not",
+        "he",
+        "this",
+        "are",
+        "or",
+        "his",
+        "from",
+        "at",
+        "which",
+        "but",
+        "have",
+        "an",
+        "they",
+        "you",
+        "were",
+        "her",
+        "she",
+        "there",
+        "been",
+        "one",
+        "all",
+        "we",
+        "their",
+        "has",
+        "would",
+        "when",
+        "if",
+        "so",
+        "no",
+        "will",
+        "more",
+        "can",
+        "out",
+        "up",
+    ]
 )
 _ROUTES: dict[str, type[OpenAIRequest]] = {
     "/v1/chat/completions": ChatRequest,
@@ -96,9 +145,9 @@ class _Sink:
         }
         if self.stream:
             delta = '"delta":{},' if self.chat else '"text":"",'
-            tail = f"data: {self.head}[{{\"index\":0,{delta}\"logprobs\":null,\"finish_reason\":\"length\"}}]}}\n\n"
+            tail = f'data: {self.head}[{{"index":0,{delta}"logprobs":null,"finish_reason":"length"}}]}}\n\n'
             if self.usage:
-                tail += f"data: {self.head}[],\"usage\":{json.dumps(usage)}}}\n\n"
+                tail += f'data: {self.head}[],"usage":{json.dumps(usage)}}}\n\n'
             self.conn.send_chunk((tail + "data: [DONE]\n\n").encode())
             self.conn.end_stream()
             return
@@ -207,7 +256,9 @@ class SimApi:
         self._count += 1
         if isinstance(parsed, EmbeddingRequest):
             seed = zlib.crc32(parsed.prompt_text().encode())
-            sink: _Sink | _EmbeddingSink = _EmbeddingSink(conn, settings.model, seed, settings.embedding_dim, prompt_tokens)
+            sink: _Sink | _EmbeddingSink = _EmbeddingSink(
+                conn, settings.model, seed, settings.embedding_dim, prompt_tokens
+            )
             outputs = 1
         else:
             prefix = "chatcmpl" if isinstance(parsed, ChatRequest) else "cmpl"
@@ -224,7 +275,7 @@ class SimApi:
     def metrics(self) -> str:
         running, waiting, usage = self.live.stats()
         counters = self.live.counters
-        label = f'{{model_name={self._model_json}}}'
+        label = f"{{model_name={self._model_json}}}"
         lines = [
             "# TYPE vllm:num_requests_running gauge",
             f"vllm:num_requests_running{label} {running}",
@@ -246,4 +297,3 @@ class SimApi:
             f"tessera_sim:is_sleeping{label} {int(self.sleeping)}",
         ]
         return "\n".join(lines) + "\n"
-
