@@ -21,7 +21,6 @@ import json
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 
@@ -35,7 +34,7 @@ from tessera.serving.engines.openai_wire import (
     parse_request,
 )
 from tessera.serving.gateway.auth import Authenticator, OpenAccess, visible
-from tessera.serving.gateway.forward import DisconnectWatch, Receive, Send, forward, send_json
+from tessera.serving.gateway.forward import DisconnectWatch, Receive, Scope, Send, forward, send_json
 from tessera.serving.gateway.hold import HoldArea, HoldExpired, HoldOverflow
 from tessera.serving.gateway.registry import ModelRoute, ReplicaRegistry
 from tessera.serving.gateway.replicas import LiveReplicas, prefix_hashes
@@ -113,7 +112,7 @@ class Gateway:
             self.hold.release(model)
 
     # --------------------------------------------------------------------------------------------------- ASGI
-    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
             await self._lifespan(receive, send)
@@ -144,7 +143,7 @@ class Gateway:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    def _tenant(self, scope: dict[str, Any]) -> str | None:
+    def _tenant(self, scope: Scope) -> str | None:
         key = None
         for name, value in scope["headers"]:
             if name == b"authorization":
@@ -152,7 +151,7 @@ class Gateway:
                 key = token.strip() if scheme.lower() == "bearer" else None
         return self.auth.tenant(key)
 
-    async def _models(self, scope: dict[str, Any], send: Send) -> None:
+    async def _models(self, scope: Scope, send: Send) -> None:
         tenant = self._tenant(scope)
         if tenant is None:
             await _unauthorized(send)
@@ -165,7 +164,7 @@ class Gateway:
         await send_json(send, 200, json.dumps({"object": "list", "data": data}).encode())
 
     # ------------------------------------------------------------------------------------------------ inference
-    async def _infer(self, wire: type[OpenAIRequest], scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    async def _infer(self, wire: type[OpenAIRequest], scope: Scope, receive: Receive, send: Send) -> None:
         tenant = self._tenant(scope)
         if tenant is None:
             await _unauthorized(send)
@@ -198,7 +197,7 @@ class Gateway:
         finally:
             watch.close()
 
-    def _request(self, parsed: OpenAIRequest, route: ModelRoute, scope: dict[str, Any]) -> InferenceRequest | bytes:
+    def _request(self, parsed: OpenAIRequest, route: ModelRoute, scope: Scope) -> InferenceRequest | bytes:
         """The part-1 request the router and the hold queue see (or the error body of a bad header)."""
         slo, session = route.slo, -1
         for name, value in scope["headers"]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import httpx
@@ -17,7 +17,8 @@ import httpx
 from tessera.serving.engines.openai_wire import error_body
 from tessera.serving.gateway.replicas import ReplicaLoad
 
-Message = dict[str, Any]
+Message = MutableMapping[str, Any]
+Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
