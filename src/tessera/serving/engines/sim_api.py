@@ -118,16 +118,19 @@ class _Sink:
             conn.start_stream()
 
     def tokens(self, first: int, count: int) -> None:
-        text = "".join(word(self.seed, i) + " " for i in range(first, first + count))
         if not self.stream:
-            self.text.append(text)
+            self.text.extend(word(self.seed, i) + " " for i in range(first, first + count))
             return
-        if self.chat:
-            role = '"role":"assistant",' if first == 0 else ""
-            choice = f'{{"index":0,"delta":{{{role}"content":"{text}"}},"logprobs":null,"finish_reason":null}}'
-        else:
-            choice = f'{{"index":0,"text":"{text}","logprobs":null,"finish_reason":null}}'
-        self.conn.send_chunk(f"data: {self.head}[{choice}]}}\n\n".encode())
+        events: list[str] = []  # one SSE event per token (the model may hand out several after a late tick)
+        for i in range(first, first + count):
+            text = word(self.seed, i) + " "
+            if self.chat:
+                role = '"role":"assistant",' if i == 0 else ""
+                choice = f'{{"index":0,"delta":{{{role}"content":"{text}"}},"logprobs":null,"finish_reason":null}}'
+            else:
+                choice = f'{{"index":0,"text":"{text}","logprobs":null,"finish_reason":null}}'
+            events.append(f"data: {self.head}[{choice}]}}\n\n")
+        self.conn.send_chunk("".join(events).encode())
 
     def finished(self, refused: str) -> None:
         if refused:
