@@ -14,6 +14,9 @@ connection, so the client's own scheduling lag counts in neither arm.
 Reported per run: requests and errors per arm, TTFT and end-to-end p50/p99 per arm, the added latency
 (gateway minus direct, of each percentile), and the gateway's resident memory (VmRSS, peak VmHWM).
 
+uvloop and httptools (uvicorn's fast parser) are used by every process when importable (``args.event_loop`` and
+``args.httptools`` in the output say which); they are not dependencies of Tessera.
+
 Usage: ``PYTHONPATH=src python bench/gateway_overhead.py [--rate 1000] [--duration-s 10] [--runs 3] [--json OUT]``.
 Linux only (``/proc``).
 """
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
+import importlib.util
 import json
 import os
 import random
@@ -158,6 +163,12 @@ def summarize(samples: list[Sample]) -> dict[str, Any]:
     return out
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def proc_memory_mib(pid: int) -> dict[str, float]:
     fields: dict[str, float] = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -191,8 +202,9 @@ def wait_port(port: int, process: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def processes(args: argparse.Namespace) -> Iterator[tuple[int, list[int], int]]:
-    """Start the engines and the gateway; yield (gateway port, engine ports, gateway pid); stop them all."""
+def processes(args: argparse.Namespace) -> Iterator[tuple[int, list[int], list[int]]]:
+    """Start the engines and the gateway; yield (gateway port, engine ports, pids: engines', then the gateway's);
+    stop them all."""
     started: list[subprocess.Popen[bytes]] = []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, ["src", os.environ.get("PYTHONPATH", "")]))}
     try:
@@ -209,7 +221,7 @@ def processes(args: argparse.Namespace) -> Iterator[tuple[int, list[int], int]]:
         started.append(gateway)
         for port, process in zip([*ports, gateway_port], started, strict=True):
             wait_port(port, process)
-        yield gateway_port, ports, gateway.pid
+        yield gateway_port, ports, [p.pid for p in started]
     finally:
         for process in started:
             if process.poll() is None:
@@ -223,14 +235,28 @@ def processes(args: argparse.Namespace) -> Iterator[tuple[int, list[int], int]]:
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
-    with processes(args) as (gateway_port, engine_ports, gateway_pid):
+    with processes(args) as (gateway_port, engine_ports, pids):
         gateway = Pool("127.0.0.1", gateway_port)
         engines = [Pool("127.0.0.1", p) for p in engine_ports]
+        gateway_pid = pids[-1]
         for run in range(args.runs):
             await load(gateway, engines, args, args.warmup_s, seed=1000 + run)
+            before = [cpu_s(pid) for pid in pids] + [time.process_time()]
+            wall = time.perf_counter()
             samples = await load(gateway, engines, args, args.duration_s, seed=run)
+            wall = time.perf_counter() - wall
+            after = [cpu_s(pid) for pid in pids] + [time.process_time()]
             result = summarize(samples)
+            used = [b - a for a, b in zip(before, after, strict=True)]
+            through = max(1, result["gateway"]["requests"])
+            result["cpu"] = {  # shares of one core over the run, and the gateway's CPU per request through it
+                "gateway_core_share": used[-2] / wall,
+                "engines_core_share": sum(used[:-2]) / wall,
+                "load_generator_core_share": used[-1] / wall,
+                "gateway_ms_per_request": 1000 * used[-2] / through,
+            }
             result["gateway_memory_mib"] = proc_memory_mib(gateway_pid)
+            result["loadavg"] = Path("/proc/loadavg").read_text().split()[:3]
             runs.append(result)
             print(f"run {run}: {json.dumps(result)}", flush=True)
     return {"args": vars(args), "runs": runs}
@@ -250,6 +276,13 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=30.0)
     parser.add_argument("--json", type=Path, help="write the results there too")
     args = parser.parse_args()
+    try:  # the load generator, the engines and the gateway (uvicorn) all use uvloop when it is installed
+        uvloop: Any = importlib.import_module("uvloop")
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        args.event_loop = "uvloop"
+    except ImportError:
+        args.event_loop = "asyncio"
+    args.httptools = importlib.util.find_spec("httptools") is not None  # uvicorn's fast HTTP parser
     result = asyncio.run(bench(args))
     added = [r["added_ms"] for r in result["runs"]]
     for name in ("ttft_p50_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms"):
