@@ -270,7 +270,13 @@ def main() -> None:
     parser.add_argument("--warmup-s", type=float, default=2.0)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--engines", type=int, default=2)
-    parser.add_argument("--speedup", type=float, default=1.0, help="the sim engines' pace (1: the modelled GPU's)")
+    parser.add_argument(
+        "--speedup",
+        type=float,
+        default=4.0,
+        help="the sim engines' pace (1: the modelled GPU's, which 1,000 req/s "
+        "on two engines overloads: the engines' own queue, not the gateway, would then set the latency)",
+    )
     parser.add_argument("--max-tokens", type=int, default=16, help="output tokens per request")
     parser.add_argument("--router", default="least-load")
     parser.add_argument("--timeout-s", type=float, default=30.0)
@@ -292,7 +298,7 @@ def main() -> None:
             + f" (median {statistics.median(a[name] for a in added):.2f})"
         )
     if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
 
 
 if __name__ == "__main__":
