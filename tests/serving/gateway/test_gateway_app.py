@@ -36,9 +36,12 @@ class FakeReplicas:
     def __init__(self) -> None:
         self.bodies: list[tuple[str, bytes]] = []
         self.running: dict[str, int] = {}
+        self.down: set[str] = set()  # hosts that refuse connections
 
     def handler(self, request: httpx.Request) -> httpx.Response:
         host = f"{request.url.host}:{request.url.port}"
+        if host in self.down:
+            raise httpx.ConnectError("connection refused", request=request)
         if request.url.path == "/metrics":
             return httpx.Response(200, text=f"vllm:num_requests_running {self.running.get(host, 0)}\n")
         self.bodies.append((host, request.content))
@@ -175,5 +178,21 @@ def test_the_router_avoids_the_replica_whose_metrics_say_it_is_busy() -> None:
             for _ in range(3):
                 response = await client.post("/v1/chat/completions", json=CHAT, headers=A)
                 assert response.json()["served_by"] == "127.0.0.1:9002"
+
+    run(go)
+
+
+def test_a_replica_that_cannot_be_reached_is_skipped_and_with_none_left_the_answer_is_502() -> None:
+    async def go() -> None:
+        async with gateway() as (app, registry, fake, client):
+            registry.add_replica("chat-a", "http://127.0.0.1:9001")
+            registry.add_replica("chat-a", "http://127.0.0.1:9002")
+            fake.down.add("127.0.0.1:9001")
+            for _ in range(3):
+                response = await client.post("/v1/chat/completions", json=CHAT, headers=A)
+                assert response.status_code == 200 and response.json()["served_by"] == "127.0.0.1:9002"
+            fake.down.add("127.0.0.1:9002")
+            failed = await client.post("/v1/chat/completions", json=CHAT, headers=A)
+            assert failed.status_code == 502 and failed.json()["error"]["code"] == "replica_unreachable"
 
     run(go)

@@ -9,7 +9,8 @@ A request goes: API key -> tenant (``auth``; 401) -> body parsed (400 naming the
 the registry, visible to the tenant (else 404, the same for a model that exists elsewhere) -> SLO class (the
 model's, or the ``x-tessera-slo`` header) -> a replica picked by the model's router (``replicas``) or, with none
 ready, held (``hold``; ``on_demand`` asks the controller for one; 429 + ``Retry-After`` when the hold queue is
-full, 504 when the bounded wait runs out) -> forwarded (``forward``).
+full, 504 when the bounded wait runs out) -> forwarded (``forward``; a replica that cannot be reached is left
+alone for a second and the request goes to another, 502 when ``MAX_REPLICA_TRIES`` could not be reached).
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ from tessera.serving.gateway.auth import Authenticator, OpenAccess, visible
 from tessera.serving.gateway.forward import DisconnectWatch, Receive, Scope, Send, forward, send_json
 from tessera.serving.gateway.hold import HoldArea, HoldExpired, HoldOverflow
 from tessera.serving.gateway.registry import ModelRoute, ReplicaRegistry
-from tessera.serving.gateway.replicas import LiveReplicas, prefix_hashes
+from tessera.serving.gateway.replicas import LiveReplicas, ReplicaLoad, prefix_hashes
 from tessera.serving.gateway.upstream import RawUpstream, Upstream
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass
 
+MAX_REPLICA_TRIES = 3  # replicas tried for one request when they cannot be reached
+UNREACHABLE_BACKOFF_S = 1.0  # a replica that could not be reached gets no request for this long
 SLO_HEADER = b"x-tessera-slo"
 SESSION_HEADER = b"x-session-id"
 _ROUTES: dict[str, type[OpenAIRequest]] = {
@@ -227,6 +230,25 @@ class Gateway:
         watch: DisconnectWatch,
     ) -> None:  # fmt: skip
         loop = asyncio.get_running_loop()
+        load = await self._replica_for(request, route, send)
+        if load is None:
+            return  # answered already (held too long, too many held, model gone)
+        for _ in range(MAX_REPLICA_TRIES):
+            if await self._forward_counted(load, request, path, body, stream, send, watch):
+                return
+            # The replica could not be reached (nothing was sent to the client yet): try another one.
+            load.unreachable_until_s = loop.time() + UNREACHABLE_BACKOFF_S
+            next_load = self.replicas.pick(request, route.router, loop.time())
+            if next_load is None:
+                break
+            load = next_load
+        message = f"no replica of model {request.model!r} could be reached"
+        await send_json(send, 502, error_body(message, "api_error", "replica_unreachable"))
+
+    async def _replica_for(self, request: InferenceRequest, route: ModelRoute, send: Send) -> ReplicaLoad | None:
+        """The replica the router picks, holding the request while the model has none ready; None once the
+        request has been answered (429, 504 or 404)."""
+        loop = asyncio.get_running_loop()
         load = self.replicas.pick(request, route.router, loop.time())
         while load is None:
             if self.config.on_demand is not None:
@@ -236,22 +258,27 @@ class Gateway:
             except HoldOverflow as exc:
                 retry = [(b"retry-after", str(self.config.retry_after_s).encode())]
                 await send_json(send, 429, error_body(str(exc), "rate_limit_error", "model_starting"), retry)
-                return
+                return None
             except HoldExpired as exc:
                 await send_json(send, 504, error_body(str(exc), "timeout_error", "model_not_ready"))
-                return
+                return None
             current = self.registry.route(request.model)
             if current is None:
                 await _not_found(send, request.model)
-                return
-            route = current
-            load = self.replicas.pick(request, route.router, loop.time())
+                return None
+            load = self.replicas.pick(request, current.router, loop.time())
+        return load
+
+    async def _forward_counted(
+        self, load: ReplicaLoad, request: InferenceRequest, path: str, body: bytes, stream: bool, send: Send,
+        watch: DisconnectWatch,
+    ) -> bool:  # fmt: skip
         prompt, work = request.prompt_tokens, request.prompt_tokens + request.output_tokens
         load.inflight += 1
         load.inflight_tokens += work
         load.inflight_prompt_tokens += prompt
         try:
-            await forward(self.upstream, load, path, body, stream, send, watch)
+            return await forward(self.upstream, load, path, body, stream, send, watch)
         finally:
             load.inflight -= 1
             load.inflight_tokens -= work

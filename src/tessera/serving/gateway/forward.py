@@ -8,6 +8,7 @@ connection, which makes the engine abort it (vLLM and the sim both do on a dropp
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -15,6 +16,7 @@ from tessera.serving.engines.openai_wire import error_body
 from tessera.serving.gateway.replicas import ReplicaLoad
 from tessera.serving.gateway.upstream import Upstream, UpstreamError
 
+log = logging.getLogger(__name__)
 Message = MutableMapping[str, Any]
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -64,14 +66,14 @@ async def forward(
     stream: bool,
     send: Send,
     watch: DisconnectWatch,
-) -> None:
-    """POST ``body`` to the replica's ``path`` and relay the answer (status, type, bytes as they arrive)."""
+) -> bool:
+    """POST ``body`` to the replica's ``path`` and relay the answer (status, type, bytes as they arrive). False
+    when the replica could not be reached and nothing was sent to the client (the caller may try another)."""
     try:
         response = await upstream.post(load.endpoint.base_url, path, body)
     except UpstreamError as exc:
-        message = f"replica {load.endpoint.replica} of this model is unreachable: {exc}"
-        await send_json(send, 502, error_body(message, "api_error", "replica_unreachable"))
-        return
+        log.warning("replica %s unreachable: %s", load.endpoint.base_url, exc)
+        return False
     try:
         headers: Headers = [
             (b"content-type", response.content_type.encode("latin-1")),
@@ -91,8 +93,9 @@ async def forward(
             if stream:
                 tail = b"data: " + error_body("the replica failed mid-answer", "api_error", "replica_failed") + b"\n\n"
             await send({"type": "http.response.body", "body": tail, "more_body": False})
-            return
+            return True
         watch.finishing()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return True
     finally:
         await asyncio.shield(response.close())

@@ -39,9 +39,10 @@ class ReplicaLoad:
     inflight_tokens: int = 0  # their prompt + predicted output tokens
     inflight_prompt_tokens: int = 0
     inflight_at_scrape: int = 0  # ``inflight`` when the last scrape came back
+    unreachable_until_s: float = 0.0  # loop time before which it gets no request (a connection to it failed)
     scrape_failures: int = 0  # in a row
 
-    def view(self) -> ReplicaView:
+    def view(self, now_s: float = 0.0) -> ReplicaView:
         """Its own requests counted now, others' as of the last scrape: the engine's requests then, less this
         gateway's then (taking the scraped counts alone would herd every request onto the replica that looked
         idlest until the next scrape)."""
@@ -53,7 +54,7 @@ class ReplicaLoad:
             running=max(0, self.inflight + others - stats.waiting),
             predicted_tokens=self.inflight_tokens,
             kv_free_frac=1.0 - stats.kv_cache_usage,
-            accepting=not stats.sleeping,
+            accepting=not stats.sleeping and now_s >= self.unreachable_until_s,
             prefill_tokens=self.inflight_prompt_tokens,
         )
 
@@ -107,7 +108,7 @@ class LiveReplicas:
         if routing is None or routing.router.name != router_name:
             router = make_router(router_name)
             routing = self._routing[request.model] = _ModelRouting(router, router.initial_state())
-        views = [load.view() for load in loads]
+        views = [load.view(now_s) for load in loads]
         decision, _ = routing.router.route(request, views, routing.state, now_s, self._rng)
         if decision.replica is None:
             return None
