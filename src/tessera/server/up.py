@@ -40,6 +40,7 @@ from tessera.server.loop_values import LoopConfig
 from tessera.server.metrics import ServerMetrics
 from tessera.server.pool import HostResources, Pool, detect_host
 from tessera.server.records import unlimited_queue
+from tessera.server.serving_plane import start_controller
 from tessera.server.store.db import open_engine
 from tessera.server.store.store import Store
 from tessera.server.submit import DEFAULT_QUEUE
@@ -168,6 +169,7 @@ def serve(config: UpConfig, announce: Callable[[str], None], *, demo: bool = Fal
     if secret is not None:
         announce(f"admin token (shown once, stored hashed): {secret}")
     thread = start_loop(server)
+    start_controller(server.ctx, server.stopping.is_set)
     if demo:
         token, _ = create_tenant_token(server.ctx.store, DEMO_TENANT, "demo", server.ctx.clock())
         gpu_count = sum(n.gpu_count for n in pool.nodes)
