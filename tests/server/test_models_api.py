@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from server_harness import ADMIN, Harness, MakeHarness
 
-from tessera.serving.controller import Controller, Demand
 from tessera.server.serving_plane import ServingPlane
+from tessera.serving.controller import Controller, Demand
 
 
 class Traffic:
