@@ -117,13 +117,16 @@ def test_replicas_count_against_the_tenants_quota(make_harness: MakeHarness) -> 
 def test_tenants_see_and_touch_only_their_own_models(make_harness: MakeHarness) -> None:
     h = make_harness("1xA100-80GB")
     tokens = {t: h.http.post("/v1/tokens", json={"tenant": t}, headers=h.as_(ADMIN)).json()["token"] for t in "ab"}
-    deploy(h, tokens["a"], name="mine", engine="sim", gpu_fraction=0.25)
-    deploy(h, tokens["b"], name="mine", engine="sim", gpu_fraction=0.25)  # the same name in another tenant
+    for tenant, token in tokens.items():
+        deploy(h, token, name=f"mine-{tenant}", engine="sim", gpu_fraction=0.25)
     for tenant, token in tokens.items():
         listed = h.http.get("/v1/models", headers=h.as_(token)).json()
-        assert [(m["tenant"], m["name"]) for m in listed] == [(tenant, "mine")]
-    assert h.http.get("/v1/models/mine", headers=h.as_(ADMIN)).status_code == 409  # ambiguous for the admin
-    assert h.http.get("/v1/models/mine?tenant=a", headers=h.as_(ADMIN)).json()["tenant"] == "a"
+        assert [(m["tenant"], m["name"]) for m in listed] == [(tenant, f"mine-{tenant}")]
+    assert len(h.http.get("/v1/models", headers=h.as_(ADMIN)).json()) == 2
+    assert h.http.get("/v1/models?tenant=a", headers=h.as_(ADMIN)).json()[0]["name"] == "mine-a"
+    # Clients name a model alone, so a name is taken for everyone: 409, not a second "mine-a".
+    taken = h.http.post("/v1/models", json={"name": "mine-a"}, headers=h.as_(tokens["b"]))
+    assert taken.status_code == 409
     deploy(h, tokens["a"], name="only-a", engine="sim", gpu_fraction=0.25)
     assert h.http.get("/v1/models/only-a", headers=h.as_(tokens["b"])).status_code == 404
     assert h.http.delete("/v1/models/only-a", headers=h.as_(tokens["b"])).status_code == 404

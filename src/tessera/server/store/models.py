@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -105,10 +105,9 @@ class ServedModelRow(Base):
     Its replicas are workload rows carrying its id (``WorkloadRow.model_id``)."""
 
     __tablename__ = "served_models"
-    __table_args__ = (UniqueConstraint("tenant", "name"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(100))
+    name: Mapped[str] = mapped_column(String(100), unique=True)  # clients name it alone: one namespace for all
     tenant: Mapped[str] = mapped_column(String(100), index=True)
     queue: Mapped[str] = mapped_column(String(100))
     engine: Mapped[str] = mapped_column(String(20))  # vllm | sglang | transformers | sim

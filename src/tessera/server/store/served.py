@@ -16,7 +16,7 @@ from tessera.server.store.store import ACTIVE_STATES, Store
 
 class ModelExistsError(InvalidRequestError):
     def __init__(self, name: str) -> None:
-        super().__init__("name", f"a model named {name!r} is already deployed (delete it first)")
+        super().__init__("name", f"a model named {name!r} is already deployed (names are shared by all tenants)")
 
 
 def add_model(store: Store, row: ServedModelRow) -> ServedModelRow:
@@ -37,8 +37,8 @@ def models(store: Store, tenant: str | None = None) -> list[ServedModelRow]:
         return list(session.scalars(query))
 
 
-def model(store: Store, tenant: str, name: str) -> ServedModelRow | None:
-    query = select(ServedModelRow).where(ServedModelRow.tenant == tenant, ServedModelRow.name == name)
+def model(store: Store, name: str) -> ServedModelRow | None:
+    query = select(ServedModelRow).where(ServedModelRow.name == name)
     with store.session() as session:
         return session.scalars(query).first()
 

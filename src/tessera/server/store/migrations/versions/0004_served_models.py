@@ -21,7 +21,7 @@ def upgrade() -> None:
     op.create_table(
         "served_models",
         sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
-        sa.Column("name", sa.String(100), nullable=False),
+        sa.Column("name", sa.String(100), nullable=False, unique=True),
         sa.Column("tenant", sa.String(100), nullable=False),
         sa.Column("queue", sa.String(100), nullable=False),
         sa.Column("engine", sa.String(20), nullable=False),
@@ -36,7 +36,6 @@ def upgrade() -> None:
         sa.Column("desired_replicas", sa.Integer(), nullable=False),
         sa.Column("deleting", sa.Boolean(), nullable=False),
         sa.Column("created_at", sa.Float(), nullable=False),
-        sa.UniqueConstraint("tenant", "name"),
     )
     op.create_index("ix_served_models_tenant", "served_models", ["tenant"])
     with op.batch_alter_table("workloads", schema=None) as batch_op:
