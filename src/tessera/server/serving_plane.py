@@ -16,7 +16,7 @@ from tessera.server.context import ServerContext
 from tessera.server.store import served
 from tessera.server.store.models import ServedModelRow, WorkloadRow
 from tessera.server.submit import Principal, workload_row
-from tessera.serving.controller import Controller, ControlPlane, DemandSource, ReplicaView
+from tessera.serving.controller import Controller, ControlPlane, DemandSource, ReplicaSink, ReplicaView
 from tessera.serving.replicas import PORT_ENV, DeployedModel, replica_command
 
 log = logging.getLogger(__name__)
@@ -108,13 +108,19 @@ class ServingPlane(ControlPlane):
 
 
 def start_controller(
-    ctx: ServerContext, stopping: Callable[[], bool], demand: DemandSource | None = None, tick_s: float = 1.0
+    ctx: ServerContext,
+    stopping: Callable[[], bool],
+    demand: DemandSource | None = None,
+    sinks: Sequence[ReplicaSink] = (),
+    wake: threading.Event | None = None,
+    tick_s: float = 1.0,
 ) -> tuple[Controller, threading.Thread]:
-    """Run a serving controller every ``tick_s`` until ``stopping()``."""
-    controller = Controller(ServingPlane(ctx), tick_s=tick_s)
+    """Run a serving controller every ``tick_s`` (or at once when ``wake`` is set: a request waits for a model
+    with no replica) until ``stopping()``."""
+    controller = Controller(ServingPlane(ctx), tick_s=tick_s, sinks=list(sinks))
     if demand is not None:
         controller.demand = demand
-    wake = threading.Event()
+    event = wake if wake is not None else threading.Event()
 
     def run() -> None:
         while not stopping():
@@ -122,7 +128,8 @@ def start_controller(
                 controller.tick(ctx.clock())
             except Exception:  # a store hiccup: try again at the next tick
                 log.exception("serving controller tick failed")
-            wake.wait(tick_s)
+            event.wait(tick_s)
+            event.clear()
 
     thread = threading.Thread(target=run, name="tessera-serving", daemon=True)
     thread.start()

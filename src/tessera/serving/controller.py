@@ -69,6 +69,12 @@ class DemandSource(Protocol):
     def take_demand(self, model_key: str) -> Demand: ...
 
 
+class ReplicaSink(Protocol):
+    """Who is told, each tick, the models deployed and their replicas (the gateway's registry)."""
+
+    def publish(self, models: Sequence[DeployedModel], replicas: dict[int, list[ReplicaView]]) -> None: ...
+
+
 class NoDemand:
     """Before the gateway is wired in: no requests, so models sit at their minimum."""
 
@@ -91,6 +97,7 @@ class Controller:
     tick_s: float = 1.0
     targets: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TARGETS))
     pick_port: Callable[[], int] = free_port
+    sinks: list[ReplicaSink] = field(default_factory=list)
     _states: dict[int, AutoscalerState] = field(default_factory=dict)
 
     def tick(self, now_s: float) -> None:
@@ -103,6 +110,10 @@ class Controller:
                 log.exception("serving controller: model %s", model.key)
         for gone in self._states.keys() - {m.id for m in models}:
             del self._states[gone]
+        if self.sinks:
+            replicas = self.plane.replicas(models)  # after this tick's starts and stops
+            for sink in self.sinks:
+                sink.publish(models, replicas)
 
     def _reconcile(self, model: DeployedModel, everyone: list[ReplicaView], now_s: float) -> None:
         replicas = [r for r in everyone if not r.stopping]
