@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-DEFAULT_SIM_MODEL = "llama3-8b"
+SIM_GPU = "A100-80GB"
 
 
 def memory_fraction(env: Mapping[str, str]) -> float | None:
@@ -33,9 +33,9 @@ def engine_argv(engine: str, name: str, port: int, weights: str | None, env: Map
     python = sys.executable
     host = ["--host", "127.0.0.1", "--port", str(port)]
     fraction = memory_fraction(env)
-    if engine == "sim":
-        return [python, "-m", "tessera.serving.engines.sim_server", "--model", name,
-                "--perf-model", weights or DEFAULT_SIM_MODEL, *host]  # fmt: skip
+    if engine == "sim":  # the timing of a catalog model (on the sim engine's default GPU type)
+        perf = ["--perf", f"{weights}@{SIM_GPU}"] if weights else []
+        return [python, "-m", "tessera.serving.engines.sim_server", "--model", name, *perf, *host]
     if engine == "vllm":
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", weights or name]
         argv += ["--served-model-name", name, *host]
