@@ -108,6 +108,9 @@ class RayBackend:
         if not spec.argv:
             raise InvalidRequestError("argv", "the command is empty")
         node = self._node(spec)
+        elsewhere = sorted({share.uuid for share in spec.gpus} - set(node.gpu_uuids))
+        if elsewhere:  # its actor could never be scheduled: refuse instead of waiting forever
+            raise InvalidRequestError("gpus", f"{spec.workload_id}: GPUs {elsewhere} are not on node {node.name}")
         resources = {gpu_resource(share.uuid): share.milli / MILLI for share in spec.gpus if share.milli > 0}
         with self._lock:
             if spec.workload_id in self._watches:
