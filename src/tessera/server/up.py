@@ -39,6 +39,7 @@ from tessera.server.loop import SchedulerLoop
 from tessera.server.loop_values import LoopConfig
 from tessera.server.metrics import ServerMetrics
 from tessera.server.pool import HostResources, Pool, detect_host
+from tessera.server.ray_up import connect as connect_ray
 from tessera.server.records import unlimited_queue
 from tessera.server.serving_plane import start_controller
 from tessera.server.store.db import open_engine
@@ -48,6 +49,7 @@ from tessera.server.submit import DEFAULT_QUEUE
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8470
+BACKENDS = ("local", "ray")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +64,16 @@ class UpConfig:
     run_as: str = "auto"  # host.RUN_AS_MODES: auto = tenant-users for a root server, else server
     tenant_users: tuple[tuple[str, str], ...] = ()  # (tenant, OS user) for tenant-users; others get tessera-<tenant>
     homes_dir: Path | None = None  # the tenant users' homes; None: data_dir/homes
+    backend: str = "local"  # BACKENDS: where workloads run
+    ray_address: str | None = None  # --backend ray: the cluster to join; None: start a local one (server.ray_up)
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise InvalidRequestError("--port", f"must be 1..65535, got {self.port}")
+        if self.backend not in BACKENDS:
+            raise InvalidRequestError("--backend", f"must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.ray_address is not None and self.backend != "ray":
+            raise InvalidRequestError("--ray-address", "only with --backend ray")
 
     @property
     def url(self) -> str:
@@ -83,6 +91,7 @@ class Server:
     app: FastAPI
     backend: Backend
     stopping: threading.Event = field(default_factory=threading.Event)
+    notice: str = ""  # what the operator is told about the backend at start ("" for the local one)
 
 
 def build_server(
@@ -93,8 +102,12 @@ def build_server(
     host: HostResources | None = None,
     clock: Callable[[], float] = time.time,
 ) -> Server:
+    notice, ray_pool = "", None
+    if backend is None and config.backend == "ray":
+        setup = connect_ray(config.ray_address, config.gpus, config.data_dir)
+        backend, probe, ray_pool, notice = setup.backend, setup.probe, setup.pool, setup.notice
     probe = probe if probe is not None else detect_gpus(config.gpus)
-    pool = Pool.from_devices(probe.devices(), host or detect_host())
+    pool = ray_pool or Pool.from_devices(probe.devices(), host or detect_host())
     store = Store(open_engine(config.db_url or str(config.data_dir / "tessera.db")), token_key(config.data_dir))
     loop_config = config.loop or LoopConfig(run_dir=config.data_dir)
     if not pool.simulated and mps_available():
@@ -113,7 +126,7 @@ def build_server(
     if not pool.simulated:
         metrics.register(GpuUsageCollector(probe))
     ctx = ServerContext(store, loop, pool, metrics, clock)
-    return Server(ctx, create_app(ctx), runner)
+    return Server(ctx, create_app(ctx), runner, notice=notice)
 
 
 def _memory_probe(probe: GpuProbe, pool: Pool) -> ProcessMemoryProbe | None:
@@ -166,6 +179,8 @@ def serve(config: UpConfig, announce: Callable[[str], None], *, demo: bool = Fal
     kind = "simulated" if pool.simulated else "NVML"
     gpus = ", ".join(f"{n.gpu_count}x{n.gpu_model}" for n in pool.nodes)
     announce(f"Tessera {config.url}  GPUs ({kind}): {gpus}  store: {server.ctx.store.engine.url.render_as_string()}")
+    if server.notice:
+        announce(f"backend: Ray; {server.notice}")
     if secret is not None:
         announce(f"admin token (shown once, stored hashed): {secret}")
     thread = start_loop(server)
