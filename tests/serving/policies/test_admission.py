@@ -19,6 +19,7 @@ from tessera.serving.policies.admission import (
     hold,
     next_expiry_s,
     release,
+    withdraw,
 )
 from tessera.serving.policies.requests import InferenceRequest, SloClass
 
@@ -115,6 +116,19 @@ def test_hold_then_release_in_priority_order() -> None:
     assert [r.id for r in released] == [2, 1]
     assert held_count(queue, "m") == 0 and queue.count == 1
     assert release(queue, "m")[0] == []
+
+
+def test_withdraw_takes_one_held_request_out_and_no_other() -> None:
+    queue = HoldQueue(max_hold_s=30.0)
+    for rid in (1, 2, 3):
+        queue = hold(queue, _request(rid), float(rid))
+    gone, queue = withdraw(queue, "m", 2)
+    assert gone and held_count(queue, "m") == 2 and queue.count == 2
+    assert withdraw(queue, "m", 2)[0] is False and withdraw(queue, "other", 1)[0] is False
+    assert [r.id for r in release(queue, "m")[0]] == [1, 3]
+    queue = hold(queue, _request(4), 5.0)
+    gone, queue = withdraw(queue, "m", 4)
+    assert gone and queue.count == 0 and "m" not in queue.held and next_expiry_s(queue) is None
 
 
 def test_expire_rejects_after_the_bound_with_a_reason() -> None:

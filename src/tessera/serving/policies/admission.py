@@ -5,7 +5,8 @@
 - ``RequestHeap``: pops requests in ``InferenceRequest.priority_key`` order (class, then earliest deadline, then
   arrival, then id): a lower class is never served while a higher one waits, and a class is earliest deadline first.
 - ``HoldQueue``: requests of a model with no ready replica wait (never dropped) until a replica is ready
-  (``release``) or ``max_hold_s`` has passed (``expire``: rejected with a reason that says so).
+  (``release``) or ``max_hold_s`` has passed (``expire``: rejected with a reason that says so), or its client goes
+  away (``withdraw``).
 
 All state is the caller's; functions update it in place and return it with their decision.
 """
@@ -138,6 +139,22 @@ def release(state: HoldQueue, model: str) -> tuple[list[InferenceRequest], HoldQ
         return [], state
     state.count -= len(queue)
     return sorted((request for _, request in queue), key=InferenceRequest.priority_key), state
+
+
+def withdraw(state: HoldQueue, model: str, request_id: int) -> tuple[bool, HoldQueue]:
+    """Take request ``request_id`` out of ``model``'s held requests (its client went away); whether it was held.
+    O(held requests of the model)."""
+    queue = state.held.get(model)
+    if not queue:
+        return False, state
+    for position, (_, request) in enumerate(queue):
+        if request.id == request_id:
+            del queue[position]
+            state.count -= 1
+            if not queue:
+                del state.held[model]
+            return True, state
+    return False, state
 
 
 def expire(state: HoldQueue, now_s: float) -> tuple[list[tuple[InferenceRequest, str]], HoldQueue]:

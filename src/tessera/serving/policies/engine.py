@@ -123,6 +123,29 @@ class Engine:
             self._cut(now_s)
         return done
 
+    def cancel(self, request_id: int, now_s: float) -> list[Completion]:
+        """Drop request ``request_id`` at ``now_s`` wherever it is (its client went away): its blocks are free at
+        once and it never completes. Returns what completed up to then; an unknown id changes nothing."""
+        done = self.advance(now_s)
+        for s in self.waiting:
+            if s.req.id == request_id:
+                self.waiting.remove(s)
+                heapq.heapify(self.waiting)
+                self._waiting_tokens -= s.target
+                return done
+        for s in self.running:
+            if s.req.id == request_id:
+                self._cut(now_s)  # the planned segment ends at the next boundary, then is planned without it
+                self.running.remove(s)
+                self._decoders = [d for d in self._decoders if d is not s]
+                self._chunks = [c for c in self._chunks if c[0] is not s]
+                self.free_blocks += s.blocks
+                self._prefill_left -= s.target - s.kv
+                self._generated_running -= s.generated
+                s.blocks = 0
+                break
+        return done
+
     def set_slowdown(self, slowdown: float, now_s: float) -> list[Completion]:
         """Stretch iterations from the next boundary on by ``slowdown`` (>= 1)."""
         if slowdown < 1.0:

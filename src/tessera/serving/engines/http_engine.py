@@ -1,0 +1,94 @@
+"""``HttpEngine``: what every OpenAI-compatible engine adapter shares (health, stats, start and stop over HTTP).
+
+An adapter subclasses it and says how to launch its engine (``command``) and whether it has a sleep mode; vLLM's
+sleep endpoints (``POST /sleep``, ``POST /wake_up``) are the default, which the sim serves too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from tessera.serving.engines.base import EngineCommand, EngineError, EngineStats, EngineUnsupported, ProcessRunner
+from tessera.serving.engines.metrics import parse_metrics
+from tessera.serving.engines.process import LocalProcess
+
+HEALTH_POLL_S = 0.05
+
+
+class HttpEngine:
+    """The common part of the engine adapters (an ``EngineAdapter`` once a subclass gives ``command``)."""
+
+    kind = "http"
+    sleep_capable = False
+
+    def __init__(
+        self,
+        model: str,
+        port: int,
+        host: str = "127.0.0.1",
+        runner: ProcessRunner | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.model = model
+        self.host = host
+        self.port = port
+        self.runner: ProcessRunner = runner if runner is not None else LocalProcess()
+        self._client = client if client is not None else httpx.AsyncClient(timeout=5.0, trust_env=False)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def command(self) -> EngineCommand:
+        raise NotImplementedError
+
+    async def start(self, timeout_s: float) -> None:
+        await self.runner.launch(self.command())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            code = self.runner.exit_code()
+            if code is not None:
+                raise EngineError(f"{self.kind} engine for {self.model!r} exited with status {code} while starting")
+            if await self.health():
+                return
+            await asyncio.sleep(HEALTH_POLL_S)
+        await self.runner.terminate(1.0)
+        raise EngineError(f"{self.kind} engine for {self.model!r} not healthy after {timeout_s:g} s")
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        await self.runner.terminate(grace_s)
+        await self._client.aclose()
+
+    async def health(self) -> bool:
+        try:
+            response = await self._client.get(f"{self.base_url}/health")
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    async def stats(self) -> EngineStats:
+        try:
+            response = await self._client.get(f"{self.base_url}/metrics")
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise EngineError(f"{self.kind} engine at {self.base_url}: metrics unreadable: {exc}") from exc
+        return parse_metrics(response.text)
+
+    async def sleep(self) -> None:
+        await self._post("/sleep")
+
+    async def wake(self) -> None:
+        await self._post("/wake_up")
+
+    async def _post(self, path: str) -> None:
+        if not self.sleep_capable:
+            raise EngineUnsupported(f"the {self.kind} engine has no sleep mode")
+        try:
+            response = await self._client.post(f"{self.base_url}{path}")
+        except httpx.HTTPError as exc:
+            raise EngineError(f"{self.kind} engine at {self.base_url}: {path} failed: {exc}") from exc
+        if response.status_code != 200:
+            raise EngineError(f"{self.kind} engine at {self.base_url}: {path} answered {response.status_code}")

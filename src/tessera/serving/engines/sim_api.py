@@ -1,0 +1,302 @@
+"""The sim engine's OpenAI-compatible API over ``http_lite``: what ``sim_server`` serves.
+
+Routes: ``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``; ``GET /v1/models``, ``/health``,
+``/metrics`` (vLLM's metric names, so that the gateway scrapes the sim and vLLM alike); ``POST /sleep``,
+``POST /wake_up`` and ``GET /is_sleeping`` (vLLM's sleep-mode endpoints). Text is deterministic: output token i of
+a prompt is a word picked from the prompt's CRC-32 and i. Tokens leave as the engine model produces them
+(``sim_live``); a client that disconnects cancels its request in the model.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+from dataclasses import dataclass
+
+from tessera.serving.engines.http_lite import HttpConnection, HttpRequest
+from tessera.serving.engines.openai_wire import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    OpenAIRequest,
+    error_body,
+    estimate_tokens,
+    parse_request,
+)
+from tessera.serving.engines.sim_live import LiveEngine
+
+WORDS = tuple(
+    [
+        "the",
+        "of",
+        "and",
+        "to",
+        "in",
+        "is",
+        "that",
+        "for",
+        "it",
+        "as",
+        "was",
+        "with",
+        "be",
+        "by",
+        "on",
+        "not",
+        "he",
+        "this",
+        "are",
+        "or",
+        "his",
+        "from",
+        "at",
+        "which",
+        "but",
+        "have",
+        "an",
+        "they",
+        "you",
+        "were",
+        "her",
+        "she",
+        "there",
+        "been",
+        "one",
+        "all",
+        "we",
+        "their",
+        "has",
+        "would",
+        "when",
+        "if",
+        "so",
+        "no",
+        "will",
+        "more",
+        "can",
+        "out",
+        "up",
+    ]
+)
+_ROUTES: dict[str, type[OpenAIRequest]] = {
+    "/v1/chat/completions": ChatRequest,
+    "/v1/completions": CompletionRequest,
+    "/v1/embeddings": EmbeddingRequest,
+}
+
+
+def word(seed: int, index: int) -> str:
+    return WORDS[(seed + 7 * index) % len(WORDS)]
+
+
+@dataclass(frozen=True, slots=True)
+class SimSettings:
+    model: str  # the name it serves (``/v1/models``); other names get 404 as vLLM answers
+    max_model_len: int = 8192  # prompt + output tokens allowed per request
+    default_output_tokens: int = 16  # when the request sets no max_tokens
+    embedding_dim: int = 16
+
+
+class _Sink:
+    """One request's response: streamed as SSE chunks, or whole at the end."""
+
+    __slots__ = ("conn", "stream", "chat", "seed", "head", "text", "usage", "prompt_tokens", "output_tokens")
+
+    def __init__(self, conn: HttpConnection, request: OpenAIRequest, head: str, prompt_tokens: int, outputs: int):
+        self.conn = conn
+        self.stream = request.stream
+        self.chat = isinstance(request, ChatRequest)
+        self.seed = zlib.crc32(request.prompt_text().encode())
+        self.head = head  # the chunk JSON up to "choices"
+        self.text: list[str] = []
+        options = getattr(request, "stream_options", None)
+        self.usage = bool(options is not None and options.include_usage)
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = outputs
+        if self.stream:
+            conn.start_stream()
+
+    def tokens(self, first: int, count: int) -> None:
+        if not self.stream:
+            self.text.extend(word(self.seed, i) + " " for i in range(first, first + count))
+            return
+        events: list[str] = []  # one SSE event per token (the model may hand out several after a late tick)
+        for i in range(first, first + count):
+            text = word(self.seed, i) + " "
+            if self.chat:
+                role = '"role":"assistant",' if i == 0 else ""
+                choice = f'{{"index":0,"delta":{{{role}"content":"{text}"}},"logprobs":null,"finish_reason":null}}'
+            else:
+                choice = f'{{"index":0,"text":"{text}","logprobs":null,"finish_reason":null}}'
+            events.append(f"data: {self.head}[{choice}]}}\n\n")
+        self.conn.send_chunk("".join(events).encode())
+
+    def finished(self, refused: str) -> None:
+        if refused:
+            body = error_body(refused, "BadRequestError", 400)
+            if self.stream:
+                self.conn.send_chunk(b"data: " + body + b"\n\ndata: [DONE]\n\n")
+                self.conn.end_stream()
+            else:
+                self.conn.respond(400, body)
+            return
+        usage = {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.output_tokens,
+            "total_tokens": self.prompt_tokens + self.output_tokens,
+        }
+        if self.stream:
+            delta = '"delta":{},' if self.chat else '"text":"",'
+            tail = f'data: {self.head}[{{"index":0,{delta}"logprobs":null,"finish_reason":"length"}}]}}\n\n'
+            if self.usage:
+                tail += f'data: {self.head}[],"usage":{json.dumps(usage)}}}\n\n'
+            self.conn.send_chunk((tail + "data: [DONE]\n\n").encode())
+            self.conn.end_stream()
+            return
+        text = "".join(self.text)
+        choice: dict[str, object] = {"index": 0, "logprobs": None, "finish_reason": "length"}
+        if self.chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        whole = json.loads(self.head + "[]}")
+        whole["object"] = "chat.completion" if self.chat else "text_completion"
+        whole["choices"] = [choice]
+        whole["usage"] = usage
+        self.conn.respond(200, json.dumps(whole).encode())
+
+
+class _EmbeddingSink:
+    __slots__ = ("conn", "model", "seed", "dim", "prompt_tokens")
+
+    def __init__(self, conn: HttpConnection, model: str, seed: int, dim: int, prompt_tokens: int) -> None:
+        self.conn, self.model, self.seed, self.dim, self.prompt_tokens = conn, model, seed, dim, prompt_tokens
+
+    def tokens(self, first: int, count: int) -> None:
+        pass
+
+    def finished(self, refused: str) -> None:
+        if refused:
+            self.conn.respond(400, error_body(refused, "BadRequestError", 400))
+            return
+        vector = [((self.seed >> (i % 24)) % 1000) / 1000.0 for i in range(self.dim)]
+        body = {
+            "object": "list",
+            "data": [{"object": "embedding", "index": 0, "embedding": vector}],
+            "model": self.model,
+            "usage": {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens},
+        }
+        self.conn.respond(200, json.dumps(body).encode())
+
+
+class SimApi:
+    """The request handler ``http_lite.serve`` calls."""
+
+    def __init__(self, settings: SimSettings, live: LiveEngine) -> None:
+        self.settings = settings
+        self.live = live
+        self.sleeping = False
+        self._model_json = json.dumps(settings.model)
+        self._count = 0
+
+    def __call__(self, request: HttpRequest, conn: HttpConnection) -> None:
+        kind = _ROUTES.get(request.path)
+        if kind is not None:
+            if request.method != "POST":
+                conn.respond(405, error_body("use POST", "BadRequestError", 405))
+            else:
+                self._infer(kind, request, conn)
+            return
+        path = request.path
+        if path == "/health":
+            conn.respond(200, b"", "text/plain")
+        elif path == "/metrics":
+            conn.respond(200, self.metrics().encode(), "text/plain; version=0.0.4")
+        elif path == "/v1/models":
+            created = int(time.time())
+            item = {"id": self.settings.model, "object": "model", "created": created, "owned_by": "tessera-sim"}
+            conn.respond(200, json.dumps({"object": "list", "data": [item]}).encode())
+        elif path == "/is_sleeping":
+            conn.respond(200, json.dumps({"is_sleeping": self.sleeping}).encode())
+        elif path in ("/sleep", "/wake_up") and request.method == "POST":
+            self._sleep_or_wake(path == "/sleep", conn)
+        else:
+            conn.respond(404, error_body(f"no route {path}", "NotFoundError", 404))
+
+    def _sleep_or_wake(self, sleep: bool, conn: HttpConnection) -> None:
+        running, waiting, _ = self.live.stats()
+        if sleep and running + waiting:
+            conn.respond(409, error_body("requests in flight: drain before sleep", "ConflictError", 409))
+            return
+        self.sleeping = sleep
+        conn.respond(200, b"", "text/plain")
+
+    def _infer(self, kind: type[OpenAIRequest], http: HttpRequest, conn: HttpConnection) -> None:
+        parsed = parse_request(kind, http.body)
+        if isinstance(parsed, tuple):
+            message, param = parsed
+            conn.respond(400, error_body(message, "BadRequestError", 400, param))
+            return
+        settings = self.settings
+        if parsed.model != settings.model:
+            message = f"The model `{parsed.model}` does not exist."
+            conn.respond(404, error_body(message, "NotFoundError", 404, "model"))
+            return
+        if self.sleeping:
+            conn.respond(503, error_body("the engine is asleep: POST /wake_up first", "ServiceUnavailable", 503))
+            return
+        prompt_tokens = estimate_tokens(parsed.prompt_text())
+        outputs = parsed.output_limit() or settings.default_output_tokens
+        if prompt_tokens + outputs > min(settings.max_model_len, self.live.max_tokens):
+            limit = min(settings.max_model_len, self.live.max_tokens)
+            message = (
+                f"This model's maximum context length is {limit} tokens. However, you requested"
+                f" {prompt_tokens + outputs} tokens ({prompt_tokens} in the messages, {outputs} in the completion)."
+            )
+            conn.respond(400, error_body(message, "BadRequestError", 400, "max_tokens"))
+            return
+        self._count += 1
+        if isinstance(parsed, EmbeddingRequest):
+            seed = zlib.crc32(parsed.prompt_text().encode())
+            sink: _Sink | _EmbeddingSink = _EmbeddingSink(
+                conn, settings.model, seed, settings.embedding_dim, prompt_tokens
+            )
+            outputs = 1
+        else:
+            prefix = "chatcmpl" if isinstance(parsed, ChatRequest) else "cmpl"
+            obj = "chat.completion.chunk" if isinstance(parsed, ChatRequest) else "text_completion"
+            head = (
+                f'{{"id":"{prefix}-{self._count:x}","object":"{obj}","created":{int(time.time())},'
+                f'"model":{self._model_json},"choices":'
+            )
+            sink = _Sink(conn, parsed, head, prompt_tokens, outputs)
+        rid = self.live.submit(prompt_tokens, outputs, sink)
+        if self.live.is_live(rid):  # not refused at once: a disconnect from now on cancels it
+            conn.on_close = lambda: self.live.cancel(rid)
+
+    def metrics(self) -> str:
+        running, waiting, usage = self.live.stats()
+        counters = self.live.counters
+        label = f"{{model_name={self._model_json}}}"
+        lines = [
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{label} {running}",
+            "# TYPE vllm:num_requests_waiting gauge",
+            f"vllm:num_requests_waiting{label} {waiting}",
+            "# TYPE vllm:kv_cache_usage_perc gauge",
+            f"vllm:kv_cache_usage_perc{label} {usage:.6f}",
+            "# TYPE vllm:num_preemptions_total counter",
+            f"vllm:num_preemptions_total{label} {self.live.engine.preemptions}",
+            "# TYPE vllm:prompt_tokens_total counter",
+            f"vllm:prompt_tokens_total{label} {counters.prompt_tokens}",
+            "# TYPE vllm:generation_tokens_total counter",
+            f"vllm:generation_tokens_total{label} {counters.generation_tokens}",
+            "# TYPE vllm:request_success_total counter",
+            f"vllm:request_success_total{label} {counters.requests_finished}",
+            "# TYPE tessera_sim:requests_cancelled_total counter",
+            f"tessera_sim:requests_cancelled_total{label} {counters.requests_cancelled}",
+            "# TYPE tessera_sim:is_sleeping gauge",
+            f"tessera_sim:is_sleeping{label} {int(self.sleeping)}",
+        ]
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,287 @@
+"""``Gateway``: the OpenAI-compatible front, as a plain ASGI application (served by uvicorn).
+
+Why plain ASGI and not a framework's router: the hot path is one dictionary look-up of the path, one parse of the
+body (``openai_wire``) and a relay of bytes; the overhead budget is a millisecond at the median at 1,000 streaming
+requests/s on two shared cores, and a framework's routing, dependency injection and response classes cost a good
+part of it. Disconnects are watched per request (``forward.DisconnectWatch``).
+
+A request goes: API key -> tenant (``auth``; 401) -> body parsed (400 naming the field) -> the model's route from
+the registry, visible to the tenant (else 404, the same for a model that exists elsewhere) -> SLO class (the
+model's, or the ``x-tessera-slo`` header) -> a replica picked by the model's router (``replicas``) or, with none
+ready, held (``hold``; ``on_demand`` asks the controller for one; 429 + ``Retry-After`` when the hold queue is
+full, 504 when the bounded wait runs out) -> forwarded (``forward``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+from tessera.serving.engines.openai_wire import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    OpenAIRequest,
+    error_body,
+    estimate_tokens,
+    parse_request,
+)
+from tessera.serving.gateway.auth import Authenticator, OpenAccess, visible
+from tessera.serving.gateway.forward import DisconnectWatch, Receive, Scope, Send, forward, send_json
+from tessera.serving.gateway.hold import HoldArea, HoldExpired, HoldOverflow
+from tessera.serving.gateway.registry import ModelRoute, ReplicaRegistry
+from tessera.serving.gateway.replicas import LiveReplicas, prefix_hashes
+from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass
+
+SLO_HEADER = b"x-tessera-slo"
+SESSION_HEADER = b"x-session-id"
+_ROUTES: dict[str, type[OpenAIRequest]] = {
+    "/v1/chat/completions": ChatRequest,
+    "/v1/completions": CompletionRequest,
+    "/v1/embeddings": EmbeddingRequest,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    max_hold_s: float = 120.0  # how long a request waits for a replica of its model (then 504)
+    max_held_per_model: int = 1024  # held requests per model; one more gets 429
+    retry_after_s: int = 2  # the Retry-After of a 429
+    scrape_interval_s: float = 0.5  # how often the replicas' /metrics are read
+    predicted_output_tokens: int = 256  # the router's guess of a request's output when it sets no max_tokens
+    upstream_timeout_s: float = 600.0  # connect/read/write timeout towards a replica
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_upstream_connections: int = 4096
+    on_demand: Callable[[str], None] | None = None  # a model has requests and no ready replica: start one
+
+
+class Gateway:
+    """The ASGI application (see the module docstring)."""
+
+    def __init__(
+        self,
+        registry: ReplicaRegistry,
+        auth: Authenticator | None = None,
+        config: GatewayConfig | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.registry = registry
+        self.auth: Authenticator = auth if auth is not None else OpenAccess()
+        self.config = config if config is not None else GatewayConfig()
+        self.replicas = LiveReplicas(registry)
+        self.hold = HoldArea(self.config.max_hold_s, self.config.max_held_per_model)
+        self._client = client
+        self._scraper: asyncio.Task[None] | None = None
+        self._ids = itertools.count()
+        registry.subscribe(self._on_change)
+
+    # ------------------------------------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        if self._client is None:
+            limits = httpx.Limits(
+                max_connections=self.config.max_upstream_connections,
+                max_keepalive_connections=self.config.max_upstream_connections,
+            )
+            self._client = httpx.AsyncClient(timeout=self.config.upstream_timeout_s, limits=limits, trust_env=False)
+        if self._scraper is None:
+            self._scraper = asyncio.ensure_future(
+                self.replicas.scrape_forever(self._client, self.config.scrape_interval_s)
+            )
+
+    async def close(self) -> None:
+        if self._scraper is not None:
+            self._scraper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scraper
+            self._scraper = None
+        if self._client is not None:
+            await self._client.aclose()
+
+    def _on_change(self, model: str) -> None:
+        if self.registry.route(model) is None:
+            self.replicas.forget(model)
+            self.hold.release(model)  # they find the model gone: 404
+        elif self.registry.replicas(model):
+            self.hold.release(model)
+
+    # --------------------------------------------------------------------------------------------------- ASGI
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if kind != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        wire = _ROUTES.get(path)
+        if wire is not None and method == "POST":
+            await self._infer(wire, scope, receive, send)
+        elif path == "/v1/models" and method == "GET":
+            await self._models(scope, send)
+        elif path == "/health":
+            await send_json(send, 200, b'{"status": "ok"}')
+        elif wire is not None or path == "/v1/models":
+            await send_json(send, 405, error_body(f"{method} not allowed on {path}", "invalid_request_error", None))
+        else:
+            await send_json(send, 404, error_body(f"no route {path}", "invalid_request_error", "unknown_url"))
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def _tenant(self, scope: Scope) -> str | None:
+        key = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                scheme, _, token = value.decode("latin-1").partition(" ")
+                key = token.strip() if scheme.lower() == "bearer" else None
+        return self.auth.tenant(key)
+
+    async def _models(self, scope: Scope, send: Send) -> None:
+        tenant = self._tenant(scope)
+        if tenant is None:
+            await _unauthorized(send)
+            return
+        data = [
+            {"id": r.name, "object": "model", "created": r.created_s, "owned_by": r.tenant}
+            for r in self.registry.routes()
+            if visible(r, tenant)
+        ]
+        await send_json(send, 200, json.dumps({"object": "list", "data": data}).encode())
+
+    # ------------------------------------------------------------------------------------------------ inference
+    async def _infer(self, wire: type[OpenAIRequest], scope: Scope, receive: Receive, send: Send) -> None:
+        tenant = self._tenant(scope)
+        if tenant is None:
+            await _unauthorized(send)
+            return
+        body = await _read_body(receive, self.config.max_body_bytes)
+        if body is None:
+            await send_json(send, 413, error_body("the body is too large", "invalid_request_error", None, "body"))
+            return
+        parsed = parse_request(wire, body)
+        if isinstance(parsed, tuple):
+            message, param = parsed
+            await send_json(send, 400, error_body(message, "invalid_request_error", None, param))
+            return
+        route = self.registry.route(parsed.model)
+        if route is None or not visible(route, tenant):
+            await _not_found(send, parsed.model)
+            return
+        request = self._request(parsed, route, scope)
+        if isinstance(request, bytes):
+            await send_json(send, 400, request)
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        watch = DisconnectWatch(receive, task)
+        try:
+            await self._serve(request, route, scope["path"], body, parsed.stream, send, watch)
+        except asyncio.CancelledError:
+            if not watch.disconnected:
+                raise  # the server is stopping, not the client going away
+        finally:
+            watch.close()
+
+    def _request(self, parsed: OpenAIRequest, route: ModelRoute, scope: Scope) -> InferenceRequest | bytes:
+        """The part-1 request the router and the hold queue see (or the error body of a bad header)."""
+        slo, session = route.slo, -1
+        for name, value in scope["headers"]:
+            if name == SLO_HEADER:
+                try:
+                    slo = SloClass.parse(value.decode("latin-1"))
+                except ValueError as exc:
+                    return error_body(str(exc), "invalid_request_error", None, "x-tessera-slo")
+            elif name == SESSION_HEADER:
+                session = zlib.crc32(value)
+        text = parsed.prompt_text()
+        now = asyncio.get_running_loop().time()
+        return InferenceRequest(
+            id=next(self._ids),
+            model=route.name,
+            arrival_s=now,
+            prompt_tokens=estimate_tokens(text),
+            output_tokens=parsed.output_limit() or self.config.predicted_output_tokens,
+            slo=slo,
+            deadline_s=now + DEFAULT_SLO_TARGETS[slo].ttft_s,
+            session=session,
+            prefix=prefix_hashes(text) if route.router == "prefix-affinity" else (),
+        )
+
+    async def _serve(
+        self, request: InferenceRequest, route: ModelRoute, path: str, body: bytes, stream: bool, send: Send,
+        watch: DisconnectWatch,
+    ) -> None:  # fmt: skip
+        loop = asyncio.get_running_loop()
+        load = self.replicas.pick(request, route.router, loop.time())
+        while load is None:
+            if self.config.on_demand is not None:
+                self.config.on_demand(request.model)
+            try:
+                await self.hold.wait(request)
+            except HoldOverflow as exc:
+                retry = [(b"retry-after", str(self.config.retry_after_s).encode())]
+                await send_json(send, 429, error_body(str(exc), "rate_limit_error", "model_starting"), retry)
+                return
+            except HoldExpired as exc:
+                await send_json(send, 504, error_body(str(exc), "timeout_error", "model_not_ready"))
+                return
+            current = self.registry.route(request.model)
+            if current is None:
+                await _not_found(send, request.model)
+                return
+            route = current
+            load = self.replicas.pick(request, route.router, loop.time())
+        prompt, work = request.prompt_tokens, request.prompt_tokens + request.output_tokens
+        load.inflight += 1
+        load.inflight_tokens += work
+        load.inflight_prompt_tokens += prompt
+        try:
+            assert self._client is not None, "Gateway.start was not called (run it under uvicorn's lifespan)"
+            await forward(self._client, load, path, body, stream, send, watch)
+        finally:
+            load.inflight -= 1
+            load.inflight_tokens -= work
+            load.inflight_prompt_tokens -= prompt
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b""
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _unauthorized(send: Send) -> None:
+    body = error_body(
+        "a valid API key is required (Authorization: Bearer KEY)", "invalid_request_error", "invalid_api_key"
+    )
+    await send_json(send, 401, body, [(b"www-authenticate", b"Bearer")])
+
+
+async def _not_found(send: Send, model: str) -> None:
+    message = f"The model `{model}` does not exist or you do not have access to it."
+    await send_json(send, 404, error_body(message, "invalid_request_error", "model_not_found", "model"))

@@ -1,0 +1,109 @@
+"""Forwarding one request to a replica and passing its answer back as it comes (SSE chunks are not buffered).
+
+The client's own body goes upstream unchanged. ``DisconnectWatch`` listens for the client going away and cancels
+the request's task: a request held for a replica leaves the hold queue, and one in flight closes its upstream
+connection, which makes the engine abort it (vLLM and the sim both do on a dropped connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import httpx
+
+from tessera.serving.engines.openai_wire import error_body
+from tessera.serving.gateway.replicas import ReplicaLoad
+
+Message = MutableMapping[str, Any]
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Headers = list[tuple[bytes, bytes]]
+
+
+class DisconnectWatch:
+    """Cancels ``task`` when the client disconnects before ``finishing`` (or ``close``) is called."""
+
+    __slots__ = ("disconnected", "_done", "_watcher")
+
+    def __init__(self, receive: Receive, task: asyncio.Task[Any]) -> None:
+        self.disconnected = False
+        self._done = False
+        self._watcher = asyncio.ensure_future(self._run(receive, task))
+
+    async def _run(self, receive: Receive, task: asyncio.Task[Any]) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                if not self._done:
+                    self.disconnected = True
+                    task.cancel()
+                return
+
+    def finishing(self) -> None:
+        """The answer is complete: the end of the connection is no disconnect any more."""
+        self._done = True
+
+    def close(self) -> None:
+        self._done = True
+        self._watcher.cancel()
+
+
+async def send_json(send: Send, status: int, body: bytes, headers: Headers | None = None) -> None:
+    head: Headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def forward(
+    client: httpx.AsyncClient,
+    load: ReplicaLoad,
+    path: str,
+    body: bytes,
+    stream: bool,
+    send: Send,
+    watch: DisconnectWatch,
+) -> None:
+    """POST ``body`` to the replica's ``path`` and relay the answer (status, type, bytes as they arrive)."""
+    upstream = client.build_request(
+        "POST", load.endpoint.base_url + path, content=body, headers={"content-type": "application/json"}
+    )
+    try:
+        response = await client.send(upstream, stream=True)
+    except httpx.HTTPError as exc:
+        message = f"replica {load.endpoint.replica} of this model is unreachable: {type(exc).__name__}"
+        await send_json(send, 502, error_body(message, "api_error", "replica_unreachable"))
+        return
+    started = False
+    try:
+        headers: Headers = [
+            (b"content-type", response.headers.get("content-type", "application/json").encode("latin-1")),
+            (b"x-tessera-replica", str(load.endpoint.replica).encode()),
+        ]
+        length = response.headers.get("content-length")
+        if length is not None:
+            headers.append((b"content-length", length.encode("latin-1")))
+        else:
+            headers.append((b"cache-control", b"no-cache"))
+        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        started = True
+        async for chunk in response.aiter_raw():
+            if chunk:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        watch.finishing()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except httpx.HTTPError as exc:  # the replica died mid-answer: end the answer cleanly, saying so
+        if not started:
+            await send_json(send, 502, error_body(f"replica failed: {type(exc).__name__}", "api_error", None))
+            return
+        watch.finishing()
+        tail = b""
+        if stream:
+            tail = b"data: " + error_body("the replica failed mid-stream", "api_error", "replica_failed") + b"\n\n"
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.shield(response.aclose())

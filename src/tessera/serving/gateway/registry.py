@@ -1,0 +1,99 @@
+"""The replica registry seam: which models the gateway serves, whose they are, and which of their replicas are ready.
+
+The serving controller owns the truth (models deployed as workloads, replicas launched and healthy) and feeds a
+registry; the gateway only reads it and listens for changes (``subscribe``: a model's replicas changed, so held
+requests may go). ``InMemoryRegistry`` is the implementation shipped here, for tests, benchmarks and a controller
+that keeps its state in memory; every method must be called on the gateway's event loop thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from tessera.serving.policies.requests import SloClass
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRoute:
+    """A deployed model as the gateway sees it."""
+
+    name: str  # what clients put in ``model``
+    tenant: str  # the tenant that deployed it: only that tenant sees and uses it
+    slo: SloClass = SloClass.STANDARD  # default class of its requests (a request header may override it)
+    router: str = "least-load"  # one of policies.router.ROUTER_NAMES
+    created_s: int = 0  # Unix time, for /v1/models
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaEndpoint:
+    replica: int  # id, unique per model (the router's replica id)
+    base_url: str  # http://host:port of its OpenAI-compatible API
+
+
+ChangeListener = Callable[[str], None]  # called with the model whose replicas (or route) changed
+
+
+class ReplicaRegistry(Protocol):
+    def route(self, model: str) -> ModelRoute | None: ...
+
+    def routes(self) -> Sequence[ModelRoute]: ...
+
+    def replicas(self, model: str) -> Sequence[ReplicaEndpoint]:
+        """The model's ready replicas (empty while it is at zero or starting)."""
+        ...
+
+    def subscribe(self, listener: ChangeListener) -> None: ...
+
+
+class InMemoryRegistry:
+    """A ``ReplicaRegistry`` held in memory (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._routes: dict[str, ModelRoute] = {}
+        self._replicas: dict[str, dict[int, ReplicaEndpoint]] = {}
+        self._listeners: list[ChangeListener] = []
+        self._next_id = 0
+
+    def route(self, model: str) -> ModelRoute | None:
+        return self._routes.get(model)
+
+    def routes(self) -> Sequence[ModelRoute]:
+        return list(self._routes.values())
+
+    def replicas(self, model: str) -> Sequence[ReplicaEndpoint]:
+        by_id = self._replicas.get(model)
+        return list(by_id.values()) if by_id else ()
+
+    def subscribe(self, listener: ChangeListener) -> None:
+        self._listeners.append(listener)
+
+    # ------------------------------------------------------------------------------------ the controller's side
+    def deploy(self, route: ModelRoute) -> None:
+        self._routes[route.name] = route
+        self._notify(route.name)
+
+    def undeploy(self, model: str) -> None:
+        self._routes.pop(model, None)
+        self._replicas.pop(model, None)
+        self._notify(model)
+
+    def add_replica(self, model: str, base_url: str) -> int:
+        """A replica of ``model`` is ready at ``base_url``; returns its id."""
+        if model not in self._routes:
+            raise KeyError(f"model {model!r} is not deployed")
+        rid = self._next_id
+        self._next_id += 1
+        self._replicas.setdefault(model, {})[rid] = ReplicaEndpoint(rid, base_url)
+        self._notify(model)
+        return rid
+
+    def remove_replica(self, model: str, replica: int) -> None:
+        by_id = self._replicas.get(model)
+        if by_id is not None and by_id.pop(replica, None) is not None:
+            self._notify(model)
+
+    def _notify(self, model: str) -> None:
+        for listener in list(self._listeners):
+            listener(model)

@@ -1,0 +1,138 @@
+"""The replicas' live load and the routing decision: the part-1 router fed by scraped engine stats.
+
+Each ready replica has a ``ReplicaLoad``: the last scrape of its ``/metrics`` (``engines.metrics``: vLLM's running
+and waiting gauges, its KV-cache usage) and the gateway's own exact count of what it has in flight there (requests
+and their predicted tokens), which is fresh between scrapes. ``ReplicaLoad.view`` merges the two into the part-1
+``ReplicaView``; ``LiveReplicas.pick`` runs the model's router (``policies.router``, one ``RouterState`` per model)
+over them. ``scrape_forever`` reads every replica's metrics each ``interval_s``; a replica whose scrape fails keeps
+its last figures (the in-flight counts still move).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from dataclasses import dataclass, field
+
+import httpx
+import numpy as np
+
+from tessera.serving.engines.base import EngineStats
+from tessera.serving.engines.metrics import parse_metrics
+from tessera.serving.gateway.registry import ReplicaEndpoint, ReplicaRegistry
+from tessera.serving.policies.requests import InferenceRequest
+from tessera.serving.policies.router import ReplicaView, Router, RouterState, make_router
+
+log = logging.getLogger(__name__)
+
+PREFIX_BLOCK_CHARS = 64  # ~16 tokens, the engines' KV block
+MAX_PREFIX_BLOCKS = 64
+
+
+@dataclass(slots=True)
+class ReplicaLoad:
+    endpoint: ReplicaEndpoint
+    scraped: EngineStats = field(default_factory=EngineStats)
+    inflight: int = 0  # requests this gateway sent there that have not finished
+    inflight_tokens: int = 0  # their prompt + predicted output tokens
+    inflight_prompt_tokens: int = 0
+    scrape_failures: int = 0  # in a row
+
+    def view(self) -> ReplicaView:
+        stats = self.scraped
+        return ReplicaView(
+            replica=self.endpoint.replica,
+            queued=stats.waiting,
+            running=max(stats.running, self.inflight - stats.waiting),
+            predicted_tokens=self.inflight_tokens,
+            kv_free_frac=1.0 - stats.kv_cache_usage,
+            accepting=not stats.sleeping,
+            prefill_tokens=self.inflight_prompt_tokens,
+        )
+
+
+@dataclass(slots=True)
+class _ModelRouting:
+    router: Router
+    state: RouterState
+
+
+def prefix_hashes(text: str) -> tuple[int, ...]:
+    """Chained CRC-32 hashes of the prompt's leading blocks (what prefix-affinity routing matches on)."""
+    hashes: list[int] = []
+    chained = 0
+    for start in range(0, min(len(text), PREFIX_BLOCK_CHARS * MAX_PREFIX_BLOCKS), PREFIX_BLOCK_CHARS):
+        block = text[start : start + PREFIX_BLOCK_CHARS]
+        if len(block) < PREFIX_BLOCK_CHARS:
+            break
+        chained = zlib.crc32(block.encode(), chained)
+        hashes.append(chained)
+    return tuple(hashes)
+
+
+class LiveReplicas:
+    """See the module docstring. Call it on the event loop thread only."""
+
+    def __init__(self, registry: ReplicaRegistry, seed: int = 0) -> None:
+        self.registry = registry
+        self._loads: dict[str, dict[int, ReplicaLoad]] = {}
+        self._routing: dict[str, _ModelRouting] = {}
+        self._rng = np.random.default_rng(seed)
+
+    def loads(self, model: str) -> list[ReplicaLoad]:
+        """The ready replicas' loads, in the registry's order (new replicas join, gone ones leave, here)."""
+        endpoints = self.registry.replicas(model)
+        known = self._loads.get(model)
+        if known is None:
+            known = self._loads[model] = {}
+        if len(known) != len(endpoints) or any(e.replica not in known for e in endpoints):
+            fresh = {e.replica: known.get(e.replica) or ReplicaLoad(e) for e in endpoints}
+            known.clear()
+            known.update(fresh)
+        return list(known.values())
+
+    def pick(self, request: InferenceRequest, router_name: str, now_s: float) -> ReplicaLoad | None:
+        """The replica the model's router chooses, or None when the model has no accepting replica."""
+        loads = self.loads(request.model)
+        if not loads:
+            return None
+        routing = self._routing.get(request.model)
+        if routing is None or routing.router.name != router_name:
+            router = make_router(router_name)
+            routing = self._routing[request.model] = _ModelRouting(router, router.initial_state())
+        views = [load.view() for load in loads]
+        decision, _ = routing.router.route(request, views, routing.state, now_s, self._rng)
+        if decision.replica is None:
+            return None
+        for load in loads:
+            if load.endpoint.replica == decision.replica:
+                return load
+        return None
+
+    def forget(self, model: str) -> None:
+        """The model is gone: drop its loads and router state."""
+        self._loads.pop(model, None)
+        self._routing.pop(model, None)
+
+    async def scrape_forever(self, client: httpx.AsyncClient, interval_s: float) -> None:
+        while True:
+            await self.scrape_once(client)
+            await asyncio.sleep(interval_s)
+
+    async def scrape_once(self, client: httpx.AsyncClient) -> None:
+        loads = [load for route in self.registry.routes() for load in self.loads(route.name)]
+        await asyncio.gather(*(self._scrape(client, load) for load in loads))
+
+    @staticmethod
+    async def _scrape(client: httpx.AsyncClient, load: ReplicaLoad) -> None:
+        try:
+            response = await client.get(f"{load.endpoint.base_url}/metrics")
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            load.scrape_failures += 1
+            if load.scrape_failures == 1:
+                log.warning("metrics of replica %s unreadable: %s", load.endpoint.base_url, exc)
+            return
+        load.scrape_failures = 0
+        load.scraped = parse_metrics(response.text)

@@ -1,0 +1,120 @@
+"""The gateway's parts on their own: the hold area, keys, the registry, the replica views the router sees."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tessera.serving.engines.base import EngineStats
+from tessera.serving.gateway.auth import ANY_TENANT, OpenAccess, StaticKeys, visible
+from tessera.serving.gateway.hold import HoldArea, HoldExpired, HoldOverflow
+from tessera.serving.gateway.registry import InMemoryRegistry, ModelRoute, ReplicaEndpoint
+from tessera.serving.gateway.replicas import LiveReplicas, ReplicaLoad, prefix_hashes
+from tessera.serving.policies.requests import InferenceRequest, SloClass
+
+
+def _request(rid: int, slo: SloClass = SloClass.STANDARD, model: str = "m") -> InferenceRequest:
+    return InferenceRequest(rid, model, 0.0, 10, 5, slo=slo, deadline_s=float(rid))
+
+
+def test_held_requests_go_in_priority_order_and_a_cancelled_one_leaves_the_queue() -> None:
+    async def go() -> None:
+        area = HoldArea(max_hold_s=60.0, max_held_per_model=10)
+        order: list[int] = []
+
+        async def wait(request: InferenceRequest) -> None:
+            await area.wait(request)
+            order.append(request.id)
+
+        batch = asyncio.ensure_future(wait(_request(1, SloClass.BATCH)))
+        urgent = asyncio.ensure_future(wait(_request(2, SloClass.INTERACTIVE)))
+        gone = asyncio.ensure_future(wait(_request(3)))
+        await asyncio.sleep(0)
+        assert area.held("m") == 3
+        gone.cancel()
+        await asyncio.sleep(0)
+        assert area.held("m") == 2  # withdrawn: it no longer counts against the bound
+        assert area.release("m") == 2
+        await asyncio.gather(batch, urgent)
+        assert order == [2, 1]
+
+    asyncio.run(go())
+
+
+def test_the_hold_bound_and_the_wait_bound() -> None:
+    async def go() -> None:
+        area = HoldArea(max_hold_s=0.05, max_held_per_model=1)
+        first = asyncio.ensure_future(area.wait(_request(1)))
+        await asyncio.sleep(0)
+        with pytest.raises(HoldOverflow):
+            await area.wait(_request(2))
+        other_model = asyncio.ensure_future(area.wait(_request(3, model="other")))  # bounds are per model
+        with pytest.raises(HoldExpired, match="held"):
+            await first
+        with pytest.raises(HoldExpired):
+            await other_model
+        assert area.queue.count == 0
+
+    asyncio.run(go())
+
+
+def test_static_keys_name_tenants_and_tenants_see_their_own_models() -> None:
+    keys = StaticKeys({"k1": "a", "k2": "b"})
+    assert (keys.tenant("k1"), keys.tenant("k2"), keys.tenant("k3"), keys.tenant(None), keys.tenant("")) == (
+        "a",
+        "b",
+        None,
+        None,
+        None,
+    )
+    route = ModelRoute("m", "a")
+    assert visible(route, "a") and not visible(route, "b") and visible(route, ANY_TENANT)
+    assert OpenAccess().tenant(None) == ANY_TENANT
+
+
+def test_the_registry_tells_listeners_what_changed() -> None:
+    registry = InMemoryRegistry()
+    changed: list[str] = []
+    registry.subscribe(changed.append)
+    registry.deploy(ModelRoute("m", "a"))
+    rid = registry.add_replica("m", "http://127.0.0.1:1")
+    assert registry.replicas("m") == [ReplicaEndpoint(rid, "http://127.0.0.1:1")]
+    registry.remove_replica("m", rid)
+    registry.remove_replica("m", rid)  # already gone: no news
+    assert changed == ["m", "m", "m"] and not registry.replicas("m")
+    with pytest.raises(KeyError):
+        registry.add_replica("nope", "http://127.0.0.1:1")
+
+
+def test_a_replica_view_merges_the_scrape_with_the_gateways_own_in_flight_counts() -> None:
+    load = ReplicaLoad(ReplicaEndpoint(3, "u"), EngineStats(running=2, waiting=1, kv_cache_usage=0.25))
+    load.inflight, load.inflight_tokens, load.inflight_prompt_tokens = 6, 900, 300
+    view = load.view()
+    assert (view.replica, view.queued, view.running, view.predicted_tokens) == (3, 1, 5, 900)
+    assert (view.kv_free_frac, view.prefill_tokens, view.accepting) == (0.75, 300, True)
+    assert not ReplicaLoad(ReplicaEndpoint(0, "u"), EngineStats(sleeping=True)).view().accepting
+
+
+def test_loads_follow_the_registry_and_keep_their_counts() -> None:
+    registry = InMemoryRegistry()
+    registry.deploy(ModelRoute("m", "a"))
+    replicas = LiveReplicas(registry)
+    assert replicas.pick(_request(0), "least-load", 0.0) is None
+    first = registry.add_replica("m", "http://127.0.0.1:1")
+    load = replicas.pick(_request(1), "least-load", 0.0)
+    assert load is not None and load.endpoint.replica == first
+    load.inflight = 4
+    second = registry.add_replica("m", "http://127.0.0.1:2")
+    picked = replicas.pick(_request(2), "least-load", 0.0)
+    assert picked is not None and picked.endpoint.replica == second
+    assert [x.inflight for x in replicas.loads("m")] == [4, 0]  # the first kept its count
+    registry.remove_replica("m", second)
+    assert [x.endpoint.replica for x in replicas.loads("m")] == [first]
+
+
+def test_prefix_hashes_are_chained_over_whole_blocks() -> None:
+    a = prefix_hashes("x" * 64 * 3 + "tail")
+    b = prefix_hashes("x" * 64 * 2 + "y" * 64)
+    assert len(a) == 3 and a[:2] == b[:2] and a[2] != b[2]
+    assert prefix_hashes("short") == ()
