@@ -15,7 +15,7 @@ Weights = Annotated[Text, Field(min_length=1, max_length=1000)]
 
 EngineName = Literal["vllm", "sglang", "transformers", "sim"]
 SloName = Literal["interactive", "standard", "batch"]
-ModelState = Literal["deploying", "ready", "scaled-to-zero", "deleting"]
+ModelState = Literal["deploying", "ready", "stopping", "scaled-to-zero", "deleting"]
 Duration = StrictInt | StrictFloat | Name  # seconds, or "30s", "5m"
 
 

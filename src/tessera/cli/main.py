@@ -290,6 +290,7 @@ def up(
     ] = None,
 ) -> None:
     """Start the control plane: HTTP API, scheduler loop and local backend in one process."""
+    from tessera.cli.gateway_up import serving_front
     from tessera.cli.up_secrets import admin_token_of, database_url, tenant_users
     from tessera.core.placement import make_policy
     from tessera.core.presets import resolve_preset
@@ -310,7 +311,7 @@ def up(
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for chatty in ("httpx", "alembic"):
             logging.getLogger(chatty).setLevel(logging.WARNING)
-        serve(config, announce=typer.echo, demo=demo)
+        serve(config, announce=typer.echo, demo=demo, serving=serving_front)
 
 
 def main() -> None:

@@ -73,8 +73,10 @@ def model_out(row: ServedModelRow, replicas: list[WorkloadRow], base_url: str) -
         state = "deleting"
     elif running:
         state = "ready"
+    elif row.desired_replicas == 0 and not replicas:
+        state = "scaled-to-zero"  # and its GPU share is free: no replica is left, not even one stopping
     elif row.desired_replicas == 0 and not live:
-        state = "scaled-to-zero"
+        state = "stopping"
     else:
         state = "deploying"
     return ModelOut(

@@ -41,6 +41,7 @@ def deployed(row: ServedModelRow) -> DeployedModel:
         idle_timeout_s=row.idle_timeout_s,
         slo=row.slo,
         deleting=row.deleting,
+        created_s=row.created_at,
     )
 
 

@@ -13,11 +13,11 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import cast
+from typing import Any, cast
 
 import uvicorn
 from fastapi import FastAPI
@@ -45,6 +45,7 @@ from tessera.server.serving_plane import start_controller
 from tessera.server.store.db import open_engine
 from tessera.server.store.store import Store
 from tessera.server.submit import DEFAULT_QUEUE
+from tessera.serving.controller import DemandSource, ReplicaSink
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +165,28 @@ def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
-def serve(config: UpConfig, announce: Callable[[str], None], *, demo: bool = False) -> None:
-    """Run until SIGINT/SIGTERM. With ``demo``, submit the demo mix once ready and stop its workloads at the end."""
+@dataclass
+class ServingFront:
+    """What ``tessera up`` serves in front of models (the CLI composes the OpenAI-compatible gateway, a sibling of
+    the server): ``wrap`` puts it around the control plane's ASGI app; ``demand``, ``sinks`` and ``wake`` connect it
+    to the serving controller; ``close`` at the end. The default serves no gateway."""
+
+    wrap: Callable[[Any], Any] = lambda app: app
+    demand: DemandSource | None = None
+    sinks: Sequence[ReplicaSink] = ()
+    wake: threading.Event | None = None
+    close: Callable[[], None] = lambda: None
+
+
+def serve(
+    config: UpConfig,
+    announce: Callable[[str], None],
+    *,
+    demo: bool = False,
+    serving: Callable[[ServerContext], ServingFront] | None = None,
+) -> None:
+    """Run until SIGINT/SIGTERM. With ``demo``, submit the demo mix once ready and stop its workloads at the end.
+    ``serving`` builds the gateway in front of the models (none without it)."""
     if (crash := check_environment()) is not None:  # an unknown crash point is refused here, not ignored
         log.warning("fault injection: this server kills itself at %s (visit %d)", crash.point, crash.nth)
     mode = run_as_mode(config.run_as)
@@ -184,12 +205,14 @@ def serve(config: UpConfig, announce: Callable[[str], None], *, demo: bool = Fal
     if secret is not None:
         announce(f"admin token (shown once, stored hashed): {secret}")
     thread = start_loop(server)
-    start_controller(server.ctx, server.stopping.is_set)
+    front = serving(server.ctx) if serving is not None else ServingFront()
+    start_controller(server.ctx, server.stopping.is_set, front.demand, front.sinks, front.wake)
     if demo:
         token, _ = create_tenant_token(server.ctx.store, DEMO_TENANT, "demo", server.ctx.clock())
         gpu_count = sum(n.gpu_count for n in pool.nodes)
         threading.Thread(target=submit_demo, args=(config.url, token, gpu_count, announce), daemon=True).start()
-    uv = uvicorn.Server(uvicorn.Config(server.app, host=config.host, port=config.port, log_level="warning"))
+    app = front.wrap(server.app)
+    uv = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning"))
     if threading.current_thread() is threading.main_thread():
         # uvicorn shuts down on SIGTERM, then restores this handler and raises the signal again: with the default
         # one the process would die there, before the cleanup below (loop joined, backend closed).
@@ -202,6 +225,7 @@ def serve(config: UpConfig, announce: Callable[[str], None], *, demo: bool = Fal
         if demo:
             stop_tenant_workloads(server, DEMO_TENANT)
         server.backend.close()
+        front.close()
 
 
 def check_port_free(host: str, port: int) -> None:

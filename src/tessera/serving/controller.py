@@ -153,10 +153,14 @@ class Controller:
         return decision.desired
 
     def config(self, model: DeployedModel) -> AutoscalerConfig:
+        """Knative's windows (60 s stable, 6 s panic), shortened for a model with a short idle timeout: the stable
+        window is twice the timeout (10 s to 60 s), since nothing scales down while a burst's panic lasts (a
+        stable window), and a model told to sleep after 3 s idle should not wait a minute after every burst."""
+        stable_s = min(60.0, max(10.0, 2 * model.idle_timeout_s))
         return AutoscalerConfig(
             target_concurrency=self.targets.get(model.engine, 8.0),
-            stable_window_s=60.0,
-            panic_window_s=6.0,
+            stable_window_s=stable_s,
+            panic_window_s=min(6.0, stable_s / 2),
             scale_to_zero_grace_s=model.idle_timeout_s,
             min_replicas=model.min_replicas,
             max_replicas=max(model.max_replicas, model.min_replicas, 1),

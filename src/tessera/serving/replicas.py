@@ -36,6 +36,7 @@ class DeployedModel:
     idle_timeout_s: float
     slo: str
     deleting: bool = False
+    created_s: float = 0.0
 
     @property
     def key(self) -> str:
