@@ -42,6 +42,7 @@ from tessera.server.pool import HostResources, Pool, detect_host
 from tessera.server.ray_up import connect as connect_ray
 from tessera.server.records import unlimited_queue
 from tessera.server.serving_plane import start_controller
+from tessera.server.store import served
 from tessera.server.store.db import open_engine
 from tessera.server.store.store import Store
 from tessera.server.submit import DEFAULT_QUEUE
@@ -238,8 +239,11 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def stop_tenant_workloads(server: Server, tenant: str, grace_s: float = 3.0) -> None:
-    """Cancel every active workload of ``tenant`` and wait (bounded) until their processes are gone."""
+    """Delete ``tenant``'s models, cancel every active workload of it and wait (bounded) until their processes are
+    gone. (Called once the serving controller has stopped: the deleted models are forgotten at the next start.)"""
     store, loop = server.ctx.store, server.ctx.loop
+    for model in served.models(store, tenant):
+        served.mark_deleting(store, model.id)
     for row in store.list_workloads(tenant=tenant, states=("pending", "running"), limit=10_000):
         store.request_cancel(row.id, server.ctx.clock())
     deadline = time.monotonic() + grace_s + 5
