@@ -36,7 +36,8 @@ def list_models(
     if not models:
         typer.echo("no models deployed (tessera models deploy NAME --engine sim)")
         return
-    table = Table("NAME", "TENANT", "ENGINE", "STATE", "REPLICAS", "SHARE", "SLO", "OPENAI BASE URL")
+    table = Table("NAME", "TENANT", "ENGINE", "STATE", "REPLICAS", "SHARE", "SLO")
+    table.add_column("OPENAI BASE URL", overflow="fold")
     for m in models:
         replicas = f"{m['replicas']}/{m['desired_replicas']} ({m['min_replicas']}-{m['max_replicas']})"
         table.add_row(
