@@ -13,6 +13,7 @@ import httpx
 from tessera.serving.gateway.app import Gateway, GatewayConfig
 from tessera.serving.gateway.auth import StaticKeys
 from tessera.serving.gateway.registry import InMemoryRegistry, ModelRoute
+from tessera.serving.gateway.upstream import HttpxUpstream
 
 KEYS = {"key-a": "team-a", "key-b": "team-b"}
 A = {"authorization": "Bearer key-a"}
@@ -54,7 +55,8 @@ async def gateway(
     registry.deploy(ModelRoute("chat-b", "team-b"))
     fake = FakeReplicas()
     upstream = httpx.AsyncClient(transport=httpx.MockTransport(fake.handler))
-    app = Gateway(registry, StaticKeys(KEYS), config or GatewayConfig(scrape_interval_s=3600), upstream)
+    config = config or GatewayConfig(scrape_interval_s=3600)
+    app = Gateway(registry, StaticKeys(KEYS), config, HttpxUpstream(upstream), upstream)
     await app.start()
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
     try:

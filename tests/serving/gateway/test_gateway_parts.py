@@ -88,10 +88,11 @@ def test_the_registry_tells_listeners_what_changed() -> None:
 
 
 def test_a_replica_view_merges_the_scrape_with_the_gateways_own_in_flight_counts() -> None:
-    load = ReplicaLoad(ReplicaEndpoint(3, "u"), EngineStats(running=2, waiting=1, kv_cache_usage=0.25))
+    load = ReplicaLoad(ReplicaEndpoint(3, "u"), EngineStats(running=4, waiting=1, kv_cache_usage=0.25))
+    load.inflight_at_scrape = 2  # the engine had 5 requests at the scrape, 2 of them ours: 3 from elsewhere
     load.inflight, load.inflight_tokens, load.inflight_prompt_tokens = 6, 900, 300
     view = load.view()
-    assert (view.replica, view.queued, view.running, view.predicted_tokens) == (3, 1, 5, 900)
+    assert (view.replica, view.queued, view.running, view.predicted_tokens) == (3, 1, 8, 900)
     assert (view.kv_free_frac, view.prefill_tokens, view.accepting) == (0.75, 300, True)
     assert not ReplicaLoad(ReplicaEndpoint(0, "u"), EngineStats(sleeping=True)).view().accepting
 

@@ -38,6 +38,7 @@ from tessera.serving.gateway.forward import DisconnectWatch, Receive, Scope, Sen
 from tessera.serving.gateway.hold import HoldArea, HoldExpired, HoldOverflow
 from tessera.serving.gateway.registry import ModelRoute, ReplicaRegistry
 from tessera.serving.gateway.replicas import LiveReplicas, prefix_hashes
+from tessera.serving.gateway.upstream import RawUpstream, Upstream
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass
 
 SLO_HEADER = b"x-tessera-slo"
@@ -56,9 +57,9 @@ class GatewayConfig:
     retry_after_s: int = 2  # the Retry-After of a 429
     scrape_interval_s: float = 0.5  # how often the replicas' /metrics are read
     predicted_output_tokens: int = 256  # the router's guess of a request's output when it sets no max_tokens
-    upstream_timeout_s: float = 600.0  # connect/read/write timeout towards a replica
+    upstream_timeout_s: float = 600.0  # connect and first-answer timeout towards a replica
+    scrape_timeout_s: float = 2.0
     max_body_bytes: int = 16 * 1024 * 1024
-    max_upstream_connections: int = 4096
     on_demand: Callable[[str], None] | None = None  # a model has requests and no ready replica: start one
 
 
@@ -70,14 +71,16 @@ class Gateway:
         registry: ReplicaRegistry,
         auth: Authenticator | None = None,
         config: GatewayConfig | None = None,
-        client: httpx.AsyncClient | None = None,
+        upstream: Upstream | None = None,
+        scrape_client: httpx.AsyncClient | None = None,
     ) -> None:
         self.registry = registry
         self.auth: Authenticator = auth if auth is not None else OpenAccess()
         self.config = config if config is not None else GatewayConfig()
         self.replicas = LiveReplicas(registry)
         self.hold = HoldArea(self.config.max_hold_s, self.config.max_held_per_model)
-        self._client = client
+        self.upstream: Upstream = upstream if upstream is not None else RawUpstream(self.config.upstream_timeout_s)
+        self._client = scrape_client  # for the replicas' /metrics (a few requests a second)
         self._scraper: asyncio.Task[None] | None = None
         self._ids = itertools.count()
         registry.subscribe(self._on_change)
@@ -85,11 +88,7 @@ class Gateway:
     # ------------------------------------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         if self._client is None:
-            limits = httpx.Limits(
-                max_connections=self.config.max_upstream_connections,
-                max_keepalive_connections=self.config.max_upstream_connections,
-            )
-            self._client = httpx.AsyncClient(timeout=self.config.upstream_timeout_s, limits=limits, trust_env=False)
+            self._client = httpx.AsyncClient(timeout=self.config.scrape_timeout_s, trust_env=False)
         if self._scraper is None:
             self._scraper = asyncio.ensure_future(
                 self.replicas.scrape_forever(self._client, self.config.scrape_interval_s)
@@ -103,6 +102,7 @@ class Gateway:
             self._scraper = None
         if self._client is not None:
             await self._client.aclose()
+        await self.upstream.aclose()
 
     def _on_change(self, model: str) -> None:
         if self.registry.route(model) is None:
@@ -251,8 +251,7 @@ class Gateway:
         load.inflight_tokens += work
         load.inflight_prompt_tokens += prompt
         try:
-            assert self._client is not None, "Gateway.start was not called (run it under uvicorn's lifespan)"
-            await forward(self._client, load, path, body, stream, send, watch)
+            await forward(self.upstream, load, path, body, stream, send, watch)
         finally:
             load.inflight -= 1
             load.inflight_tokens -= work

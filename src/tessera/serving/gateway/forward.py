@@ -8,14 +8,12 @@ connection, which makes the engine abort it (vLLM and the sim both do on a dropp
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import httpx
-
 from tessera.serving.engines.openai_wire import error_body
 from tessera.serving.gateway.replicas import ReplicaLoad
+from tessera.serving.gateway.upstream import Upstream, UpstreamError
 
 Message = MutableMapping[str, Any]
 Scope = MutableMapping[str, Any]
@@ -59,7 +57,7 @@ async def send_json(send: Send, status: int, body: bytes, headers: Headers | Non
 
 
 async def forward(
-    client: httpx.AsyncClient,
+    upstream: Upstream,
     load: ReplicaLoad,
     path: str,
     body: bytes,
@@ -68,42 +66,33 @@ async def forward(
     watch: DisconnectWatch,
 ) -> None:
     """POST ``body`` to the replica's ``path`` and relay the answer (status, type, bytes as they arrive)."""
-    upstream = client.build_request(
-        "POST", load.endpoint.base_url + path, content=body, headers={"content-type": "application/json"}
-    )
     try:
-        response = await client.send(upstream, stream=True)
-    except httpx.HTTPError as exc:
-        message = f"replica {load.endpoint.replica} of this model is unreachable: {type(exc).__name__}"
+        response = await upstream.post(load.endpoint.base_url, path, body)
+    except UpstreamError as exc:
+        message = f"replica {load.endpoint.replica} of this model is unreachable: {exc}"
         await send_json(send, 502, error_body(message, "api_error", "replica_unreachable"))
         return
-    started = False
     try:
         headers: Headers = [
-            (b"content-type", response.headers.get("content-type", "application/json").encode("latin-1")),
+            (b"content-type", response.content_type.encode("latin-1")),
             (b"x-tessera-replica", str(load.endpoint.replica).encode()),
         ]
-        length = response.headers.get("content-length")
-        if length is not None:
-            headers.append((b"content-length", length.encode("latin-1")))
+        if response.content_length is not None:
+            headers.append((b"content-length", str(response.content_length).encode()))
         else:
             headers.append((b"cache-control", b"no-cache"))
-        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-        started = True
-        async for chunk in response.aiter_raw():
-            if chunk:
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        try:
+            async for chunk in response.chunks():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        watch.finishing()
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-    except httpx.HTTPError as exc:  # the replica died mid-answer: end the answer cleanly, saying so
-        if not started:
-            await send_json(send, 502, error_body(f"replica failed: {type(exc).__name__}", "api_error", None))
+        except UpstreamError:  # the replica died mid-answer: end the answer cleanly, saying so
+            watch.finishing()
+            tail = b""
+            if stream:
+                tail = b"data: " + error_body("the replica failed mid-answer", "api_error", "replica_failed") + b"\n\n"
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
             return
         watch.finishing()
-        tail = b""
-        if stream:
-            tail = b"data: " + error_body("the replica failed mid-stream", "api_error", "replica_failed") + b"\n\n"
-        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
     finally:
-        with contextlib.suppress(Exception):
-            await asyncio.shield(response.aclose())
+        await asyncio.shield(response.close())

@@ -5,7 +5,8 @@ and waiting gauges, its KV-cache usage) and the gateway's own exact count of wha
 and their predicted tokens), which is fresh between scrapes. ``ReplicaLoad.view`` merges the two into the part-1
 ``ReplicaView``; ``LiveReplicas.pick`` runs the model's router (``policies.router``, one ``RouterState`` per model)
 over them. ``scrape_forever`` reads every replica's metrics each ``interval_s``; a replica whose scrape fails keeps
-its last figures (the in-flight counts still move).
+its last figures (the in-flight counts still move). The ``running`` a router sees is this gateway's own in-flight
+count now plus the other requests the engine held at the last scrape.
 """
 
 from __future__ import annotations
@@ -37,14 +38,19 @@ class ReplicaLoad:
     inflight: int = 0  # requests this gateway sent there that have not finished
     inflight_tokens: int = 0  # their prompt + predicted output tokens
     inflight_prompt_tokens: int = 0
+    inflight_at_scrape: int = 0  # ``inflight`` when the last scrape came back
     scrape_failures: int = 0  # in a row
 
     def view(self) -> ReplicaView:
+        """Its own requests counted now, others' as of the last scrape: the engine's requests then, less this
+        gateway's then (taking the scraped counts alone would herd every request onto the replica that looked
+        idlest until the next scrape)."""
         stats = self.scraped
+        others = max(0, stats.running + stats.waiting - self.inflight_at_scrape)
         return ReplicaView(
             replica=self.endpoint.replica,
             queued=stats.waiting,
-            running=max(stats.running, self.inflight - stats.waiting),
+            running=max(0, self.inflight + others - stats.waiting),
             predicted_tokens=self.inflight_tokens,
             kv_free_frac=1.0 - stats.kv_cache_usage,
             accepting=not stats.sleeping,
@@ -136,3 +142,4 @@ class LiveReplicas:
             return
         load.scrape_failures = 0
         load.scraped = parse_metrics(response.text)
+        load.inflight_at_scrape = load.inflight
