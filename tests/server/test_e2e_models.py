@@ -110,3 +110,37 @@ def test_a_replica_that_dies_is_restarted_and_the_gateway_keeps_serving(server: 
     ai = gateway(server, timeout=60)
     answer = ai.completions.create(model="phoenix", prompt="once upon", max_tokens=4)
     assert answer.choices[0].text
+
+
+def test_kill_9_of_the_server_while_replicas_stream_readopts_them_and_serves_again(server: LiveServer) -> None:
+    with server.client() as client:
+        client.deploy_model({"name": "durable", "engine": "sim", "gpu_fraction": 0.25, "min_replicas": 2})
+    wait_for(lambda: model(server, "durable")["replicas"] == 2, timeout_s=30)
+    before = sorted(model(server, "durable")["replica_workloads"])
+    ai = gateway(server, timeout=30)
+    stream = ai.chat.completions.create(
+        model="durable", messages=[{"role": "user", "content": "tell me"}], max_tokens=2000, stream=True
+    )
+    first = next(iter(stream))
+    assert first.choices is not None
+    server.kill_hard()
+    with pytest.raises(openai.APIError):  # the stream ends with a clean error, not a hang or a truncated success
+        for _ in stream:
+            pass
+    server.start()
+    wait_for(lambda: model(server, "durable")["replicas"] == 2, timeout_s=30)
+    assert sorted(model(server, "durable")["replica_workloads"]) == before  # re-adopted, none launched again
+    with server.client() as client:
+        assert all(client.workload(i)["attempts"] == 1 for i in before)
+    answer = wait_for(
+        lambda: _try(lambda: gateway(server).completions.create(model="durable", prompt="again", max_tokens=3)),
+        timeout_s=30,
+    )
+    assert answer.choices[0].text
+
+
+def _try(call: Any) -> Any:
+    try:
+        return call()
+    except openai.APIError:
+        return None
