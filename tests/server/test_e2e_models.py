@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from live_server import ADMIN, LiveServer, wait_for
@@ -62,6 +63,15 @@ def test_chat_streaming_and_the_model_list_through_the_gateway(server: LiveServe
         gateway(server, team).chat.completions.create(model="chat", messages=[{"role": "user", "content": "x"}])
     with pytest.raises(openai.AuthenticationError):
         gateway(server, "not-a-token").models.list()
+    # Per model and SLO class, for admins; the public scrape names no model.
+    admin = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {ADMIN}"}).text
+    assert 'tessera_gateway_time_to_first_token_seconds_count{served_model="chat",slo="standard"} 2.0' in admin
+    assert 'tessera_gateway_time_per_output_token_seconds_count{served_model="chat",slo="standard"} 1.0' in admin
+    assert 'tessera_gateway_requests_total{code="200",served_model="chat",slo="standard"} 2.0' in admin
+    assert 'tessera_model_replicas{kind="running",served_model="chat"} 1.0' in admin
+    assert 'tessera_model_replica_starts_total{served_model="chat"} 1.0' in admin
+    assert "tessera_gateway_route_decision_seconds_count 2.0" in admin
+    assert "served_model" not in httpx.get(f"{server.url}/metrics").text
 
 
 def test_a_burst_at_zero_replicas_is_held_while_the_model_starts_and_it_returns_to_zero(server: LiveServer) -> None:

@@ -33,6 +33,7 @@ from tessera.server.up import ServingFront
 from tessera.serving.controller import Demand, ReplicaView
 from tessera.serving.gateway.app import Gateway, GatewayConfig
 from tessera.serving.gateway.auth import ANY_TENANT
+from tessera.serving.gateway.metrics import GatewayMetrics
 from tessera.serving.gateway.registry import InMemoryRegistry, ModelRoute
 from tessera.serving.policies.requests import SloClass
 from tessera.serving.replicas import DeployedModel
@@ -226,9 +227,10 @@ def serving_front(ctx: ServerContext) -> ServingFront:
 
     registry = LiveRegistry(lookup)
     wake = threading.Event()
-    gateway = Gateway(registry, TokenAuth(ctx), GatewayConfig(on_demand=lambda model: wake.set()))
+    metrics = GatewayMetrics()
+    gateway = Gateway(registry, TokenAuth(ctx), GatewayConfig(on_demand=lambda model: wake.set()), metrics=metrics)
     bridge = GatewayBridge(registry, gateway, wake)
     return ServingFront(
         wrap=lambda app: with_gateway(app, gateway, bridge), demand=bridge, sinks=[bridge], wake=wake,
-        close=bridge.close,
+        close=bridge.close, collectors=[metrics.registry],
     )  # fmt: skip

@@ -92,6 +92,7 @@ class ServingPlane(ControlPlane):
         now = self.ctx.clock()
         row = replica_row(model, port, self.ctx, now)
         stored = self.ctx.store.add_workload(row, now)
+        self.ctx.metrics.replica_starts.labels(model.name).inc()
         self.ctx.loop.wake()
         log.info("model %s: replica workload %d submitted (port %d)", model.key, stored.id, port)
         return stored.id

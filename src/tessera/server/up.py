@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import uvicorn
 from fastapi import FastAPI
+from prometheus_client.registry import Collector
 
 from tessera.backends.base import Backend
 from tessera.backends.local import LocalBackend
@@ -177,6 +178,7 @@ class ServingFront:
     sinks: Sequence[ReplicaSink] = ()
     wake: threading.Event | None = None
     close: Callable[[], None] = lambda: None
+    collectors: Sequence[Collector] = ()  # its metrics, served at /metrics
 
 
 def serve(
@@ -207,6 +209,8 @@ def serve(
         announce(f"admin token (shown once, stored hashed): {secret}")
     thread = start_loop(server)
     front = serving(server.ctx) if serving is not None else ServingFront()
+    for collector in front.collectors:
+        server.ctx.metrics.register(collector)
     start_controller(server.ctx, server.stopping.is_set, front.demand, front.sinks, front.wake)
     if demo:
         token, _ = create_tenant_token(server.ctx.store, DEMO_TENANT, "demo", server.ctx.clock())
