@@ -98,3 +98,18 @@ def test_a_token_stored_as_plain_sha256_still_works_and_is_rehashed_under_the_ke
     downgrade(store.engine, "0002")  # keyed rows cannot go back to plain hashes: dropped
     with store.engine.connect() as connection:
         assert connection.execute(text("SELECT COUNT(*) FROM tokens")).scalar_one() == 0
+
+
+def test_revision_0004_adds_served_models_and_leaves_older_workloads_nobodys_replicas(db_url: str) -> None:
+    _old_store(db_url)
+    engine = open_engine(db_url, migrate=False)
+    upgrade(engine, "0003")
+    engine.dispose()
+    store = Store(open_engine(db_url))  # 0003 -> newest
+    assert all(row.model_id is None for row in store.workloads_by_id([1, 2, 3, 4]))
+    with store.engine.connect() as connection:
+        assert connection.execute(text("SELECT COUNT(*) FROM served_models")).scalar() == 0
+    downgrade(store.engine, "0003")
+    with store.engine.connect() as connection:
+        columns = set(connection.execute(text("SELECT * FROM workloads")).keys())
+    assert "model_id" not in columns and "handle" in columns

@@ -21,6 +21,7 @@ from tessera.api.schemas import (
     WorkloadOut,
     WorkloadSpec,
 )
+from tessera.api.serving import ModelDeploy, ModelOut
 from tessera.api.version import API_VERSION
 
 __all__ = [
@@ -30,6 +31,8 @@ __all__ = [
     "GpuOut",
     "Health",
     "LogChunk",
+    "ModelDeploy",
+    "ModelOut",
     "NodeOut",
     "PlacementOut",
     "QueueIn",

@@ -16,6 +16,14 @@ from typing import Any, Protocol
 
 
 @dataclass(frozen=True, slots=True)
+class GpuShare:
+    """One GPU a workload was placed on and the share of it Tessera granted (1000 = the whole GPU)."""
+
+    uuid: str
+    milli: int
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchSpec:
     workload_id: str
     argv: tuple[str, ...]  # the command, argv[0] looked up on PATH
@@ -24,6 +32,11 @@ class LaunchSpec:
     log_path: Path | None = None  # stdout and stderr together; None = discard
     workdir: Path | None = None  # working directory; None = its account's home (tenant users), else the server's
     tenant: str | None = None  # whose it is: a backend may run it as that tenant's OS user
+    # Where Tessera placed it: a backend that runs on many nodes (Ray) starts it there with exactly these resources;
+    # the local backend has one node and needs none of it. ``node`` as ``GpuDevice.node`` names it.
+    node: str | None = None
+    gpus: tuple[GpuShare, ...] = ()
+    cpu_milli: int = 0
 
 
 JsonScalar = str | int | float | bool | None

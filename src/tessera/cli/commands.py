@@ -15,22 +15,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tessera.cli.settings import resolve_settings
+from tessera.cli.models import models_app
+from tessera.cli.options import JsonOption, TokenOption, UrlOption, client_for
 from tessera.cli.specfile import SpecFile, load_spec_file
 from tessera.cli.terminal import one_line_errors
-from tessera.client.http import ApiError, TesseraClient
+from tessera.client.http import ApiError
 
-UrlOption = Annotated[str | None, typer.Option("--url", help="Server address (default: $TESSERA_URL, config file).")]
-TokenOption = Annotated[
-    str | None, typer.Option("--token", help="Bearer token (default: $TESSERA_TOKEN, config file).", show_default=False)
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 token_app = typer.Typer(help="Manage API tokens (admin).", no_args_is_help=True)
-
-
-def _client(url: str | None, token: str | None) -> TesseraClient:
-    settings = resolve_settings(url, token)
-    return TesseraClient(settings.url, settings.token)
 
 
 def submit(
@@ -76,7 +67,7 @@ def submit(
             body["gpus"] = 1  # a share without a count means one GPU
         if not body.get("command"):
             raise ApiError(0, "command: nothing to run; put it after --, e.g. tessera submit -- python train.py")
-        with _client(url, token) as client:
+        with client_for(url, token) as client:
             try:
                 created = client.submit(body)
             except ApiError as exc:
@@ -95,7 +86,7 @@ def jobs(
     token: TokenOption = None,
 ) -> None:
     """List workloads (pending and running; --all for ended ones too)."""
-    with one_line_errors(), _client(url, token) as client:
+    with one_line_errors(), client_for(url, token) as client:
         states = None if all_states else ["pending", "running"]
         rows = client.workloads(states, queue)
         if as_json:
@@ -126,7 +117,7 @@ def show(
     token: TokenOption = None,
 ) -> None:
     """One workload: its request, state, placement, and why it is pending or how it ended."""
-    with one_line_errors(), _client(url, token) as client:
+    with one_line_errors(), client_for(url, token) as client:
         w = client.workload(workload_id)
         if as_json:
             typer.echo(json.dumps(w))
@@ -159,7 +150,7 @@ def logs(
     token: TokenOption = None,
 ) -> None:
     """A workload's output (stdout and stderr)."""
-    with one_line_errors(), _client(url, token) as client:
+    with one_line_errors(), client_for(url, token) as client:
         if follow:
             for text in client.follow_logs(workload_id):
                 typer.echo(text, nl=False)
@@ -179,7 +170,7 @@ def cancel(
     token: TokenOption = None,
 ) -> None:
     """Cancel a workload (a running one gets SIGTERM, then SIGKILL after a grace period)."""
-    with one_line_errors(), _client(url, token) as client:
+    with one_line_errors(), client_for(url, token) as client:
         w = client.cancel(workload_id)
         done = "cancelled" if w["state"] == "cancelled" else f"stopping ({w['state']})"
         typer.echo(f"workload {w['id']}: {done}")
@@ -187,7 +178,7 @@ def cancel(
 
 def nodes(url: UrlOption = None, token: TokenOption = None, as_json: JsonOption = False) -> None:
     """Nodes and per-GPU allocation."""
-    with one_line_errors(), _client(url, token) as client:
+    with one_line_errors(), client_for(url, token) as client:
         found = client.nodes()
         if as_json:
             typer.echo(json.dumps(found))
@@ -211,7 +202,7 @@ def nodes(url: UrlOption = None, token: TokenOption = None, as_json: JsonOption 
 
 def queues(url: UrlOption = None, token: TokenOption = None, as_json: JsonOption = False) -> None:
     """Queues, their quotas and what they use now."""
-    with one_line_errors(), _client(url, token) as client:
+    with one_line_errors(), client_for(url, token) as client:
         found = client.queues()
         if as_json:
             typer.echo(json.dumps(found))
@@ -243,7 +234,7 @@ def token_create(
     token: TokenOption = None,
 ) -> None:
     """Create a token for a tenant (printed once; the server keeps only its hash)."""
-    with one_line_errors(), _client(url, token) as client:
+    with one_line_errors(), client_for(url, token) as client:
         created = client.create_token(tenant, label)
         if as_json:
             typer.echo(json.dumps(created))
@@ -255,7 +246,7 @@ def token_create(
 @token_app.command("list")
 def token_list(as_json: JsonOption = False, url: UrlOption = None, token: TokenOption = None) -> None:
     """Stored tokens, without their secrets: id, tenant, label, admin or not, when made and last used."""
-    with one_line_errors(), _client(url, token) as client:
+    with one_line_errors(), client_for(url, token) as client:
         found = client.tokens()
         if as_json:
             typer.echo(json.dumps(found))
@@ -282,7 +273,7 @@ def token_revoke(
     token: TokenOption = None,
 ) -> None:
     """Revoke a token: it stops working at once (the admin token is rotated by restarting with a new one)."""
-    with one_line_errors(), _client(url, token) as client:
+    with one_line_errors(), client_for(url, token) as client:
         revoked = client.revoke_token(token_id)
         who = "admin" if revoked["admin"] else f"tenant {revoked['tenant']}"
         typer.echo(f"token {revoked['id']} ({who}) revoked")
@@ -292,6 +283,7 @@ def register(app: typer.Typer) -> None:
     for command in (submit, jobs, show, logs, cancel, nodes, queues):
         app.command(command.__name__)(command)
     app.add_typer(token_app, name="token")
+    app.add_typer(models_app, name="models")
 
 
 def _share(w: dict[str, Any]) -> str:

@@ -281,8 +281,16 @@ def up(
         Path | None,
         typer.Option("--homes-dir", help="Home directories of the tenants' users (default: DATA_DIR/homes)."),
     ] = None,
+    backend: Annotated[
+        str, typer.Option("--backend", help="Where workloads run: local (this host) or ray (a Ray cluster).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option("--ray-address", help="With --backend ray: the cluster (host:port); default: start a local one."),
+    ] = None,
 ) -> None:
     """Start the control plane: HTTP API, scheduler loop and local backend in one process."""
+    from tessera.cli.gateway_up import serving_front
     from tessera.cli.up_secrets import admin_token_of, database_url, tenant_users
     from tessera.core.placement import make_policy
     from tessera.core.presets import resolve_preset
@@ -299,11 +307,11 @@ def up(
         users = tenant_users(tenant_user or [])
         if demo and run_as == "auto":  # the demo's workloads run this interpreter, which tenant users may not reach
             run_as = "server"
-        config = UpConfig(host, port, data_dir, url, gpus, token, loop, run_as, users, homes_dir)
+        config = UpConfig(host, port, data_dir, url, gpus, token, loop, run_as, users, homes_dir, backend, ray_address)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for chatty in ("httpx", "alembic"):
             logging.getLogger(chatty).setLevel(logging.WARNING)
-        serve(config, announce=typer.echo, demo=demo)
+        serve(config, announce=typer.echo, demo=demo, serving=serving_front)
 
 
 def main() -> None:

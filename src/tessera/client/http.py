@@ -154,6 +154,25 @@ class TesseraClient:
         result: dict[str, Any] = self._call("DELETE", f"/v1/tokens/{token_id}")
         return result
 
+    # ------------------------------------------------------------------------------------------------- models
+    def deploy_model(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Deploy a model (``POST /v1/models``); returns it as ``models()`` lists it."""
+        result: dict[str, Any] = self._call("POST", "/v1/models", json=body)
+        return result
+
+    def models(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/v1/models")
+        return result
+
+    def model(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/v1/models/{name}")
+        return result
+
+    def delete_model(self, name: str) -> dict[str, Any]:
+        """Delete a model: its replicas stop, then it is gone."""
+        result: dict[str, Any] = self._call("DELETE", f"/v1/models/{name}")
+        return result
+
 
 def wait_healthy(url: str, timeout_s: float = 30.0, exit_code: Callable[[], int | None] = lambda: None) -> None:
     """Wait until ``GET {url}/healthz`` answers 200 (a server just started). ``exit_code`` reports the server

@@ -1,6 +1,8 @@
-"""``tessera up --demo`` (what ``make run`` starts): once the server is ready, a small mix of workloads is submitted
+"""``tessera up --demo`` (what ``make run`` starts): once the server is ready, a model is deployed on the sim engine
+(two replicas on quarter-GPU shares, behind the OpenAI-compatible gateway) and a small mix of workloads is submitted
 through the HTTP API as tenant ``demo`` — shares of one GPU, a whole-GPU training job, a CPU-only job and one that has
-to wait — and the commands to look at them are printed. The demo's workloads are stopped when the server stops.
+to wait — and the commands to look at them (and a ``curl`` and an ``openai`` example) are printed. The demo's
+workloads are stopped, and its model deleted, when the server stops.
 """
 
 from __future__ import annotations
@@ -14,19 +16,21 @@ import httpx
 
 DEMO_TENANT = "demo"
 DEMO_RUNTIME_S = 600  # every demo workload ends by itself after this long
+DEMO_MODEL: dict[str, Any] = {
+    "name": "demo-chat",
+    "engine": "sim",
+    "model": "llama3-8b",
+    "gpu_fraction": 0.25,
+    "min_replicas": 2,
+    "max_replicas": 3,
+    "slo": "interactive",
+}
 
 
 def _python(script: str) -> list[str]:
     return [sys.executable, "-u", "-c", script]
 
 
-_SERVE = (
-    "import os, time\n"
-    "wid = os.environ['TESSERA_WORKLOAD_ID']; gpu = os.environ['CUDA_VISIBLE_DEVICES']\n"
-    "print(f'replica {wid} serving on {gpu} with {int(os.environ[\"TESSERA_GPU_MILLI\"]) / 10:g}% of it')\n"
-    f"for i in range({DEMO_RUNTIME_S // 5}):\n"
-    "    time.sleep(5); print(f'{(i + 1) * 37} requests served')\n"
-)
 _TRAIN = (
     "import os, time\n"
     "print('training on', os.environ['CUDA_VISIBLE_DEVICES'] or 'the CPU')\n"
@@ -38,22 +42,6 @@ _TRAIN = (
 def demo_mix(gpus: int) -> list[dict[str, Any]]:
     """Bodies for ``POST /v1/workloads``; sized so that on ``gpus`` GPUs the last one waits for room."""
     mix: list[dict[str, Any]] = [
-        {
-            "name": "chat-replica-1",
-            "kind": "service",
-            "gpus": 1,
-            "gpu_fraction": 0.25,
-            "command": _python(_SERVE),
-            "priority": "inference-critical",
-        },
-        {
-            "name": "chat-replica-2",
-            "kind": "service",
-            "gpus": 1,
-            "gpu_fraction": 0.25,
-            "command": _python(_SERVE),
-            "priority": "inference-critical",
-        },
         {"name": "finetune", "gpus": 1, "gpu_fraction": 0.5, "command": _python(_TRAIN), "priority": "training"},
         {"name": "preprocess", "cpu": 0.5, "command": _python(_TRAIN.replace("step", "shard"))},
     ]
@@ -82,7 +70,7 @@ def submit_demo(url: str, token: str, gpus: int, announce: Callable[[str], None]
                 announce("demo: the server did not become ready; nothing submitted")
                 return []
             time.sleep(0.1)
-        ids = []
+        ids = _deploy_model(http)
         for body in demo_mix(gpus):
             response = http.post("/v1/workloads", json=body)
             response.raise_for_status()
@@ -90,6 +78,21 @@ def submit_demo(url: str, token: str, gpus: int, announce: Callable[[str], None]
         waiting = _a_waiting_one(http, ids)
     announce(_instructions(url, token, ids, waiting))
     return ids
+
+
+def _deploy_model(http: httpx.Client, timeout_s: float = 10.0) -> list[int]:
+    """Deploy the demo's model (two replicas of the sim engine, a quarter of a GPU each) and wait until its replica
+    workloads exist, so that they are in line before the rest of the mix; returns their ids."""
+    deployed = http.post("/v1/models", json=DEMO_MODEL)
+    if deployed.status_code != 409:  # 409: still deployed by an earlier demo on this data directory
+        deployed.raise_for_status()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        replicas: list[int] = http.get(f"/v1/models/{DEMO_MODEL['name']}").json()["replica_workloads"]
+        if len(replicas) >= DEMO_MODEL["min_replicas"]:
+            return sorted(replicas)
+        time.sleep(0.1)
+    return []
 
 
 def _a_waiting_one(http: httpx.Client, ids: list[int], timeout_s: float = 3.0) -> int:
@@ -114,6 +117,13 @@ def _instructions(url: str, token: str, ids: list[int], waiting: int) -> str:
             f"  .venv/bin/tessera show {waiting}          # why this one waits",
             f"  .venv/bin/tessera logs {ids[0]} -f       # a replica's output as it comes",
             "  .venv/bin/tessera submit --gpu-fraction 0.2 -- python3 -c 'print(42)'",
+            "  .venv/bin/tessera models          # the demo's model: two sim-engine replicas on GPU shares",
+            f"  curl -s {url}/openai/v1/chat/completions -H 'Authorization: Bearer {token}' \\",
+            f'    -H \'Content-Type: application/json\' -d \'{{"model": "{DEMO_MODEL["name"]}", '
+            '"messages": [{"role": "user", "content": "Hello!"}]}\'',
+            f"  .venv/bin/python -c \"import openai; c = openai.OpenAI(base_url='{url}/openai/v1', api_key='{token}'); "
+            f"print(c.chat.completions.create(model='{DEMO_MODEL['name']}', "
+            "messages=[{'role': 'user', 'content': 'Hello!'}]).choices[0].message.content)\"",
             f"  curl -s {url}/metrics | grep tessera_   # Prometheus metrics;  API docs: {url}/docs",
             "Stop with Ctrl-C (the demo's workloads are stopped with the server).",
         ]

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from tessera.backends.base import Backend, LaunchSpec
+from tessera.backends.base import Backend, GpuShare, LaunchSpec
 from tessera.gpu.gpus import GpuDevice
 from tessera.gpu.isolation import isolation_env
 from tessera.server.launch_worker import LaunchWorker
@@ -125,7 +125,26 @@ class Launcher:
         if not self._logs_made:
             self.log_path(row.id).parent.mkdir(parents=True, exist_ok=True)
             self._logs_made = True
-        return LaunchSpec(str(row.id), tuple(row.command), env, self.log_path(row.id), tenant=row.tenant)
+        shares = tuple(GpuShare(d.uuid, share_milli(entry)) for d in devices)
+        node = devices[0].node if devices else self._node_of(entry)
+        log_path = self.log_path(row.id)
+        return LaunchSpec(
+            str(row.id),
+            tuple(row.command),
+            env,
+            log_path,
+            tenant=row.tenant,
+            node=node,
+            gpus=shares,
+            cpu_milli=row.cpu_milli,
+        )
+
+    def _node_of(self, entry: RunningEntry) -> str | None:
+        """The host of a GPU-less workload's first placement (as its GPUs would name it), None when unplaced."""
+        if not entry.placements:
+            return None
+        devices = self.pool.devices[entry.placements[0].node]
+        return devices[0].node if devices else self.pool.nodes[entry.placements[0].node].name
 
     def log_path(self, workload_id: int) -> Path:
         return self._logs_dir / f"{workload_id}.log"

@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tessera.core.workload import MILLI_PER_GPU
 from tessera.server.records import NO_LIMIT
+from tessera.server.store import served
 from tessera.server.store.store import Store
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 _PENDING_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 _STEP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
-PRIVATE_LABELS = frozenset({"queue"})
+PRIVATE_LABELS = frozenset({"queue", "served_model"})
 
 
 class ServerMetrics:
@@ -57,6 +58,12 @@ class ServerMetrics:
         self.step_max_cpu_seconds = Gauge(
             "tessera_scheduling_step_max_cpu_seconds",
             "CPU time the loop's thread spent in the longest scheduling step",
+            registry=self.registry,
+        )
+        self.replica_starts = Counter(
+            "tessera_model_replica_starts",
+            "Replicas the serving controller started (each loads its model: a cold start)",
+            ["served_model"],
             registry=self.registry,
         )
         self.registry.register(_StateCollector(store, loop))
@@ -97,6 +104,20 @@ class _StateCollector(Collector):
         yield self._workloads()
         yield from self._gpus()
         yield from self._queues()
+        yield self._models()
+
+    def _models(self) -> Metric:
+        """Replicas of each served model: running now (serving or starting), and the controller's target."""
+        family = GaugeMetricFamily(
+            "tessera_model_replicas", "Replicas of a served model, running and desired", labels=["served_model", "kind"]
+        )
+        models = served.models(self.store)
+        replicas = served.active_replicas(self.store, [m.id for m in models])
+        for m in models:
+            running = sum(r.state == "running" and not r.cancel_requested for r in replicas[m.id])
+            family.add_metric([m.name, "running"], running)
+            family.add_metric([m.name, "desired"], m.desired_replicas)
+        return family
 
     def _workloads(self) -> Metric:
         family = GaugeMetricFamily("tessera_workloads", "Workloads by state and queue", labels=["state", "queue"])

@@ -72,3 +72,24 @@ def parse_cpu_milli(value: int | float | str, field: str) -> int:
     if not math.isfinite(cores) or cores < 0:
         raise InvalidRequestError(field, f"must be >= 0 cores, got {_short(value)}")
     return math.ceil(round(cores * 1000, 6))
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
+_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+MAX_DURATION_S = 366 * 86400.0
+
+
+def parse_duration_s(value: int | float | str, field: str) -> float:
+    """Seconds in ``value``: a number is seconds; ``500ms``, ``30s``, ``5m``, ``2h``, ``1d``."""
+    if isinstance(value, bool):
+        raise InvalidRequestError(field, f"{value!r} is not a duration")
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match is None:
+            raise InvalidRequestError(field, f"{value!r} is not a duration (examples: 30s, 5m, 2h)")
+        seconds = float(match.group(1)) * _SECONDS[(match.group(2) or "s").lower()]
+    else:
+        seconds = float(value) if value <= MAX_DURATION_S else math.inf
+    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_DURATION_S:
+        raise InvalidRequestError(field, f"must be between 0 and {MAX_DURATION_S:g} s, got {_short(value)}")
+    return seconds

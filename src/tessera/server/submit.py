@@ -45,7 +45,7 @@ def workload_row(
     spec: WorkloadSpec, principal: Principal, queues: list[QueueRow], pool: Pool, now_s: float
 ) -> WorkloadRow:
     check_exec_limits(spec.command, spec.env)
-    queue = _queue_for(spec.queue, principal, queues)
+    queue = queue_for(spec.queue, principal, queues)
     request = _request(spec, queue.name)
     reason = never_fits(request, pool)
     if reason is not None:
@@ -99,7 +99,7 @@ def check_exec_limits(command: list[str], env: dict[str, str]) -> None:
         raise InvalidRequestError("env", f"{total} bytes in all; at most {MAX_ENV_BYTES} are accepted")
 
 
-def _queue_for(name: str | None, principal: Principal, queues: list[QueueRow]) -> QueueRow:
+def queue_for(name: str | None, principal: Principal, queues: list[QueueRow]) -> QueueRow:
     usable = [q for q in queues if principal.may_use(q)]
     if name is None:
         own = sorted(usable, key=lambda q: (q.name != (principal.tenant or DEFAULT_QUEUE), q.name))

@@ -13,14 +13,15 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import cast
+from typing import Any, cast
 
 import uvicorn
 from fastapi import FastAPI
+from prometheus_client.registry import Collector
 
 from tessera.backends.base import Backend
 from tessera.backends.local import LocalBackend
@@ -39,14 +40,19 @@ from tessera.server.loop import SchedulerLoop
 from tessera.server.loop_values import LoopConfig
 from tessera.server.metrics import ServerMetrics
 from tessera.server.pool import HostResources, Pool, detect_host
+from tessera.server.ray_up import connect as connect_ray
 from tessera.server.records import unlimited_queue
+from tessera.server.serving_plane import start_controller
+from tessera.server.store import served
 from tessera.server.store.db import open_engine
 from tessera.server.store.store import Store
 from tessera.server.submit import DEFAULT_QUEUE
+from tessera.serving.controller import DemandSource, ReplicaSink
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8470
+BACKENDS = ("local", "ray")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +67,16 @@ class UpConfig:
     run_as: str = "auto"  # host.RUN_AS_MODES: auto = tenant-users for a root server, else server
     tenant_users: tuple[tuple[str, str], ...] = ()  # (tenant, OS user) for tenant-users; others get tessera-<tenant>
     homes_dir: Path | None = None  # the tenant users' homes; None: data_dir/homes
+    backend: str = "local"  # BACKENDS: where workloads run
+    ray_address: str | None = None  # --backend ray: the cluster to join; None: start a local one (server.ray_up)
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise InvalidRequestError("--port", f"must be 1..65535, got {self.port}")
+        if self.backend not in BACKENDS:
+            raise InvalidRequestError("--backend", f"must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.ray_address is not None and self.backend != "ray":
+            raise InvalidRequestError("--ray-address", "only with --backend ray")
 
     @property
     def url(self) -> str:
@@ -82,6 +94,7 @@ class Server:
     app: FastAPI
     backend: Backend
     stopping: threading.Event = field(default_factory=threading.Event)
+    notice: str = ""  # what the operator is told about the backend at start ("" for the local one)
 
 
 def build_server(
@@ -92,8 +105,12 @@ def build_server(
     host: HostResources | None = None,
     clock: Callable[[], float] = time.time,
 ) -> Server:
+    notice, ray_pool = "", None
+    if backend is None and config.backend == "ray":
+        setup = connect_ray(config.ray_address, config.gpus, config.data_dir)
+        backend, probe, ray_pool, notice = setup.backend, setup.probe, setup.pool, setup.notice
     probe = probe if probe is not None else detect_gpus(config.gpus)
-    pool = Pool.from_devices(probe.devices(), host or detect_host())
+    pool = ray_pool or Pool.from_devices(probe.devices(), host or detect_host())
     store = Store(open_engine(config.db_url or str(config.data_dir / "tessera.db")), token_key(config.data_dir))
     loop_config = config.loop or LoopConfig(run_dir=config.data_dir)
     if not pool.simulated and mps_available():
@@ -112,7 +129,7 @@ def build_server(
     if not pool.simulated:
         metrics.register(GpuUsageCollector(probe))
     ctx = ServerContext(store, loop, pool, metrics, clock)
-    return Server(ctx, create_app(ctx), runner)
+    return Server(ctx, create_app(ctx), runner, notice=notice)
 
 
 def _memory_probe(probe: GpuProbe, pool: Pool) -> ProcessMemoryProbe | None:
@@ -150,8 +167,29 @@ def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
-def serve(config: UpConfig, announce: Callable[[str], None], *, demo: bool = False) -> None:
-    """Run until SIGINT/SIGTERM. With ``demo``, submit the demo mix once ready and stop its workloads at the end."""
+@dataclass
+class ServingFront:
+    """What ``tessera up`` serves in front of models (the CLI composes the OpenAI-compatible gateway, a sibling of
+    the server): ``wrap`` puts it around the control plane's ASGI app; ``demand``, ``sinks`` and ``wake`` connect it
+    to the serving controller; ``close`` at the end. The default serves no gateway."""
+
+    wrap: Callable[[Any], Any] = lambda app: app
+    demand: DemandSource | None = None
+    sinks: Sequence[ReplicaSink] = ()
+    wake: threading.Event | None = None
+    close: Callable[[], None] = lambda: None
+    collectors: Sequence[Collector] = ()  # its metrics, served at /metrics
+
+
+def serve(
+    config: UpConfig,
+    announce: Callable[[str], None],
+    *,
+    demo: bool = False,
+    serving: Callable[[ServerContext], ServingFront] | None = None,
+) -> None:
+    """Run until SIGINT/SIGTERM. With ``demo``, submit the demo mix once ready and stop its workloads at the end.
+    ``serving`` builds the gateway in front of the models (none without it)."""
     if (crash := check_environment()) is not None:  # an unknown crash point is refused here, not ignored
         log.warning("fault injection: this server kills itself at %s (visit %d)", crash.point, crash.nth)
     mode = run_as_mode(config.run_as)
@@ -165,14 +203,21 @@ def serve(config: UpConfig, announce: Callable[[str], None], *, demo: bool = Fal
     kind = "simulated" if pool.simulated else "NVML"
     gpus = ", ".join(f"{n.gpu_count}x{n.gpu_model}" for n in pool.nodes)
     announce(f"Tessera {config.url}  GPUs ({kind}): {gpus}  store: {server.ctx.store.engine.url.render_as_string()}")
+    if server.notice:
+        announce(f"backend: Ray; {server.notice}")
     if secret is not None:
         announce(f"admin token (shown once, stored hashed): {secret}")
     thread = start_loop(server)
+    front = serving(server.ctx) if serving is not None else ServingFront()
+    for collector in front.collectors:
+        server.ctx.metrics.register(collector)
+    start_controller(server.ctx, server.stopping.is_set, front.demand, front.sinks, front.wake)
     if demo:
         token, _ = create_tenant_token(server.ctx.store, DEMO_TENANT, "demo", server.ctx.clock())
         gpu_count = sum(n.gpu_count for n in pool.nodes)
         threading.Thread(target=submit_demo, args=(config.url, token, gpu_count, announce), daemon=True).start()
-    uv = uvicorn.Server(uvicorn.Config(server.app, host=config.host, port=config.port, log_level="warning"))
+    app = front.wrap(server.app)
+    uv = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning"))
     if threading.current_thread() is threading.main_thread():
         # uvicorn shuts down on SIGTERM, then restores this handler and raises the signal again: with the default
         # one the process would die there, before the cleanup below (loop joined, backend closed).
@@ -185,6 +230,7 @@ def serve(config: UpConfig, announce: Callable[[str], None], *, demo: bool = Fal
         if demo:
             stop_tenant_workloads(server, DEMO_TENANT)
         server.backend.close()
+        front.close()
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -197,8 +243,11 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def stop_tenant_workloads(server: Server, tenant: str, grace_s: float = 3.0) -> None:
-    """Cancel every active workload of ``tenant`` and wait (bounded) until their processes are gone."""
+    """Delete ``tenant``'s models, cancel every active workload of it and wait (bounded) until their processes are
+    gone. (Called once the serving controller has stopped: the deleted models are forgotten at the next start.)"""
     store, loop = server.ctx.store, server.ctx.loop
+    for model in served.models(store, tenant):
+        served.mark_deleting(store, model.id)
     for row in store.list_workloads(tenant=tenant, states=("pending", "running"), limit=10_000):
         store.request_cancel(row.id, server.ctx.clock())
     deadline = time.monotonic() + grace_s + 5

@@ -54,6 +54,8 @@ class WorkloadRow(Base):
     # yet confirmed.
     handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     log_path: Mapped[str] = mapped_column(String(500), default="")
+    # A replica of a deployed model (``ServedModelRow.id``); None for any other workload.
+    model_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
 
 
 class EventRow(Base):
@@ -95,6 +97,30 @@ class QueueRow(Base):
     lending_limit: Mapped[dict[str, dict[str, int]] | None] = mapped_column(JSON, nullable=True)
     weight: Mapped[float] = mapped_column(Float, default=1.0)
     strategy: Mapped[str] = mapped_column(String(20), default="BestEffortFIFO")
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class ServedModelRow(Base):
+    """A model deployed with ``tessera models deploy``: what each replica asks for and runs, and its scaling bounds.
+    Its replicas are workload rows carrying its id (``WorkloadRow.model_id``)."""
+
+    __tablename__ = "served_models"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)  # clients name it alone: one namespace for all
+    tenant: Mapped[str] = mapped_column(String(100), index=True)
+    queue: Mapped[str] = mapped_column(String(100))
+    engine: Mapped[str] = mapped_column(String(20))  # vllm | sglang | transformers | sim
+    weights: Mapped[str] = mapped_column(Text, default="")  # a folder, or a catalog name for sim
+    num_gpus: Mapped[int] = mapped_column(Integer, default=1)
+    gpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_mem_mib: Mapped[int] = mapped_column(Integer, default=0)
+    min_replicas: Mapped[int] = mapped_column(Integer, default=1)
+    max_replicas: Mapped[int] = mapped_column(Integer, default=1)
+    idle_timeout_s: Mapped[float] = mapped_column(Float, default=30.0)
+    slo: Mapped[str] = mapped_column(String(20), default="standard")
+    desired_replicas: Mapped[int] = mapped_column(Integer, default=1)  # the controller's last decision
+    deleting: Mapped[bool] = mapped_column(Boolean, default=False)  # replicas are being stopped, then the row goes
     created_at: Mapped[float] = mapped_column(Float)
 
 

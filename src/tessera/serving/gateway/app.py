@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,8 +36,9 @@ from tessera.serving.engines.openai_wire import (
     parse_request,
 )
 from tessera.serving.gateway.auth import Authenticator, OpenAccess, visible
-from tessera.serving.gateway.forward import DisconnectWatch, Receive, Scope, Send, forward, send_json
+from tessera.serving.gateway.forward import DisconnectWatch, Message, Receive, Scope, Send, forward, send_json
 from tessera.serving.gateway.hold import HoldArea, HoldExpired, HoldOverflow
+from tessera.serving.gateway.metrics import GatewayMetrics
 from tessera.serving.gateway.registry import ModelRoute, ReplicaRegistry
 from tessera.serving.gateway.replicas import LiveReplicas, ReplicaLoad, prefix_hashes
 from tessera.serving.gateway.upstream import RawUpstream, Upstream
@@ -76,8 +78,10 @@ class Gateway:
         config: GatewayConfig | None = None,
         upstream: Upstream | None = None,
         scrape_client: httpx.AsyncClient | None = None,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self.registry = registry
+        self.metrics = metrics  # None: no series kept (the overhead benchmark's bare gateway)
         self.auth: Authenticator = auth if auth is not None else OpenAccess()
         self.config = config if config is not None else GatewayConfig()
         self.replicas = LiveReplicas(registry)
@@ -244,12 +248,18 @@ class Gateway:
             load = next_load
         message = f"no replica of model {request.model!r} could be reached"
         await send_json(send, 502, error_body(message, "api_error", "replica_unreachable"))
+        if self.metrics is not None:
+            now = loop.time()
+            self.metrics.answered(request.model, request.slo.name.lower(), 502, request.arrival_s, now, None, now, 0)
 
     async def _replica_for(self, request: InferenceRequest, route: ModelRoute, send: Send) -> ReplicaLoad | None:
         """The replica the router picks, holding the request while the model has none ready; None once the
         request has been answered (429, 504 or 404)."""
         loop = asyncio.get_running_loop()
+        picked_at = time.perf_counter()
         load = self.replicas.pick(request, route.router, loop.time())
+        if self.metrics is not None:
+            self.metrics.decision.observe(time.perf_counter() - picked_at)
         while load is None:
             if self.config.on_demand is not None:
                 self.config.on_demand(request.model)
@@ -273,16 +283,49 @@ class Gateway:
         self, load: ReplicaLoad, request: InferenceRequest, path: str, body: bytes, stream: bool, send: Send,
         watch: DisconnectWatch,
     ) -> bool:  # fmt: skip
+        """Forward to ``load``'s replica, counted in its in-flight load; False when it could not be reached."""
+        loop = asyncio.get_running_loop()
         prompt, work = request.prompt_tokens, request.prompt_tokens + request.output_tokens
         load.inflight += 1
         load.inflight_tokens += work
         load.inflight_prompt_tokens += prompt
+        metrics = self.metrics
+        if metrics is not None:
+            sent_s, answer = loop.time(), _AnswerWatch(send, loop)
+            send = answer.send
+        reached = True  # an attempt that reached no replica is not an answer: another replica gets the request
         try:
-            return await forward(self.upstream, load, path, body, stream, send, watch)
+            reached = await forward(self.upstream, load, path, body, stream, send, watch)
+            return reached
         finally:
             load.inflight -= 1
             load.inflight_tokens -= work
             load.inflight_prompt_tokens -= prompt
+            if metrics is not None and reached:
+                metrics.answered(
+                    request.model, request.slo.name.lower(), answer.status, request.arrival_s, sent_s, answer.first_s,
+                    loop.time(), answer.chunks,
+                )  # fmt: skip
+
+
+class _AnswerWatch:
+    """Passes an answer on to the client, noting its status, when its first bytes went and how many chunks."""
+
+    __slots__ = ("_send", "_loop", "status", "first_s", "chunks")
+
+    def __init__(self, send: Send, loop: asyncio.AbstractEventLoop) -> None:
+        self._send, self._loop = send, loop
+        self.status, self.chunks = 0, 0
+        self.first_s: float | None = None
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        elif message.get("body"):
+            self.chunks += 1
+            if self.first_s is None:
+                self.first_s = self._loop.time()
+        await self._send(message)
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:

@@ -1,0 +1,60 @@
+"""Wire types of the serving part of the API: ``POST /v1/models`` (``tessera models deploy``) and what
+``GET /v1/models`` lists. A deployed model's replicas are ``service`` workloads; the OpenAI-compatible gateway
+serves it under ``openai_base_url``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field, StrictFloat, StrictInt
+
+from tessera.api.schemas import REQUEST, Memory, Name, QueueName, Text
+
+Weights = Annotated[Text, Field(min_length=1, max_length=1000)]
+
+EngineName = Literal["vllm", "sglang", "transformers", "sim"]
+SloName = Literal["interactive", "standard", "batch"]
+ModelState = Literal["deploying", "ready", "stopping", "scaled-to-zero", "deleting"]
+Duration = StrictInt | StrictFloat | Name  # seconds, or "30s", "5m"
+
+
+class ModelDeploy(BaseModel):
+    """What ``POST /v1/models`` takes. The name is what clients pass as ``model`` to the gateway."""
+
+    model_config = REQUEST
+
+    name: QueueName = Field(description="the model's name in OpenAI requests: letters, digits, '_', '.', '-'")
+    engine: EngineName = Field("sim", description="the serving engine each replica runs")
+    model: Weights | None = Field(
+        None, description="weights: a local folder (vllm, transformers) or a catalog name (sim)"
+    )
+    gpus: StrictInt = Field(1, ge=0, le=8, description="GPUs per replica (tensor parallel); 0: CPU")
+    gpu_mem: Memory | None = Field(None, description="device memory per replica and GPU: MiB, or '10GiB'")
+    gpu_fraction: float | None = Field(None, gt=0, le=1, strict=True, description="share of each GPU (0.25)")
+    min_replicas: StrictInt = Field(1, ge=0, le=64, description="0: scale to zero when idle")
+    max_replicas: StrictInt | None = Field(None, ge=1, le=64, description="default: max(1, min_replicas)")
+    idle_timeout: Duration = Field("30s", description="idle time before scaling to zero (min_replicas 0)")
+    slo: SloName = Field("standard", description="the SLO class of its requests (a header may override it)")
+    queue: QueueName | None = Field(None, description="default: the tenant's queue; replicas count against it")
+
+
+class ModelOut(BaseModel):
+    name: str
+    tenant: str
+    queue: str
+    engine: str
+    model: str
+    state: ModelState
+    replicas: int = Field(description="replicas running now")
+    desired_replicas: int
+    min_replicas: int
+    max_replicas: int
+    idle_timeout_s: float
+    slo: str
+    gpus: int
+    gpu_milli: int
+    gpu_mem_mib: int
+    replica_workloads: list[int] = Field(description="ids of its replica workloads that are pending or running")
+    openai_base_url: str = Field(description="point an OpenAI client here (with a tenant token as the API key)")
+    created_at: float

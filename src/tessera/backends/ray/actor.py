@@ -1,0 +1,132 @@
+"""The workload actor: one detached, named Ray actor per workload, on the node Tessera chose, holding its guard.
+
+``RayBackend.launch`` creates it (``ray.remote(WorkloadActor)`` with hard node affinity, the GPU shares as custom
+resources, the requested CPUs, ``lifetime="detached"``, a deterministic name in Tessera's namespace), so the
+workload survives the server that launched it and a restarted server finds it by name. The actor
+
+- writes the workload's files into a node-local directory (``argv.json``; ``spec.json``: the local backend's
+  ``CommandSpec`` with the clean workload environment, which carries Tessera's isolation variables such as
+  ``CUDA_VISIBLE_DEVICES``) and starts the guard (``guard.py``) with ``setsid -f``, keeping the write end of the
+  pipe the guard watches: when this actor dies for any reason, the guard kills the workload;
+- answers ``progress(offset, wait_s)``, a long poll: new log bytes from ``offset`` (the server appends them to the
+  workload's log, so ``tessera logs -f`` works as with the local backend) and, once the guard has written it, the
+  exit code. The server keeps one such call outstanding per workload and waits on all of them with ``ray.wait``;
+- passes ``stop(grace_s)`` and ``kill()`` to the guard;
+- ``cleanup()`` removes its directory and exits, once the server has recorded the end.
+
+Threaded (``max_concurrency``): ``stop`` is served while a ``progress`` call waits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from tessera.backends.accounts import server_account, workload_env
+from tessera.backends.local_files import file_stem
+from tessera.backends.ray import guard
+from tessera.backends.supervisor import CommandSpec
+
+MAX_CHUNK_BYTES = 1 << 20  # at most this much log per progress answer
+WORKLOAD_UMASK = 0o022
+GUARD_MODULE = "tessera.backends.ray.guard"
+
+
+def workload_dir(base_dir: str, workload_id: str) -> Path:
+    return Path(base_dir) / file_stem(workload_id)
+
+
+class WorkloadActor:
+    """See the module's doc. Created only through ``ray.remote``; ``spec_env`` is the workload's own variables."""
+
+    def __init__(
+        self,
+        workload_id: str,
+        argv: list[str],
+        spec_env: Mapping[str, str],
+        workdir: str | None,
+        base_dir: str,
+        log_path: str,
+    ) -> None:
+        self.workload_id = workload_id
+        self.log_path = log_path  # on the server's host: told back to a server that finds this actor
+        self.dir = workload_dir(base_dir, workload_id)
+        shutil.rmtree(self.dir, ignore_errors=True)  # an earlier run of the same id: its files are not ours
+        self.dir.mkdir(mode=0o700, parents=True)
+        account = server_account()
+        cwd = workdir if workdir is not None and Path(workdir).is_dir() else "/"
+        spec = CommandSpec(env=workload_env(account, spec_env), cwd=cwd, umask=WORKLOAD_UMASK)
+        _write_private(self.dir / guard.SPEC_FILE, json.dumps(spec.to_json()))
+        (self.dir / guard.ARGV_FILE).write_text(json.dumps(list(argv)))
+        read_fd, self._write_fd = os.pipe()
+        try:
+            subprocess.run(
+                ["setsid", "-f", sys.executable, "-s", "-P", "-m", GUARD_MODULE, str(self.dir), str(read_fd)],
+                pass_fds=(read_fd,),
+                stdin=subprocess.DEVNULL,
+                cwd="/",
+                env={k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "PYTHONPATH")},
+                check=True,
+                timeout=30,
+            )
+        finally:
+            os.close(read_fd)
+
+    def describe(self) -> dict[str, str]:
+        """What a restarted server needs to adopt this workload."""
+        import ray  # only inside a running actor
+
+        node_id = str(ray.get_runtime_context().get_node_id())
+        return {"workload_id": self.workload_id, "log_path": self.log_path, "dir": str(self.dir), "node_id": node_id}
+
+    def progress(self, offset: int, wait_s: float) -> tuple[bytes, int | None, bool]:
+        """(log bytes from ``offset``, exit code, ended) as soon as there is new output or the end, else after
+        ``wait_s``. ``ended`` only once the guard wrote the code and the whole log has been handed out."""
+        deadline_s = time.monotonic() + wait_s
+        log, exit_file = self.dir / guard.LOG_FILE, self.dir / guard.EXIT_FILE
+        while True:
+            ended = exit_file.exists()
+            size = log.stat().st_size if log.exists() else 0
+            if size > offset or ended or time.monotonic() >= deadline_s:
+                break
+            time.sleep(0.05)
+        chunk = b""
+        if size > offset:
+            with open(log, "rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read(min(size - offset, MAX_CHUNK_BYTES))
+        done = ended and offset + len(chunk) >= size
+        return chunk, guard.read_code(exit_file) if done else None, done
+
+    def stop(self, grace_s: float) -> None:
+        self._tell(f"term {grace_s}")
+
+    def kill(self) -> None:
+        self._tell("kill")
+
+    def guard_pid(self) -> int:
+        """The guard's process id on its node (tests look for leftovers by it)."""
+        return int((self.dir / guard.PID_FILE).read_text())
+
+    def cleanup(self) -> None:
+        """The end is recorded: remove the files and let the actor go."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+        import ray  # only inside a running actor
+
+        ray.actor.exit_actor()  # type: ignore[no-untyped-call]
+
+    def _tell(self, line: str) -> None:
+        with contextlib.suppress(BrokenPipeError):  # the guard has ended: nothing left to stop
+            os.write(self._write_fd, f"{line}\n".encode())
+
+
+def _write_private(path: Path, text: str) -> None:
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+        handle.write(text)

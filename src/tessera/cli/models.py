@@ -1,0 +1,106 @@
+"""``tessera models`` (list), ``tessera models deploy NAME`` and ``tessera models delete NAME``: models served on
+the shared pool behind the OpenAI-compatible gateway. Registered on the main typer app by ``tessera.cli.main``;
+every failure is one ``error:`` line, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from tessera.cli.options import JsonOption, TokenOption, UrlOption, client_for
+from tessera.cli.terminal import one_line_errors
+
+models_app = typer.Typer(
+    help="Serve models on the shared GPUs (OpenAI-compatible gateway).", invoke_without_command=True
+)
+
+
+@models_app.callback()
+def list_models(
+    ctx: typer.Context, as_json: JsonOption = False, url: UrlOption = None, token: TokenOption = None
+) -> None:
+    """List your models: state, replicas running, and the base URL to point an OpenAI client at."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with one_line_errors(), client_for(url, token) as client:
+        models = client.models()
+    if as_json:
+        typer.echo(json.dumps(models, indent=2))
+        return
+    if not models:
+        typer.echo("no models deployed (tessera models deploy NAME --engine sim)")
+        return
+    table = Table("NAME", "TENANT", "ENGINE", "STATE", "REPLICAS", "SHARE", "SLO")
+    table.add_column("OPENAI BASE URL", overflow="fold")
+    for m in models:
+        replicas = f"{m['replicas']}/{m['desired_replicas']} ({m['min_replicas']}-{m['max_replicas']})"
+        table.add_row(
+            escape(m["name"]), escape(m["tenant"]), m["engine"], m["state"], replicas, _share(m), m["slo"],
+            m["openai_base_url"],
+        )  # fmt: skip
+    Console().print(table)
+
+
+@models_app.command("deploy")
+def deploy(
+    name: Annotated[str, typer.Argument(help="The model's name in OpenAI requests.")],
+    engine: Annotated[str, typer.Option("--engine", help="vllm, sglang, transformers or sim.")] = "sim",
+    model: Annotated[str | None, typer.Option("--model", help="Weights: a local folder (sim: a catalog name).")] = None,
+    gpus: Annotated[int, typer.Option("--gpus", help="GPUs per replica (0: CPU).")] = 1,
+    gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", help="Device memory per replica, e.g. 20GiB.")] = None,
+    gpu_fraction: Annotated[float | None, typer.Option("--gpu-fraction", help="Share of the GPU, e.g. 0.25.")] = None,
+    min_replicas: Annotated[int, typer.Option("--min-replicas", help="0: scale to zero when idle.")] = 1,
+    max_replicas: Annotated[int | None, typer.Option("--max-replicas", help="Default: max(1, min).")] = None,
+    idle_timeout: Annotated[str, typer.Option("--idle-timeout", help="Idle time before scaling to zero.")] = "30s",
+    slo: Annotated[str, typer.Option("--slo", help="interactive, standard or batch.")] = "standard",
+    queue: Annotated[str | None, typer.Option("--queue", help="Queue (default: your tenant's).")] = None,
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Deploy a model: tessera models deploy chat --engine sim --gpu-fraction 0.25 --min-replicas 0"""
+    body: dict[str, Any] = {
+        "name": name,
+        "engine": engine,
+        "model": model,
+        "gpus": gpus,
+        "gpu_mem": gpu_mem,
+        "gpu_fraction": gpu_fraction,
+        "min_replicas": min_replicas,
+        "max_replicas": max_replicas,
+        "idle_timeout": idle_timeout,
+        "slo": slo,
+        "queue": queue,
+    }
+    with one_line_errors(), client_for(url, token) as client:
+        out = client.deploy_model({k: v for k, v in body.items() if v is not None})
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+        return
+    typer.echo(f"model {out['name']} deployed ({out['engine']}, {out['min_replicas']}-{out['max_replicas']} replicas)")
+    typer.echo(f"OpenAI base URL: {out['openai_base_url']}  (API key: your Tessera token)")
+
+
+@models_app.command("delete")
+def delete(
+    name: Annotated[str, typer.Argument(help="The model to delete.")],
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Delete a model: its replicas are stopped, then it is gone."""
+    with one_line_errors(), client_for(url, token) as client:
+        out = client.delete_model(name)
+    typer.echo(f"model {out['name']}: deleting ({len(out['replica_workloads'])} replicas stopping)")
+
+
+def _share(m: dict[str, Any]) -> str:
+    if not m["gpus"]:
+        return "CPU"
+    per = f"{m['gpu_milli'] / 10:g}%" if m["gpu_milli"] else f"{m['gpu_mem_mib']} MiB" if m["gpu_mem_mib"] else "whole"
+    return per if m["gpus"] == 1 else f"{m['gpus']} x {per}"

@@ -1,0 +1,101 @@
+"""``POST /v1/models`` bodies into stored models, and stored models into what ``GET /v1/models`` shows.
+
+A deployment is refused (422 naming the field) when one of its replicas could never run: the same checks as a
+workload submission (queue, pool, share) are made on the replica it would start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tessera.api import ModelDeploy, ModelOut
+from tessera.api.serving import ModelState
+from tessera.core.workload import MILLI_PER_GPU
+from tessera.errors import InvalidRequestError
+from tessera.server.context import ServerContext
+from tessera.server.quantities import parse_duration_s, parse_mem_mib
+from tessera.server.serving_plane import deployed, replica_row
+from tessera.server.store.models import ServedModelRow, WorkloadRow
+from tessera.server.submit import Principal, queue_for
+from tessera.serving.models import CATALOG
+from tessera.serving.replicas import DeployedModel
+
+NEEDS_WEIGHTS = ("vllm", "sglang")
+CHECK_PORT = 1  # a placeholder port: validation only builds the replica's workload, it never starts it
+
+
+def model_row(body: ModelDeploy, caller: Principal, ctx: ServerContext, now_s: float) -> ServedModelRow:
+    queue = queue_for(body.queue, caller, ctx.store.queues())
+    if body.engine in NEEDS_WEIGHTS and not body.model:
+        raise InvalidRequestError("model", f"the {body.engine} engine needs the weights: a local model folder")
+    if body.engine == "sim" and body.model and body.model not in CATALOG:
+        raise InvalidRequestError("model", f"the sim engine plays a catalog model ({', '.join(CATALOG)})")
+    if body.gpu_fraction is not None and body.gpu_mem is not None:
+        raise InvalidRequestError("gpu_fraction", "give gpu_fraction or gpu_mem, not both")
+    if body.gpus == 0 and (body.gpu_fraction is not None or body.gpu_mem is not None):
+        field = "gpu_fraction" if body.gpu_fraction is not None else "gpu_mem"
+        raise InvalidRequestError(field, "a GPU share needs gpus >= 1")
+    max_replicas = body.max_replicas if body.max_replicas is not None else max(1, body.min_replicas)
+    if max_replicas < body.min_replicas:
+        raise InvalidRequestError("max_replicas", f"must be >= min_replicas ({body.min_replicas})")
+    milli = max(1, round(body.gpu_fraction * MILLI_PER_GPU)) if body.gpu_fraction is not None else 0
+    row = ServedModelRow(
+        name=body.name,
+        tenant=queue.tenant,
+        queue=queue.name,
+        engine=body.engine,
+        weights=body.model or "",
+        num_gpus=body.gpus,
+        gpu_milli=milli,
+        gpu_mem_mib=parse_mem_mib(body.gpu_mem, "gpu_mem") if body.gpu_mem is not None else 0,
+        min_replicas=body.min_replicas,
+        max_replicas=max_replicas,
+        idle_timeout_s=parse_duration_s(body.idle_timeout, "idle_timeout"),
+        slo=body.slo,
+        desired_replicas=body.min_replicas,
+        deleting=False,
+        created_at=now_s,
+    )
+    replica_row(deployed_draft(row), CHECK_PORT, ctx, now_s)  # refuses what could never run, naming the field
+    return row
+
+
+def deployed_draft(row: ServedModelRow) -> DeployedModel:
+    """``row`` as the controller would see it, before it has an id."""
+    return dataclasses.replace(deployed(row), id=0)
+
+
+def model_out(row: ServedModelRow, replicas: list[WorkloadRow], base_url: str) -> ModelOut:
+    live = [r for r in replicas if not r.cancel_requested]
+    running = sum(r.state == "running" for r in live)
+    state: ModelState
+    if row.deleting:
+        state = "deleting"
+    elif running:
+        state = "ready"
+    elif row.desired_replicas == 0 and not replicas:
+        state = "scaled-to-zero"  # and its GPU share is free: no replica is left, not even one stopping
+    elif row.desired_replicas == 0 and not live:
+        state = "stopping"
+    else:
+        state = "deploying"
+    return ModelOut(
+        name=row.name,
+        tenant=row.tenant,
+        queue=row.queue,
+        engine=row.engine,
+        model=row.weights,
+        state=state,
+        replicas=running,
+        desired_replicas=row.desired_replicas,
+        min_replicas=row.min_replicas,
+        max_replicas=row.max_replicas,
+        idle_timeout_s=row.idle_timeout_s,
+        slo=row.slo,
+        gpus=row.num_gpus,
+        gpu_milli=row.gpu_milli,
+        gpu_mem_mib=row.gpu_mem_mib,
+        replica_workloads=[r.id for r in live],
+        openai_base_url=f"{base_url.rstrip('/')}/openai/v1",
+        created_at=row.created_at,
+    )

@@ -1,0 +1,138 @@
+"""The serving controller's view of the control plane (``serving.controller.ControlPlane``): deployed models from
+the store, replicas submitted and cancelled as ``service`` workloads of the model's tenant, through the very path a
+``POST /v1/workloads`` takes (validated, queued, placed by the core scheduler, counted against the quota).
+
+``start_controller`` runs the controller on its own thread beside the scheduler loop (``tessera up``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from tessera.api import WorkloadSpec
+from tessera.server.context import ServerContext
+from tessera.server.store import served
+from tessera.server.store.models import ServedModelRow, WorkloadRow
+from tessera.server.submit import Principal, workload_row
+from tessera.serving.controller import Controller, ControlPlane, DemandSource, ReplicaSink, ReplicaView
+from tessera.serving.replicas import PORT_ENV, DeployedModel, replica_command
+
+log = logging.getLogger(__name__)
+
+# The priority class a replica runs at, by the model's SLO class: serving outranks training, batch serving does not.
+PRIORITY_OF_SLO = {"interactive": "inference-critical", "standard": "inference-critical", "batch": "training"}
+
+
+def deployed(row: ServedModelRow) -> DeployedModel:
+    return DeployedModel(
+        id=row.id,
+        name=row.name,
+        tenant=row.tenant,
+        queue=row.queue,
+        engine=row.engine,
+        weights=row.weights,
+        gpus=row.num_gpus,
+        gpu_milli=row.gpu_milli,
+        gpu_mem_mib=row.gpu_mem_mib,
+        min_replicas=row.min_replicas,
+        max_replicas=row.max_replicas,
+        idle_timeout_s=row.idle_timeout_s,
+        slo=row.slo,
+        deleting=row.deleting,
+        created_s=row.created_at,
+    )
+
+
+def replica_port(row: WorkloadRow) -> int | None:
+    text = (row.env or {}).get(PORT_ENV, "")
+    return int(text) if text.isdigit() else None
+
+
+def replica_spec(model: DeployedModel, port: int) -> WorkloadSpec:
+    """The workload one replica of ``model`` is: what ``POST /v1/workloads`` would take for it."""
+    command, env = replica_command(model, port)
+    return WorkloadSpec(
+        command=command,
+        env=env,
+        name=f"{model.name}-replica",
+        kind="service",
+        gpus=model.gpus,
+        gpu_milli=model.gpu_milli or None,
+        gpu_mem=model.gpu_mem_mib or None,
+        priority=PRIORITY_OF_SLO.get(model.slo, "inference-critical"),
+        queue=model.queue,
+    )
+
+
+def replica_row(model: DeployedModel, port: int, ctx: ServerContext, now_s: float) -> WorkloadRow:
+    """The stored workload of one replica, validated as any submission is (the queue, the pool)."""
+    principal = Principal(model.tenant, is_admin=False)
+    row = workload_row(replica_spec(model, port), principal, ctx.store.queues(), ctx.pool, now_s)
+    row.model_id = model.id
+    return row
+
+
+class ServingPlane(ControlPlane):
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+
+    def models(self) -> list[DeployedModel]:
+        return [deployed(row) for row in served.models(self.ctx.store)]
+
+    def replicas(self, models: Sequence[DeployedModel]) -> dict[int, list[ReplicaView]]:
+        rows = served.active_replicas(self.ctx.store, [m.id for m in models])
+        return {
+            model_id: [ReplicaView(r.id, r.state == "running", replica_port(r), r.cancel_requested) for r in replicas]
+            for model_id, replicas in rows.items()
+        }
+
+    def start_replica(self, model: DeployedModel, port: int) -> int:
+        now = self.ctx.clock()
+        row = replica_row(model, port, self.ctx, now)
+        stored = self.ctx.store.add_workload(row, now)
+        self.ctx.metrics.replica_starts.labels(model.name).inc()
+        self.ctx.loop.wake()
+        log.info("model %s: replica workload %d submitted (port %d)", model.key, stored.id, port)
+        return stored.id
+
+    def stop_replica(self, workload_id: int) -> None:
+        self.ctx.store.request_cancel(workload_id, self.ctx.clock())
+        self.ctx.loop.wake()
+
+    def record_desired(self, model: DeployedModel, desired: int) -> None:
+        served.set_desired(self.ctx.store, model.id, desired)
+
+    def forget(self, model: DeployedModel) -> None:
+        served.forget(self.ctx.store, model.id)
+        log.info("model %s deleted", model.key)
+
+
+def start_controller(
+    ctx: ServerContext,
+    stopping: Callable[[], bool],
+    demand: DemandSource | None = None,
+    sinks: Sequence[ReplicaSink] = (),
+    wake: threading.Event | None = None,
+    tick_s: float = 1.0,
+) -> tuple[Controller, threading.Thread]:
+    """Run a serving controller every ``tick_s`` (or at once when ``wake`` is set: a request waits for a model
+    with no replica) until ``stopping()``."""
+    controller = Controller(ServingPlane(ctx), tick_s=tick_s, sinks=list(sinks))
+    if demand is not None:
+        controller.demand = demand
+    event = wake if wake is not None else threading.Event()
+
+    def run() -> None:
+        while not stopping():
+            try:
+                controller.tick(ctx.clock())
+            except Exception:  # a store hiccup: try again at the next tick
+                log.exception("serving controller tick failed")
+            event.wait(tick_s)
+            event.clear()
+
+    thread = threading.Thread(target=run, name="tessera-serving", daemon=True)
+    thread.start()
+    return controller, thread

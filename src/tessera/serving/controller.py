@@ -1,0 +1,168 @@
+"""The serving controller: each deployed model's replicas follow its autoscaler, as ``service`` workloads.
+
+Once per tick, for every model, ``Controller.tick``:
+
+1. reads the model's replicas (pending and running workloads) and its demand as the gateway sees it (requests in
+   flight, requests held for want of a replica, arrivals, the last request's time);
+2. asks the part-1 autoscaler (``serving.policies.autoscaler.decide``, the very object the digital twin replays)
+   for the replicas it wants, within the model's bounds;
+3. submits the missing replicas through the control plane (so the core scheduler places them, they count against
+   the tenant's quota and a crash loses nothing) and cancels the surplus, pending ones first, then the newest.
+
+A deleted model's replicas are cancelled; once none is left its record goes. The controller holds no state that a
+restart would need: the replicas are in the store, and the autoscaler's memory starts afresh (the first decision
+counts the replicas that exist).
+
+The seams: ``ControlPlane`` (the server's store and scheduler, ``server.serving_plane``) and ``DemandSource``
+(the gateway's view of the requests). Nothing here reads a clock: ``now_s`` is an argument.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tessera.serving.policies.autoscaler import AutoscalerConfig, AutoscalerState, ModelSignals, decide
+from tessera.serving.replicas import DeployedModel
+
+log = logging.getLogger(__name__)
+
+# Requests in flight one replica aims at, per engine: the autoscaler's target (``target_concurrency``). A real
+# engine batches many sequences; the numbers are conservative starting points, overridable per controller.
+DEFAULT_TARGETS: dict[str, float] = {"vllm": 32.0, "sglang": 32.0, "transformers": 4.0, "sim": 32.0}
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaView:
+    workload_id: int
+    running: bool  # False: pending (waiting for room, or not yet launched)
+    port: int | None  # where its engine listens on its node
+    stopping: bool = False  # asked to stop, not yet ended
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    in_flight: int = 0  # sent to replicas and not finished
+    held: int = 0  # waiting at the gateway for a replica
+    arrivals: int = 0  # since the previous call
+    last_request_s: float | None = None  # None: no request seen yet
+
+
+class ControlPlane(Protocol):
+    def models(self) -> list[DeployedModel]: ...
+
+    def replicas(self, models: Sequence[DeployedModel]) -> dict[int, list[ReplicaView]]: ...
+
+    def start_replica(self, model: DeployedModel, port: int) -> int: ...
+
+    def stop_replica(self, workload_id: int) -> None: ...
+
+    def record_desired(self, model: DeployedModel, desired: int) -> None: ...
+
+    def forget(self, model: DeployedModel) -> None: ...
+
+
+class DemandSource(Protocol):
+    def take_demand(self, model_key: str) -> Demand: ...
+
+
+class ReplicaSink(Protocol):
+    """Who is told, each tick, the models deployed and their replicas (the gateway's registry)."""
+
+    def publish(self, models: Sequence[DeployedModel], replicas: dict[int, list[ReplicaView]]) -> None: ...
+
+
+class NoDemand:
+    """Before the gateway is wired in: no requests, so models sit at their minimum."""
+
+    def take_demand(self, model_key: str) -> Demand:
+        return Demand()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the engine binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Controller:
+    plane: ControlPlane
+    demand: DemandSource = field(default_factory=NoDemand)
+    tick_s: float = 1.0
+    targets: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TARGETS))
+    pick_port: Callable[[], int] = free_port
+    sinks: list[ReplicaSink] = field(default_factory=list)
+    _states: dict[int, AutoscalerState] = field(default_factory=dict)
+
+    def tick(self, now_s: float) -> None:
+        models = self.plane.models()
+        replicas = self.plane.replicas(models)
+        for model in models:
+            try:
+                self._reconcile(model, replicas.get(model.id, []), now_s)
+            except Exception:  # one model's trouble must not stop the others'
+                log.exception("serving controller: model %s", model.key)
+        for gone in self._states.keys() - {m.id for m in models}:
+            del self._states[gone]
+        if self.sinks:
+            replicas = self.plane.replicas(models)  # after this tick's starts and stops
+            for sink in self.sinks:
+                sink.publish(models, replicas)
+
+    def _reconcile(self, model: DeployedModel, everyone: list[ReplicaView], now_s: float) -> None:
+        replicas = [r for r in everyone if not r.stopping]
+        if model.deleting:
+            for replica in replicas:
+                self.plane.stop_replica(replica.workload_id)
+            if not everyone:
+                self.plane.forget(model)
+            return
+        desired = self.desired(model, replicas, now_s)
+        for _ in range(desired - len(replicas)):
+            self.plane.start_replica(model, self.pick_port())
+        if len(replicas) > desired:
+            surplus = sorted(replicas, key=lambda r: (r.running, -r.workload_id))[: len(replicas) - desired]
+            for replica in surplus:
+                self.plane.stop_replica(replica.workload_id)
+        self.plane.record_desired(model, desired)
+
+    def desired(self, model: DeployedModel, replicas: list[ReplicaView], now_s: float) -> int:
+        """The autoscaler's decision for ``model`` now (``serving.policies.autoscaler``)."""
+        demand = self.demand.take_demand(model.key)
+        ready = sum(r.running for r in replicas)
+        idle_s = now_s - demand.last_request_s if demand.last_request_s is not None else model.idle_timeout_s + 1
+        signals = ModelSignals(
+            model=model.key,
+            now_s=now_s,
+            arrivals=demand.arrivals,
+            queued=demand.held,
+            in_flight=demand.in_flight + demand.held,
+            ready=ready,
+            starting=len(replicas) - ready,
+            idle_s=idle_s,
+            zero_ok=True,
+        )
+        state = self._states.setdefault(model.id, AutoscalerState())
+        decision, self._states[model.id] = decide(signals, state, self.config(model))
+        return decision.desired
+
+    def config(self, model: DeployedModel) -> AutoscalerConfig:
+        """Knative's windows (60 s stable, 6 s panic), shortened for a model with a short idle timeout: the stable
+        window is twice the timeout (10 s to 60 s), since nothing scales down while a burst's panic lasts (a
+        stable window), and a model told to sleep after 3 s idle should not wait a minute after every burst."""
+        stable_s = min(60.0, max(10.0, 2 * model.idle_timeout_s))
+        return AutoscalerConfig(
+            target_concurrency=self.targets.get(model.engine, 8.0),
+            stable_window_s=stable_s,
+            panic_window_s=min(6.0, stable_s / 2),
+            scale_to_zero_grace_s=model.idle_timeout_s,
+            min_replicas=model.min_replicas,
+            max_replicas=max(model.max_replicas, model.min_replicas, 1),
+            metrics_interval_s=self.tick_s,
+        )

@@ -1,0 +1,61 @@
+"""The gateway's Prometheus series, per served model and SLO class (``served_model``, ``slo``), observed as requests
+end: time to first token, time per output token, time queued at the gateway (held for a replica, then routed),
+end-to-end latency, requests by HTTP status, and the router's decision time.
+
+Time to first token is the time from the request's arrival at the gateway to the first body bytes passed back; for
+a streamed answer that is the first token, for a plain one the whole answer. Time per output token is the time
+between the first and the last chunk over the chunks after the first (one SSE event per token for vLLM and the sim
+engine); it is observed only for answers of two chunks or more. The caller registers ``registry`` where it serves
+metrics (``tessera up``: its ``/metrics``, where the ``served_model`` label is for admins only).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
+_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2)
+_DECISION_BUCKETS = (1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3)
+LABELS = ("served_model", "slo")
+
+
+class GatewayMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.ttft = Histogram(
+            "tessera_gateway_time_to_first_token_seconds", "From arrival to the first bytes of the answer",
+            LABELS, buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.tpot = Histogram(
+            "tessera_gateway_time_per_output_token_seconds", "Between the answer's chunks after the first",
+            LABELS, buckets=_TOKEN_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.queued = Histogram(
+            "tessera_gateway_queue_seconds", "From arrival to being sent to a replica (held while none was ready)",
+            LABELS, buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.e2e = Histogram(
+            "tessera_gateway_request_seconds", "From arrival to the end of the answer",
+            LABELS, buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.requests = Counter(
+            "tessera_gateway_requests", "Requests answered, by HTTP status", (*LABELS, "code"), registry=r
+        )
+        self.decision = Histogram(
+            "tessera_gateway_route_decision_seconds", "Time the router took to pick a replica",
+            buckets=_DECISION_BUCKETS, registry=r,
+        )  # fmt: skip
+
+    def answered(
+        self, model: str, slo: str, code: int, arrival_s: float, sent_s: float, first_s: float | None, end_s: float,
+        chunks: int,
+    ) -> None:  # fmt: skip
+        """One request's end: ``sent_s`` when it went to a replica, ``first_s`` its first bytes back (None: none)."""
+        self.requests.labels(model, slo, str(code)).inc()
+        self.queued.labels(model, slo).observe(sent_s - arrival_s)
+        self.e2e.labels(model, slo).observe(end_s - arrival_s)
+        if first_s is not None:
+            self.ttft.labels(model, slo).observe(first_s - arrival_s)
+            if chunks > 1:
+                self.tpot.labels(model, slo).observe((end_s - first_s) / (chunks - 1))

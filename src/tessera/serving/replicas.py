@@ -1,0 +1,54 @@
+"""What a replica of a deployed model runs: the engine's command line and environment for one port.
+
+``tessera.serving.controller`` asks for a replica by handing the control plane this command; the replica is a
+``service`` workload, so the backend adds the isolation settings (``CUDA_VISIBLE_DEVICES``, the share in
+``TESSERA_GPU_MILLI`` / ``TESSERA_GPU_MEM_MIB``) when it launches it. An engine with its own memory cap gets it from
+the share through ``tessera.serving.engine_exec``, which reads those variables at launch (the GPU, hence its memory,
+is only known then) and then runs the engine in its place.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+ENGINES = ("vllm", "sglang", "transformers", "sim")
+
+PORT_ENV = "TESSERA_ENGINE_PORT"
+MODEL_ENV = "TESSERA_SERVED_MODEL"
+
+
+@dataclass(frozen=True, slots=True)
+class DeployedModel:
+    """A deployed model as the controller sees it (the store's row, without its storage)."""
+
+    id: int
+    name: str
+    tenant: str
+    queue: str
+    engine: str
+    weights: str
+    gpus: int
+    gpu_milli: int
+    gpu_mem_mib: int
+    min_replicas: int
+    max_replicas: int
+    idle_timeout_s: float
+    slo: str
+    deleting: bool = False
+    created_s: float = 0.0
+
+    @property
+    def key(self) -> str:
+        """How the gateway tells the models of different tenants apart."""
+        return f"{self.tenant}/{self.name}"
+
+
+def replica_command(model: DeployedModel, port: int) -> tuple[list[str], dict[str, str]]:
+    """The argv and the extra environment of one replica of ``model`` listening on 127.0.0.1:``port``."""
+    env = {PORT_ENV: str(port), MODEL_ENV: model.name, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
+    argv = [sys.executable, "-m", "tessera.serving.engine_exec", model.engine, "--name", model.name]
+    argv += ["--port", str(port)]
+    if model.weights:
+        argv += ["--weights", model.weights]
+    return argv, env

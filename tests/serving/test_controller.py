@@ -1,0 +1,123 @@
+"""The serving controller against an in-memory control plane: replicas follow the autoscaler within the model's
+bounds, surplus replicas leave pending ones first, a deleted model is forgotten only once its replicas are gone,
+and one model's failure does not stop the others'."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from tessera.serving.controller import Controller, Demand, ReplicaView
+from tessera.serving.replicas import DeployedModel, replica_command
+
+MODEL = DeployedModel(
+    id=1, name="chat", tenant="t", queue="t", engine="sim", weights="", gpus=1, gpu_milli=250, gpu_mem_mib=0,
+    min_replicas=1, max_replicas=3, idle_timeout_s=30.0, slo="standard",
+)  # fmt: skip
+
+
+class Plane:
+    def __init__(self, *models: DeployedModel) -> None:
+        self.listed = list(models)
+        self.reps: dict[int, list[ReplicaView]] = {m.id: [] for m in models}
+        self.next_id = 100
+        self.stopped: list[int] = []
+        self.forgotten: list[int] = []
+        self.desired: dict[int, int] = {}
+        self.broken: set[int] = set()
+
+    def models(self) -> list[DeployedModel]:
+        return list(self.listed)
+
+    def replicas(self, models: Sequence[DeployedModel]) -> dict[int, list[ReplicaView]]:
+        return {m.id: list(self.reps[m.id]) for m in models}
+
+    def start_replica(self, model: DeployedModel, port: int) -> int:
+        if model.id in self.broken:
+            raise RuntimeError("the store is down")
+        self.next_id += 1
+        self.reps[model.id].append(ReplicaView(self.next_id, running=False, port=port))
+        return self.next_id
+
+    def stop_replica(self, workload_id: int) -> None:
+        self.stopped.append(workload_id)
+        for reps in self.reps.values():
+            reps[:] = [replace(r, stopping=True) if r.workload_id == workload_id else r for r in reps]
+
+    def record_desired(self, model: DeployedModel, desired: int) -> None:
+        self.desired[model.id] = desired
+
+    def forget(self, model: DeployedModel) -> None:
+        self.forgotten.append(model.id)
+        self.listed = [m for m in self.listed if m.id != model.id]
+
+    def run_all(self) -> None:
+        for reps in self.reps.values():
+            reps[:] = [replace(r, running=True) for r in reps if not r.stopping]
+
+
+class Traffic:
+    def __init__(self) -> None:
+        self.demand: dict[str, Demand] = {}
+
+    def take_demand(self, model_key: str) -> Demand:
+        return self.demand.get(model_key, Demand())
+
+
+def make(plane: Plane, traffic: Traffic | None = None) -> Controller:
+    ports = iter(range(40_000, 50_000))
+    return Controller(plane, traffic or Traffic(), pick_port=lambda: next(ports))
+
+
+def test_a_model_starts_its_minimum_and_grows_with_its_requests_up_to_its_maximum() -> None:
+    plane, traffic = Plane(MODEL), Traffic()
+    c = make(plane, traffic)
+    c.tick(0.0)
+    assert len(plane.reps[1]) == 1 and plane.desired[1] == 1
+    plane.run_all()
+    for t in range(1, 20):
+        traffic.demand["t/chat"] = Demand(in_flight=500, arrivals=50, last_request_s=float(t))
+        c.tick(float(t))
+        plane.run_all()
+    assert len(plane.reps[1]) == 3 and plane.desired[1] == 3  # the maximum, not the 500 / 32 the load asks
+    assert len({r.port for r in plane.reps[1]}) == 3  # each replica its own port
+
+
+def test_scaling_down_cancels_pending_replicas_before_running_ones() -> None:
+    model = replace(MODEL, min_replicas=0, max_replicas=2, idle_timeout_s=5.0)
+    plane = Plane(model)
+    plane.reps[1] = [ReplicaView(7, running=True, port=1), ReplicaView(8, running=False, port=2)]
+    c = make(plane)
+    for t in range(0, 120, 2):
+        c.tick(float(t))
+    assert plane.stopped[0] == 8 and set(plane.stopped) == {7, 8}
+
+
+def test_a_deleted_model_is_forgotten_only_after_its_replicas_have_ended() -> None:
+    plane = Plane(replace(MODEL, deleting=True))
+    plane.reps[1] = [ReplicaView(7, running=True, port=1)]
+    c = make(plane)
+    c.tick(0.0)
+    assert plane.stopped == [7] and plane.forgotten == []
+    c.tick(1.0)  # still stopping
+    assert plane.forgotten == [] and plane.stopped == [7]  # not stopped twice
+    plane.reps[1] = []
+    c.tick(2.0)
+    assert plane.forgotten == [1]
+
+
+def test_one_failing_model_does_not_stop_the_others() -> None:
+    other = replace(MODEL, id=2, name="other")
+    plane = Plane(MODEL, other)
+    plane.reps[2] = []
+    plane.broken.add(1)
+    make(plane).tick(0.0)
+    assert len(plane.reps[2]) == 1 and plane.desired == {2: 1}
+
+
+def test_a_replica_runs_the_engine_shim_on_its_own_port() -> None:
+    argv, env = replica_command(replace(MODEL, engine="vllm", weights="/models/smol"), 41_234)
+    assert argv[1:] == [
+        "-m", "tessera.serving.engine_exec", "vllm", "--name", "chat", "--port", "41234", "--weights", "/models/smol",
+    ]  # fmt: skip
+    assert env["TESSERA_ENGINE_PORT"] == "41234" and env["HF_HUB_OFFLINE"] == "1"
