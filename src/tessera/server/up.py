@@ -203,6 +203,7 @@ def serve(
     kind = "simulated" if pool.simulated else "NVML"
     gpus = ", ".join(f"{n.gpu_count}x{n.gpu_model}" for n in pool.nodes)
     announce(f"Tessera {config.url}  GPUs ({kind}): {gpus}  store: {server.ctx.store.engine.url.render_as_string()}")
+    announce(f"dashboard: {config.url}/ui  API docs: {config.url}/docs")
     if server.notice:
         announce(f"backend: Ray; {server.notice}")
     if secret is not None:
@@ -217,7 +218,10 @@ def serve(
         gpu_count = sum(n.gpu_count for n in pool.nodes)
         threading.Thread(target=submit_demo, args=(config.url, token, gpu_count, announce), daemon=True).start()
     app = front.wrap(server.app)
-    uv = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning"))
+    # A shutdown waits at most 5 s for open responses: an event stream (/v1/events/stream) would otherwise hold it.
+    uv = uvicorn.Server(
+        uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", timeout_graceful_shutdown=5)
+    )
     if threading.current_thread() is threading.main_thread():
         # uvicorn shuts down on SIGTERM, then restores this handler and raises the signal again: with the default
         # one the process would die there, before the cleanup below (loop joined, backend closed).
