@@ -27,6 +27,7 @@ pytestmark = pytest.mark.e2e
 CHROMIUM = os.environ.get("TESSERA_CHROMIUM", "/usr/bin/chromium")
 TICKER = "import time\nfor i in range(100000):\n    print('tick', i, flush=True)\n    time.sleep(0.3)"
 SLEEP = "import time; time.sleep(3600)"
+MARKUP = "<img src=x onerror=window.pwned=1>late"  # a workload name that would run script if shown as HTML
 
 
 @dataclass
@@ -89,12 +90,16 @@ def populate(server: LiveServer) -> Cluster:
         wait_for(lambda: admin.model("chat")["state"] == "ready", timeout_s=60)
     ids: dict[str, int] = {}
     with server.client(tokens["team-a"]) as a, server.client(tokens["team-b"]) as b:
-        ids["ticker"] = a.submit({"name": "ticker", "command": [sys.executable, "-c", TICKER], "gpus": 1, "gpu_fraction": 0.5})["id"]
-        ids["sleeper"] = b.submit({"name": "sleeper-b", "command": [sys.executable, "-c", SLEEP], "gpus": 1, "gpu_fraction": 0.25})["id"]
-        wait_for(lambda: {w["id"] for w in a.workloads(["running"])} | {w["id"] for w in b.workloads(["running"])} >= {ids["ticker"], ids["sleeper"]})
-        ids["whole"] = a.submit({"name": "whole-gpu", "command": [sys.executable, "-c", SLEEP], "gpus": 1})["id"]
+        ids["ticker"] = a.submit(job("ticker", TICKER, gpu_fraction=0.5))["id"]
+        ids["sleeper"] = b.submit(job("sleeper-b", SLEEP, gpu_fraction=0.25))["id"]
+        wait_for(lambda: a.workload(ids["ticker"])["state"] == b.workload(ids["sleeper"])["state"] == "running")
+        ids["whole"] = a.submit(job("whole-gpu", SLEEP))["id"]
         wait_for(lambda: a.workload(ids["whole"])["reason"], timeout_s=20)
     return Cluster(server, tokens, ids)
+
+
+def job(name: str, program: str, **share: float) -> dict[str, object]:
+    return {"name": name, "command": [sys.executable, "-c", program], "gpus": 1, **share}
 
 
 @pytest.fixture
@@ -190,9 +195,11 @@ def test_a_workload_submitted_while_the_page_is_open_appears_without_a_reload(
     page.evaluate("window.unreloaded = true")
     before = int(page.locator("#live").get_attribute("data-last-event-id") or 0)
     with cluster.server.client(cluster.tokens["team-b"]) as b:
-        new = b.submit({"name": "late-arrival", "command": ["true"]})["id"]
-    expect(page.locator(f'tr[data-workload="{new}"]')).to_be_visible(timeout=5_000)
-    assert page.evaluate("window.unreloaded") is True
+        new = b.submit({"name": MARKUP, "command": ["true"]})["id"]
+    row = page.locator(f'tr[data-workload="{new}"]')
+    expect(row).to_be_visible(timeout=5_000)
+    expect(row.locator("td").nth(1)).to_have_text(MARKUP)  # shown as text, never run as markup
+    assert page.evaluate("window.unreloaded") is True and page.evaluate("window.pwned") is None
     assert int(page.locator("#live").get_attribute("data-last-event-id") or 0) > before
     assert not any(u.endswith("/ui/") for u in browsing.requested[1:])  # the page itself was loaded once
     written(browsing.shot("live-update"))

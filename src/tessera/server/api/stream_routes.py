@@ -47,7 +47,6 @@ STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 def router(ctx: ServerContext) -> APIRouter:
     api = APIRouter(tags=["events"])
-    open_streams = _Counter()
 
     @api.get("/events/stream", response_class=StreamingResponse, responses=STREAM_RESPONSES)
     async def event_stream(
@@ -60,12 +59,13 @@ def router(ctx: ServerContext) -> APIRouter:
     ) -> StreamingResponse:
         """Tells the caller when something it may see changed (``changed`` events), so it re-fetches; see the
         module's docstring for the bounds."""
-        if open_streams.value >= MAX_STREAMS:
+        app = request.app
+        if open_streams(app) >= MAX_STREAMS:
             raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, detail=f"over {MAX_STREAMS} open event streams")
         tenant = None if caller.is_admin else caller.tenant
 
         async def changes() -> AsyncIterator[str]:
-            open_streams.value += 1  # here, not above: a generator that never starts never runs its ``finally``
+            app.state.event_streams = open_streams(app) + 1  # here: a generator never started never runs ``finally``
             try:
                 deadline = time.monotonic() + max_seconds
                 last, sent, quiet_since = -1, 0, time.monotonic()
@@ -82,7 +82,7 @@ def router(ctx: ServerContext) -> APIRouter:
                         yield ": keep-alive\n\n"
                     await asyncio.sleep(POLL_S)
             finally:
-                open_streams.value -= 1
+                app.state.event_streams -= 1
 
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         return StreamingResponse(changes(), media_type="text/event-stream", headers=headers)
@@ -90,7 +90,6 @@ def router(ctx: ServerContext) -> APIRouter:
     return api
 
 
-class _Counter:
-    """Open streams of one app (the event loop's single thread changes it: no lock)."""
-
-    value = 0
+def open_streams(app: Any) -> int:
+    """The streams open now on ``app`` (changed only on the event loop's thread: no lock)."""
+    return int(getattr(app.state, "event_streams", 0))
