@@ -13,11 +13,14 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 from live_server import ADMIN, LiveServer, wait_for
 from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
@@ -260,3 +263,28 @@ def test_the_api_docs_load_offline_and_authorize_sends_the_token(browsing: Brows
     expect(operation.locator(".live-responses-table tr.response td.response-col_status")).to_have_text("200")
     written(browsing.shot("docs"))
     assert any(u.endswith("/docs/assets/swagger-ui-bundle.js") for u in browsing.requested)
+
+
+def test_an_open_event_stream_does_not_hold_up_a_shutdown(tmp_path: Path) -> None:
+    """uvicorn waits for open responses when it stops: the stream must end when the shutdown begins."""
+    server = LiveServer(tmp_path / "server")
+    server.start()
+    lines: list[str] = []
+
+    def listen() -> None:
+        headers = {"Authorization": f"Bearer {ADMIN}"}
+        try:
+            with httpx.stream("GET", f"{server.url}/v1/events/stream", headers=headers, timeout=30) as response:
+                lines.extend(response.iter_lines())
+        except httpx.HTTPError as error:
+            lines.append(repr(error))
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    wait_for(lambda: any(line.startswith("data:") for line in lines))
+    started = time.monotonic()
+    server.stop()
+    assert server.process is not None and server.process.returncode == 0
+    assert time.monotonic() - started < 4.0  # the stream's default lifetime is 300 s
+    listener.join(timeout=5)
+    assert lines[-1] == "", lines  # the stream ended cleanly, not cut off

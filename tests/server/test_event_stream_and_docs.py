@@ -65,6 +65,10 @@ def test_the_stream_needs_a_token_and_is_bounded(make_harness: MakeHarness, monk
     assert 1.0 <= time.monotonic() - started < 5.0
     assert len(changed_ids(quiet.text)) == 1 and quiet.text.count(": keep-alive\n\n") >= 3, quiet.text
     assert h.server.app.state.event_streams == 0
+    h.server.ctx.closing = lambda: True  # the server is shutting down: the stream ends at once
+    started = time.monotonic()
+    assert changed_ids(stream(h, ADMIN).text) == [] and time.monotonic() - started < 1.0
+    h.server.ctx.closing = lambda: False
     monkeypatch.setattr(stream_routes, "MAX_STREAMS", 0)
     refused = stream(h, ADMIN, max_events=1)
     assert refused.status_code == 429 and "open event streams" in refused.json()["detail"]

@@ -218,10 +218,8 @@ def serve(
         gpu_count = sum(n.gpu_count for n in pool.nodes)
         threading.Thread(target=submit_demo, args=(config.url, token, gpu_count, announce), daemon=True).start()
     app = front.wrap(server.app)
-    # A shutdown waits at most 5 s for open responses: an event stream (/v1/events/stream) would otherwise hold it.
-    uv = uvicorn.Server(
-        uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", timeout_graceful_shutdown=5)
-    )
+    uv = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning"))
+    server.ctx.closing = lambda: uv.should_exit  # event streams end when a shutdown begins
     if threading.current_thread() is threading.main_thread():
         # uvicorn shuts down on SIGTERM, then restores this handler and raises the signal again: with the default
         # one the process would die there, before the cleanup below (loop joined, backend closed).

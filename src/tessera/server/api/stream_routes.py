@@ -8,7 +8,8 @@ own workloads. It carries no data of its own: the client reads the other routes 
 
 Bounded per connection: it ends after ``max_seconds`` (default ``DEFAULT_LIFETIME_S``; the client reconnects) or
 ``max_events`` changes, sends a comment every ``HEARTBEAT_S`` while nothing changes (so a vanished client is noticed
-when the write fails), and stops when the client disconnects. At most ``MAX_STREAMS`` streams are open at once per
+when the write fails), and stops when the client disconnects or the server begins to shut down (uvicorn waits for
+open responses: a stream would hold the shutdown). At most ``MAX_STREAMS`` streams are open at once per
 server (429 beyond). The token is read from the ``Authorization`` header, as everywhere else: the dashboard reads the
 stream with ``fetch``, which can send it (``EventSource`` cannot).
 """
@@ -70,7 +71,7 @@ def router(ctx: ServerContext) -> APIRouter:
                 deadline = time.monotonic() + max_seconds
                 last, sent, quiet_since = -1, 0, time.monotonic()
                 yield f"retry: {int(POLL_S * 4000)}\n\n"  # how long an EventSource client waits before reconnecting
-                while time.monotonic() < deadline and not await request.is_disconnected():
+                while time.monotonic() < deadline and not ctx.closing() and not await request.is_disconnected():
                     latest = await run_in_threadpool(feed.latest_event_id, ctx.store, tenant)
                     if latest != last:
                         last, sent, quiet_since = latest, sent + 1, time.monotonic()
