@@ -168,6 +168,14 @@ def test_the_workload_list_filters_by_state_and_a_pending_workload_says_why(
     with cluster.server.client() as admin:
         assert rows.count() == len(admin.workloads(["pending"]))
     written(browsing.shot("workloads-pending"))
+    page.select_option("#filter-state", "")
+    page.select_option("#filter-queue", "team-b")
+    expect(page).to_have_url(f"{cluster.server.url}/ui/#/workloads?queue=team-b")
+    queues = page.locator("#workloads tbody tr[data-workload] td:nth-child(5)")
+    wait_for(lambda: set(queues.all_inner_texts()) == {"team-b"}, timeout_s=5)
+    expect(page.locator(f'tr[data-workload="{cluster.ids["sleeper"]}"]')).to_be_visible()
+    page.select_option("#filter-queue", "")
+    page.select_option("#filter-state", "pending")
     with cluster.server.client() as admin:
         reason = admin.workload(cluster.ids["whole"])["reason"]
     assert reason

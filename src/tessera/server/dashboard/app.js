@@ -471,8 +471,12 @@
     if (route().view !== r.view || route().id !== r.id) return; // the user moved on while this loaded
     const view = $("#view");
     const keepLog = r.view === "workloads" && r.id && state.log && state.log.id === r.id;
-    if (r.view === "workloads" && r.id) {
-      if (!keepLog) startLog(r.id);
+    if (keepLog) {
+      // The log box stays where it is (moving it would lose its scroll position); the rest is replaced.
+      for (const child of [...view.children]) if (child !== state.log.box) child.remove();
+      state.log.box.before(...[content].flat(Infinity).filter(Boolean));
+    } else if (r.view === "workloads" && r.id) {
+      startLog(r.id);
       view.replaceChildren(...[content].flat(Infinity).filter(Boolean), state.log.box);
     } else {
       stopLog();
