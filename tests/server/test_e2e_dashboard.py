@@ -11,7 +11,10 @@ check that each was written.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -22,8 +25,10 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from live_server import ADMIN, LiveServer, wait_for
+from live_server import ADMIN, LiveServer, free_port, wait_for
 from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
+
+from tessera.client.http import TesseraClient
 
 pytestmark = pytest.mark.e2e
 
@@ -296,3 +301,40 @@ def test_an_open_event_stream_does_not_hold_up_a_shutdown(tmp_path: Path) -> Non
     assert time.monotonic() - started < 4.0  # the stream's default lifetime is 300 s
     listener.join(timeout=5)
     assert lines[-1] == "", lines  # the stream ended cleanly, not cut off
+
+
+def test_the_demo_as_its_tenant_sees_it(browser: Browser, tmp_path: Path) -> None:
+    """``make run`` (``tessera up --demo``): the printed dashboard URL, signed in with the printed tenant token, shows
+    the demo's workloads and the GPUs they run on."""
+    port, out = free_port(), tmp_path / "out.log"
+    command = [sys.executable, "-m", "tessera.cli", "up", "--demo", "--port", str(port), "--data-dir", str(tmp_path)]
+    with out.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        printed = wait_for(lambda: "Stop with Ctrl-C" in out.read_text() and out.read_text(), timeout_s=60)
+        url = re.search(r"dashboard: (http://127\.0\.0\.1:\d+/ui)", printed)
+        token = re.search(r"TESSERA_TOKEN=(\S+)", printed)
+        assert url and token, printed
+        with TesseraClient(url.group(1).removesuffix("/ui"), token.group(1)) as demo:
+            running = wait_for(lambda: demo.workloads(["running"]), timeout_s=30)
+        seen = Browsing(context.new_page(), Path(os.environ.get("TESSERA_SCREENSHOTS") or tmp_path))
+        seen.page.on("request", lambda request: seen.requested.append(request.url))
+        page = seen.page
+        page.goto(url.group(1))
+        page.fill("#token", token.group(1))
+        page.click("#signin button[type=submit]")
+        on_gpus = [w for w in running if w["gpus"]]
+        assert on_gpus, running
+        for w in on_gpus:
+            expect(page.locator(f'.gpu a.seg[data-workload="{w["id"]}"]').first).to_be_visible()
+        written(seen.shot("demo-cluster"))
+        page.click('nav a[data-view="workloads"]')
+        for w in running:
+            expect(page.locator(f'tr[data-workload="{w["id"]}"]')).to_be_visible()
+        written(seen.shot("demo-workloads"))
+        assert all(urlsplit(u).hostname == "127.0.0.1" for u in seen.requested if not u.startswith("data:"))
+    finally:
+        context.close()
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=60)
