@@ -129,6 +129,7 @@ def test_the_openapi_document_declares_the_bearer_scheme_without_changing_auth(m
         for operation in operations.values():
             if path.startswith("/v1/"):
                 assert operation["security"] == [{"bearer": []}], path
+                assert "authorization" not in {p["name"].lower() for p in operation.get("parameters", [])}, path
     assert doc["paths"]["/metrics"]["get"]["security"] == [{}, {"bearer": []}]
     assert "/docs" not in doc["paths"] and "/ui" not in doc["paths"]
     assert h.http.get("/v1/queues").status_code == 401
