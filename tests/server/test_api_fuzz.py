@@ -17,6 +17,7 @@ surrogates (which Python's JSON reader accepts) come from ``test_api_limits.py``
 
 from __future__ import annotations
 
+import copy
 import os
 import tempfile
 from collections import Counter
@@ -59,10 +60,16 @@ def _openapi_document() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         make, clients = harness_factory(Path(tmp))
         harness = make()
-        document = harness.server.app.openapi()
+        document = copy.deepcopy(harness.server.app.openapi())
         for client in clients:
             client.close()
         harness.server.ctx.store.engine.dispose()
+    # The tests send the token themselves (``Target.call``). With the operations' ``security`` (the bearer scheme)
+    # left in, schemathesis makes "negative" cases out of the credentials, which that header then overrides: valid
+    # requests it expects to be refused.
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            operation.pop("security", None)
     return document
 
 
