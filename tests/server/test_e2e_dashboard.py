@@ -94,6 +94,8 @@ def populate(server: LiveServer) -> Cluster:
     quarter); team-a's whole-GPU job waits."""
     with server.client() as admin:
         tokens = {t: admin.create_token(t)["token"] for t in ("team-a", "team-b")}
+        for tenant, gpus in (("team-a", 0.25), ("team-b", 0.5)):  # team-a's ticker borrows from team-b's quota
+            admin.put_queue({"name": tenant, "tenant": tenant, "cohort": "lab", "nominal": {"*": {"gpus": gpus}}})
         admin.deploy_model({"name": "chat", "engine": "sim", "model": "llama3-8b", "gpu_fraction": 0.25})
         wait_for(lambda: admin.model("chat")["state"] == "ready", timeout_s=60)
     ids: dict[str, int] = {}
@@ -257,7 +259,12 @@ def test_the_models_and_queues_views(browsing: Browsing, cluster: Cluster) -> No
     expect(row.locator("code.url")).to_have_text(f"{cluster.server.url}/openai/v1")
     written(browsing.shot("models"))
     page.click('nav a[data-view="queues"]')
-    expect(page.locator('tr[data-queue="team-a"]')).to_contain_text("0.5 GPU")
+    team_a, team_b = page.locator('tr[data-queue="team-a"]'), page.locator('tr[data-queue="team-b"]')
+    expect(team_a).to_contain_text("*: 0.25 GPU")  # its nominal quota
+    expect(team_a).to_contain_text("0.5 GPU")  # in use: over its quota, borrowed in its cohort
+    expect(team_a.locator(".badge.borrowing")).to_be_visible()
+    expect(team_b).to_contain_text("0.25 GPU")
+    expect(team_b.locator(".badge.borrowing")).to_have_count(0)
     written(browsing.shot("queues"))
 
 

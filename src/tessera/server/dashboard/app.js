@@ -349,7 +349,8 @@
     const height = 22;
     const top = Math.max(1000, ...samples);
     const step = samples.length > 1 ? width / (samples.length - 1) : 0;
-    const points = samples.map((v, i) => `${(i * step).toFixed(1)},${(height - 1 - (v / top) * (height - 2)).toFixed(1)}`);
+    const y = (v) => (height - 1 - (v / top) * (height - 2)).toFixed(1);
+    const points = samples.length === 1 ? [`0,${y(samples[0])}`, `${width},${y(samples[0])}`] : samples.map((v, i) => `${(i * step).toFixed(1)},${y(v)}`);
     const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
     svg.setAttribute("class", "spark");
     svg.setAttribute("width", width);
