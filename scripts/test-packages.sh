@@ -6,6 +6,8 @@
 #                     Debian's non-free component, which is added to apt's sources (deb822 file
 #                     /etc/apt/sources.list.d/tessera-nonfree.sources) when no source offers the package. The daemon
 #                     starts without a GPU.
+#   chromium          the browser of the dashboard's tests (tests/server/test_e2e_dashboard.py), which Playwright drives
+#                     at /usr/bin/chromium: Playwright downloads no browser of its own.
 #
 # A package that cannot be installed (no network, no root) is reported in one warning line; the tests that need it
 # then skip and say why. Exit code 0 either way: this script never fails the build on its own.
@@ -47,5 +49,15 @@ install_mps() {
     fi
 }
 
+install_chromium() {
+    command -v chromium >/dev/null && return 0
+    command -v apt-get >/dev/null || { warn "no apt-get: the dashboard's browser tests will skip"; return 0; }
+    as_root apt-get update -qq >/dev/null 2>&1
+    if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; then
+        warn "could not install chromium: the dashboard's browser tests will skip"
+    fi
+}
+
 install_mps
+install_chromium
 exit 0

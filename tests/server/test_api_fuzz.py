@@ -17,6 +17,7 @@ surrogates (which Python's JSON reader accepts) come from ``test_api_limits.py``
 
 from __future__ import annotations
 
+import copy
 import os
 import tempfile
 from collections import Counter
@@ -59,14 +60,22 @@ def _openapi_document() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         make, clients = harness_factory(Path(tmp))
         harness = make()
-        document = harness.server.app.openapi()
+        document = copy.deepcopy(harness.server.app.openapi())
         for client in clients:
             client.close()
         harness.server.ctx.store.engine.dispose()
+    # The tests send the token themselves (``Target.call``). With the operations' ``security`` (the bearer scheme)
+    # left in, schemathesis makes "negative" cases out of the credentials, which that header then overrides: valid
+    # requests it expects to be refused.
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            operation.pop("security", None)
     return document
 
 
-schema = schemathesis.openapi.from_dict(_openapi_document())
+# The event stream is left out: it answers for up to an hour by design (its own tests are in
+# test_event_stream_and_docs.py).
+schema = schemathesis.openapi.from_dict(_openapi_document()).exclude(path="/v1/events/stream")
 schema.config.generation.update(max_examples=MAX_EXAMPLES, deterministic=DEEPER is None)
 # A generated body over the 1 MiB limit is refused before it is read, with 413: as much a rejection of bad data as a
 # 422, which the check does not count by default.

@@ -19,3 +19,6 @@ class ServerContext:
     metrics: ServerMetrics
     clock: Callable[[], float]
     ready: bool = False  # the store is migrated and running workloads are re-adopted
+    # The HTTP server is shutting down (``up.serve`` sets it from uvicorn): long responses such as the event stream
+    # end then, since uvicorn waits for open responses before it stops.
+    closing: Callable[[], bool] = lambda: False

@@ -203,6 +203,7 @@ def serve(
     kind = "simulated" if pool.simulated else "NVML"
     gpus = ", ".join(f"{n.gpu_count}x{n.gpu_model}" for n in pool.nodes)
     announce(f"Tessera {config.url}  GPUs ({kind}): {gpus}  store: {server.ctx.store.engine.url.render_as_string()}")
+    announce(f"dashboard: {config.url}/ui  API docs: {config.url}/docs")
     if server.notice:
         announce(f"backend: Ray; {server.notice}")
     if secret is not None:
@@ -218,6 +219,7 @@ def serve(
         threading.Thread(target=submit_demo, args=(config.url, token, gpu_count, announce), daemon=True).start()
     app = front.wrap(server.app)
     uv = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning"))
+    server.ctx.closing = lambda: uv.should_exit  # event streams end when a shutdown begins
     if threading.current_thread() is threading.main_thread():
         # uvicorn shuts down on SIGTERM, then restores this handler and raises the signal again: with the default
         # one the process would die there, before the cleanup below (loop joined, backend closed).

@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tessera.api import API_VERSION, ErrorOut, Health
 from tessera.errors import InvalidRequestError
-from tessera.server.api import models_routes, routes
+from tessera.server.api import models_routes, routes, stream_routes, web
 from tessera.server.api.errors import CatchAll, invalid_body, json_safe
 from tessera.server.api.limits import BodyLimit
 from tessera.server.auth import principal_for
@@ -34,6 +34,8 @@ def create_app(ctx: ServerContext) -> FastAPI:
         title="Tessera",
         version=API_VERSION,  # the wire format's version (tessera.api), not the package's
         description="Fractional, multi-tenant GPU scheduling: submit workloads, watch queues, nodes and GPUs.",
+        docs_url=None,  # web.mount serves /docs from local assets (FastAPI's default loads them from a CDN)
+        redoc_url=None,  # the same for /redoc
     )
     app.state.ctx = ctx
     app.add_middleware(BodyLimit)
@@ -78,6 +80,8 @@ def create_app(ctx: ServerContext) -> FastAPI:
     }
     app.include_router(routes.router(ctx), prefix="/v1", responses=errors)
     app.include_router(models_routes.router(ctx), prefix="/v1", responses=errors)
+    app.include_router(stream_routes.router(ctx), prefix="/v1", responses=errors)
+    web.mount(app)  # /ui (the dashboard) and /docs
     return app
 
 

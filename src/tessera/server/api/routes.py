@@ -42,8 +42,11 @@ ADMIN_ONLY: dict[int | str, dict[str, Any]] = {403: {"model": ErrorOut, "descrip
 NO_TOKEN: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut, "description": "no such token"}}
 
 
-def current_principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
-    """The caller of a ``/v1`` route, from its bearer token; 401 without a valid one."""
+def current_principal(
+    request: Request, authorization: Annotated[str | None, Header(include_in_schema=False)] = None
+) -> Principal:
+    """The caller of a ``/v1`` route, from its bearer token; 401 without a valid one. The header is left out of the
+    OpenAPI document's parameters: the document declares it as its bearer security scheme (``api/web.py``)."""
     ctx: ServerContext = request.app.state.ctx
     found = principal_for(ctx.store, authorization, ctx.clock())
     if found is None:

@@ -1,0 +1,613 @@
+// Tessera's dashboard: a small single-page app over the public /v1 API, no framework and no build step.
+//
+// - Signs in with a bearer token the user pastes, kept in sessionStorage (this tab only); "Sign out" forgets it.
+//   Every request sends it in the Authorization header, so a tenant sees only what the API shows it.
+// - Views (the URL's hash): #/cluster, #/workloads?state=..&queue=.., #/workloads/ID, #/queues, #/models.
+// - Live updates: GET /v1/events/stream read with fetch (which, unlike EventSource, can send the token header).
+//   Each "changed" event re-fetches the current view; the page is never reloaded. A slow timer re-fetches too,
+//   since a tenant's stream does not tell it about other tenants' work that changes the GPUs' allocation.
+// - Live logs: /v1/workloads/ID/logs polled with the byte offset the previous answer returned.
+// - Everything shown is built with textContent (never innerHTML), so names and logs cannot inject markup.
+"use strict";
+
+(() => {
+  const TOKEN_KEY = "tessera.token";
+  const STATES = ["pending", "running", "succeeded", "failed", "cancelled", "preempted"];
+  const REFRESH_FALLBACK_MS = 15000;
+  const LOG_POLL_MS = 1000;
+  const SPARK_POINTS = 120;
+
+  const state = {
+    token: sessionStorage.getItem(TOKEN_KEY),
+    lastEventId: null,
+    streamAbort: null,
+    refreshing: false,
+    refreshAgain: false,
+    fallbackTimer: null,
+    log: null, // {id, offset, timer, finished}
+    usage: new Map(), // queue -> [gpu_milli samples], the queue view's usage over time (since the page opened)
+    refreshes: 0,
+  };
+  window.tessera = state; // for the browser tests: what the page knows (no secrets beyond the tab's own token)
+
+  const $ = (selector) => document.querySelector(selector);
+
+  // h("tag.class#id", {attr: value}, ...children): an element; strings become text nodes (never markup).
+  function h(spec, attrs, ...children) {
+    const [tag, ...rest] = spec.split(/(?=[.#])/);
+    const el = document.createElement(tag);
+    const classes = rest.filter((p) => p[0] === ".").map((p) => p.slice(1));
+    const id = rest.find((p) => p[0] === "#");
+    if (classes.length) el.className = classes.join(" ");
+    if (id) el.id = id.slice(1);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+      else if (key === "style") el.style.cssText = value;
+      else el.setAttribute(key, value === true ? "" : String(value));
+    }
+    for (const child of children.flat(Infinity)) {
+      if (child === null || child === undefined || child === false) continue;
+      el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return el;
+  }
+
+  class Unauthorized extends Error {}
+
+  async function api(path) {
+    const response = await fetch(path, { headers: { Authorization: `Bearer ${state.token}` }, cache: "no-store" });
+    if (response.status === 401) throw new Unauthorized("the server refused this token");
+    if (!response.ok) {
+      const body = await response.json().catch(() => ({}));
+      throw new Error(`${path}: ${body.detail || response.statusText}`);
+    }
+    return response.json();
+  }
+
+  // ------------------------------------------------------------------------------------------- formatting
+
+  const gpusOf = (milli) => String(Number((milli / 1000).toFixed(3)));
+  const mib = (m) => (m >= 1024 ? `${(m / 1024).toFixed(m % 1024 === 0 ? 0 : 1)} GiB` : `${m} MiB`);
+  const cores = (m) => `${(m / 1000).toFixed(m % 1000 === 0 ? 0 : 1)}`;
+  const when = (t) => (t ? new Date(t * 1000).toLocaleString() : "–");
+  const badge = (text, cls) => h(`span.badge.${cls || text}`, {}, text);
+  const wlLink = (id, label) => h("a.chip", { href: `#/workloads/${id}`, "data-workload": id }, label || `#${id}`);
+
+  function colorOf(id) {
+    const hue = (Number(id) * 137.508) % 360;
+    return `hsl(${hue.toFixed(0)} 55% 45%)`;
+  }
+
+  function share(w) {
+    if (!w.gpus) return "CPU only";
+    if (w.gpu_milli < 1000) return `${w.gpus} × ${gpusOf(w.gpu_milli)} GPU`;
+    return `${w.gpus} GPU${w.gpus > 1 ? "s" : ""}`;
+  }
+
+  const priority = (w) => (w.priority_class ? `${w.priority} (${w.priority_class})` : String(w.priority));
+
+  function quota(entries) {
+    if (!entries || !Object.keys(entries).length) return "–";
+    return Object.entries(entries)
+      .map(([flavor, v]) => {
+        const parts = [];
+        if (v.gpu_milli !== undefined) parts.push(`${gpusOf(v.gpu_milli)} GPU`);
+        if (v.cpu_milli !== undefined) parts.push(`${cores(v.cpu_milli)} CPU`);
+        if (v.mem_mib !== undefined) parts.push(mib(v.mem_mib));
+        return `${flavor}: ${parts.join(", ") || "no limit"}`;
+      })
+      .join("; ");
+  }
+
+  // ------------------------------------------------------------------------------------------------ views
+
+  async function clusterView() {
+    const [nodes, running] = await Promise.all([api("/v1/nodes"), api("/v1/workloads?state=running")]);
+    const byId = new Map(running.map((w) => [w.id, w]));
+    const shares = new Map(); // "node/gpu" -> [{id, milli}]
+    for (const w of running) {
+      for (const p of w.placement || []) {
+        for (const g of p.gpus) {
+          const key = `${p.node}/${g}`;
+          if (!shares.has(key)) shares.set(key, []);
+          shares.get(key).push({ id: w.id, milli: p.gpu_milli });
+        }
+      }
+    }
+    const totalGpus = nodes.reduce((n, node) => n + node.gpus.length, 0);
+    const simulated = nodes.some((node) => node.gpus.some((g) => g.simulated));
+    const cards = nodes.map((node) =>
+      h(
+        "div.card.node",
+        { "data-node": node.name },
+        h(
+          "div.node-head",
+          {},
+          h("h3", {}, node.name),
+          h("span.muted", {}, node.gpu_model || "no GPU"),
+          h("span", {}, `CPU ${cores(node.cpu_milli - node.cpu_free_milli)}/${cores(node.cpu_milli)} cores used`),
+          h("span", {}, `memory ${mib(node.mem_mib - node.mem_free_mib)}/${mib(node.mem_mib)} used`),
+        ),
+        node.gpus.map((g) => gpuRow(node, g, shares.get(`${node.name}/${g.index}`) || [], byId)),
+      ),
+    );
+    return [
+      h(
+        "h2",
+        {},
+        `Cluster: ${nodes.length} node${nodes.length === 1 ? "" : "s"}, ${totalGpus} GPU${totalGpus === 1 ? "" : "s"} `,
+        simulated ? badge("simulated GPUs", "simulated") : null,
+      ),
+      simulated
+        ? h("p.muted", {}, "Simulated GPUs: the scheduler places work on them, but the processes see no real GPU.")
+        : null,
+      cards,
+    ];
+  }
+
+  function gpuRow(node, g, parts, byId) {
+    const mine = new Set(g.workloads);
+    const shown = parts.filter((p) => mine.has(p.id));
+    const accounted = shown.reduce((n, p) => n + p.milli, 0);
+    const others = Math.max(0, g.allocated_milli - accounted);
+    const segments = shown.map((p) => {
+      const w = byId.get(p.id);
+      const label = `#${p.id}${w && w.name ? ` ${w.name}` : ""} · ${gpusOf(p.milli)}`;
+      return h(
+        "a.seg",
+        { href: `#/workloads/${p.id}`, title: label, "data-workload": p.id, style: `width:${p.milli / 10}%;background:${colorOf(p.id)}` },
+        label,
+      );
+    });
+    if (others > 0) {
+      const title = `${gpusOf(others)} GPU used by workloads not shown to you`;
+      segments.push(h("span.seg.others", { title, style: `width:${others / 10}%` }, "others"));
+    }
+    return h(
+      "div.gpu",
+      { "data-gpu": `${node.name}/${g.index}`, "data-allocated": g.allocated_milli },
+      h(
+        "div",
+        {},
+        h("strong", {}, `GPU ${g.index}`),
+        ` ${g.model} · ${mib(g.mem_mib)} `,
+        g.simulated ? badge("simulated", "simulated") : null,
+      ),
+      h("div.bar", { role: "img", "aria-label": `GPU ${g.index}: ${g.allocated_milli}/1000 allocated` }, segments),
+      h("div", {}, `${gpusOf(g.allocated_milli)} / 1 allocated`),
+      h(
+        "div.chips",
+        {},
+        g.workloads.length ? g.workloads.map((id) => wlLink(id, `#${id}${byId.get(id) ? ` ${byId.get(id).name}` : ""}`)) : h("span.muted", {}, "idle"),
+      ),
+    );
+  }
+
+  async function workloadsView(params) {
+    const chosenState = params.get("state") || "";
+    const chosenQueue = params.get("queue") || "";
+    const query = new URLSearchParams();
+    if (chosenState) query.set("state", chosenState);
+    if (chosenQueue) query.set("queue", chosenQueue);
+    const [workloads, queues] = await Promise.all([api(`/v1/workloads?${query}`), api("/v1/queues")]);
+    const select = (name, values, chosen) =>
+      h(
+        `select`,
+        { id: `filter-${name}`, "aria-label": name, onchange: () => applyFilters() },
+        h("option", { value: "" }, `any ${name}`),
+        values.map((v) => h("option", { value: v, selected: v === chosen }, v)),
+      );
+    const rows = workloads
+      .slice()
+      .reverse()
+      .map((w) =>
+        h(
+          "tr.link",
+          { "data-workload": w.id, "data-state": w.state, onclick: () => (location.hash = `#/workloads/${w.id}`) },
+          h("td", {}, h("a", { href: `#/workloads/${w.id}` }, `#${w.id}`)),
+          h("td", {}, w.name || h("span.muted", {}, w.command.join(" ").slice(0, 60))),
+          h("td", {}, badge(w.state)),
+          h("td", {}, w.tenant),
+          h("td", {}, w.queue),
+          h("td", {}, share(w), w.simulated_gpus ? [" ", badge("simulated", "simulated")] : null),
+          h("td", {}, priority(w)),
+          h("td", {}, when(w.submitted_at)),
+          h("td.reason", {}, w.reason),
+        ),
+      );
+    return [
+      h("h2", {}, `Workloads (${workloads.length})`),
+      h(
+        "div.filters",
+        {},
+        "Filter: ",
+        select("state", STATES, chosenState),
+        select("queue", queues.map((q) => q.name), chosenQueue),
+      ),
+      h(
+        "table#workloads",
+        {},
+        h("thead", {}, h("tr", {}, ["id", "name", "state", "tenant", "queue", "GPUs", "priority", "submitted", "why pending / how it ended"].map((t) => h("th", {}, t)))),
+        h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 9 }, h("span.muted", {}, "none")))),
+      ),
+    ];
+  }
+
+  function applyFilters() {
+    const query = new URLSearchParams();
+    for (const name of ["state", "queue"]) {
+      const value = $(`#filter-${name}`).value;
+      if (value) query.set(name, value);
+    }
+    location.hash = `#/workloads${query.toString() ? `?${query}` : ""}`;
+  }
+
+  async function workloadView(id) {
+    const [w, events] = await Promise.all([api(`/v1/workloads/${id}`), api(`/v1/workloads/${id}/events`)]);
+    const kv = (pairs) => h("dl.kv", {}, pairs.filter(Boolean).map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+    const request = kv([
+      ["command", h("code", {}, w.command.join(" "))],
+      ["kind", w.kind],
+      ["GPUs", share(w)],
+      w.gpu_mem_mib ? ["GPU memory", mib(w.gpu_mem_mib)] : null,
+      w.gpu_types.length ? ["GPU types", w.gpu_types.join(", ")] : null,
+      ["CPU", `${cores(w.cpu_milli)} cores`],
+      ["memory", mib(w.mem_mib)],
+      ["priority", priority(w)],
+      ["tenant / queue", `${w.tenant} / ${w.queue}`],
+      ["submitted", when(w.submitted_at)],
+      ["started", when(w.started_at)],
+      ["finished", when(w.finished_at)],
+      ["exit code", w.exit_code === null ? "–" : w.exit_code],
+      ["attempts", w.attempts],
+    ]);
+    const placement = w.placement
+      ? h(
+          "table#placement",
+          {},
+          h("thead", {}, h("tr", {}, ["node", "GPUs", "share of each", "UUIDs"].map((t) => h("th", {}, t)))),
+          h(
+            "tbody",
+            {},
+            w.placement.map((p) =>
+              h("tr", {}, h("td", {}, p.node), h("td", {}, p.gpus.join(", ")), h("td", {}, gpusOf(p.gpu_milli)), h("td", {}, h("code", {}, p.uuids.join(" ")))),
+            ),
+          ),
+        )
+      : h("p.muted", {}, "not placed now");
+    const eventRows = events.map((e) => h("tr", {}, h("td", {}, when(e.at)), h("td", {}, e.kind), h("td", {}, e.message)));
+    return [
+      h("h2", {}, h("a", { href: "#/workloads" }, "Workloads"), ` / #${w.id} ${w.name} `, badge(w.state)),
+      w.state === "pending" ? h("div.why#why", {}, h("strong", {}, "Why pending: "), w.reason || "waiting for the next step") : null,
+      w.state !== "pending" && w.reason ? h("p#ended", {}, h("strong", {}, "Reason: "), w.reason) : null,
+      h("div.card#request", {}, h("h3", {}, "Request"), request),
+      h(
+        "div.card",
+        {},
+        h("h3", {}, "Placement ", w.simulated_gpus ? badge("simulated GPUs", "simulated") : null),
+        placement,
+      ),
+      h(
+        "div.card",
+        {},
+        h("h3", {}, "Events"),
+        h("table#events", {}, h("thead", {}, h("tr", {}, ["at", "kind", "message"].map((t) => h("th", {}, t)))), h("tbody", {}, eventRows)),
+      ),
+    ];
+  }
+
+  async function queuesView() {
+    const queues = await api("/v1/queues");
+    const rows = queues.map((q) => {
+      const used = Object.values(q.usage).reduce((n, u) => n + (u.gpu_milli || 0), 0);
+      // The GPU quota: null when there is none (an empty nominal is the whole pool; an entry may leave GPUs out).
+      const entries = Object.values(q.nominal);
+      const nominal = entries.length && entries.every((v) => v.gpu_milli !== undefined) ? entries.reduce((n, v) => n + v.gpu_milli, 0) : null;
+      const samples = state.usage.get(q.name) || [];
+      samples.push(used);
+      if (samples.length > SPARK_POINTS) samples.shift();
+      state.usage.set(q.name, samples);
+      const borrowing = nominal !== null && used > nominal;
+      const ratio = nominal ? Math.min(1, used / nominal) : 1;
+      return h(
+        "tr",
+        { "data-queue": q.name },
+        h("td", {}, q.name),
+        h("td", {}, q.tenant),
+        h("td", {}, q.cohort || "–"),
+        h("td", {}, quota(q.nominal) === "–" ? "whole pool" : quota(q.nominal)),
+        h("td", {}, q.borrowing_limit === null ? (q.cohort ? "no limit" : "–") : quota(q.borrowing_limit)),
+        h("td", {}, q.lending_limit === null ? (q.cohort ? "no limit" : "–") : quota(q.lending_limit)),
+        h(
+          "td",
+          {},
+          nominal === null ? null : h(`span.minibar${borrowing ? ".over" : ""}`, { title: `of ${gpusOf(nominal)} GPU nominal` }, h("span", { style: `width:${(ratio * 100).toFixed(0)}%` })),
+          ` ${gpusOf(used)} GPU `,
+          nominal === null ? h("span.muted", {}, "(no GPU quota) ") : null,
+          borrowing ? badge("borrowing", "borrowing") : null,
+        ),
+        h("td", {}, sparkline(samples)),
+        h("td", {}, String(q.running)),
+        h("td", {}, String(q.pending)),
+        h("td", {}, `${q.strategy}, weight ${q.weight}`),
+      );
+    });
+    return [
+      h("h2", {}, `Queues (${queues.length})`),
+      h(
+        "table#queues",
+        {},
+        h("thead", {}, h("tr", {}, ["queue", "tenant", "cohort", "nominal quota", "borrowing limit", "lending limit", "GPU in use", "use since page opened", "running", "pending", "order"].map((t) => h("th", {}, t)))),
+        h("tbody", {}, rows),
+      ),
+    ];
+  }
+
+  function sparkline(samples) {
+    const width = 120;
+    const height = 22;
+    const top = Math.max(1000, ...samples);
+    const step = samples.length > 1 ? width / (samples.length - 1) : 0;
+    const y = (v) => (height - 1 - (v / top) * (height - 2)).toFixed(1);
+    const points = samples.length === 1 ? [`0,${y(samples[0])}`, `${width},${y(samples[0])}`] : samples.map((v, i) => `${(i * step).toFixed(1)},${y(v)}`);
+    const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    svg.setAttribute("class", "spark");
+    svg.setAttribute("width", width);
+    svg.setAttribute("height", height);
+    const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+    line.setAttribute("points", points.join(" "));
+    svg.append(line);
+    return svg;
+  }
+
+  async function modelsView() {
+    const models = await api("/v1/models");
+    const rows = models.map((m) =>
+      h(
+        "tr",
+        { "data-model": m.name },
+        h("td", {}, h("strong", {}, m.name)),
+        h("td", {}, badge(m.state)),
+        h("td", {}, `${m.replicas} running / ${m.desired_replicas} desired (${m.min_replicas}–${m.max_replicas})`),
+        h("td", {}, `${m.engine}: ${m.model}`),
+        h("td", {}, m.gpus ? `${m.gpus} × ${gpusOf(m.gpu_milli)} GPU` : "CPU"),
+        h("td", {}, m.slo),
+        h("td", {}, h("code.url", {}, m.openai_base_url)),
+        h("td", {}, m.replica_workloads.map((id) => wlLink(id))),
+        h("td", {}, `${m.tenant} / ${m.queue}`),
+      ),
+    );
+    return [
+      h("h2", {}, `Models (${models.length})`),
+      h("p.muted", {}, "Point an OpenAI client at the base URL, with a tenant token as the API key."),
+      h(
+        "table#models",
+        {},
+        h("thead", {}, h("tr", {}, ["model", "state", "replicas", "engine", "per replica", "SLO", "OpenAI base URL", "replica workloads", "tenant / queue"].map((t) => h("th", {}, t)))),
+        h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 9 }, h("span.muted", {}, "no model deployed")))),
+      ),
+    ];
+  }
+
+  // ---------------------------------------------------------------------------------------------- logs
+
+  function startLog(id) {
+    if (state.log && state.log.id === id) return;
+    stopLog();
+    const pre = h("pre.log#log", { "aria-label": "log" });
+    const box = h("div.card#logbox", {}, h("h3", {}, "Log ", h("span.muted#log-state", {}, "(live)")), pre);
+    state.log = { id, offset: 0, timer: null, finished: false, box, pre };
+    const poll = async () => {
+      const log = state.log;
+      if (!log || log.id !== id) return;
+      try {
+        const chunk = await api(`/v1/workloads/${id}/logs?offset=${log.offset}`);
+        if (chunk.data) {
+          const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+          pre.append(document.createTextNode(chunk.data));
+          if (atBottom) pre.scrollTop = pre.scrollHeight;
+        }
+        log.offset = chunk.next_offset;
+        if (chunk.finished && !chunk.data) {
+          log.finished = true;
+          box.querySelector("#log-state").textContent = "(ended)";
+          return;
+        }
+      } catch (error) {
+        if (error instanceof Unauthorized) return signOut(error.message);
+      }
+      if (state.log === log) log.timer = setTimeout(poll, LOG_POLL_MS);
+    };
+    poll();
+  }
+
+  function stopLog() {
+    if (state.log && state.log.timer) clearTimeout(state.log.timer);
+    state.log = null;
+  }
+
+  // ------------------------------------------------------------------------------------- routing, refresh
+
+  function route() {
+    const [path, query] = (location.hash.slice(1) || "/cluster").split("?");
+    const parts = path.split("/").filter(Boolean);
+    return { view: parts[0] || "cluster", id: parts[1] ? Number(parts[1]) : null, params: new URLSearchParams(query || "") };
+  }
+
+  async function render() {
+    if (!state.token) return;
+    if (state.refreshing) {
+      state.refreshAgain = true;
+      return;
+    }
+    state.refreshing = true;
+    try {
+      do {
+        state.refreshAgain = false;
+        await renderOnce();
+      } while (state.refreshAgain && state.token);
+    } finally {
+      state.refreshing = false;
+    }
+  }
+
+  async function renderOnce() {
+    const r = route();
+    for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.view === r.view);
+    let content;
+    try {
+      if (r.view === "workloads" && r.id) content = await workloadView(r.id);
+      else if (r.view === "workloads") content = await workloadsView(r.params);
+      else if (r.view === "queues") content = await queuesView();
+      else if (r.view === "models") content = await modelsView();
+      else content = await clusterView();
+      $("#error").hidden = true;
+    } catch (error) {
+      if (error instanceof Unauthorized) return signOut(error.message);
+      $("#error").textContent = String(error.message || error);
+      $("#error").hidden = false;
+      return;
+    }
+    if (route().view !== r.view || route().id !== r.id) return; // the user moved on while this loaded
+    const view = $("#view");
+    const keepLog = r.view === "workloads" && r.id && state.log && state.log.id === r.id;
+    if (keepLog) {
+      // The log box stays where it is (moving it would lose its scroll position); the rest is replaced.
+      for (const child of [...view.children]) if (child !== state.log.box) child.remove();
+      state.log.box.before(...[content].flat(Infinity).filter(Boolean));
+    } else if (r.view === "workloads" && r.id) {
+      startLog(r.id);
+      view.replaceChildren(...[content].flat(Infinity).filter(Boolean), state.log.box);
+    } else {
+      stopLog();
+      view.replaceChildren(...[content].flat(Infinity).filter(Boolean));
+    }
+    view.dataset.view = r.view;
+    state.refreshes += 1;
+    view.dataset.refreshes = String(state.refreshes);
+  }
+
+  // The event stream: fetch with the token header, parsed as Server-Sent Events; reconnects after it ends.
+  async function streamLoop() {
+    while (state.token) {
+      const abort = new AbortController();
+      state.streamAbort = abort;
+      try {
+        const response = await fetch("/v1/events/stream", {
+          headers: { Authorization: `Bearer ${state.token}`, Accept: "text/event-stream" },
+          signal: abort.signal,
+          cache: "no-store",
+        });
+        if (response.status === 401) return signOut("the server refused this token");
+        if (!response.ok) throw new Error(`event stream: ${response.status}`);
+        setLive(true);
+        const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += value.replace(/\r\n?/g, "\n");
+          let end;
+          while ((end = buffer.indexOf("\n\n")) >= 0) {
+            onEvent(buffer.slice(0, end));
+            buffer = buffer.slice(end + 2);
+          }
+        }
+      } catch (error) {
+        if (abort.signal.aborted) return;
+      }
+      setLive(false);
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+    }
+  }
+
+  function onEvent(block) {
+    let kind = "message";
+    let data = "";
+    for (const line of block.split("\n")) {
+      if (line.startsWith(":")) continue;
+      const colon = line.indexOf(":");
+      const field = colon < 0 ? line : line.slice(0, colon);
+      const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+      if (field === "event") kind = value;
+      else if (field === "data") data += value;
+    }
+    if (kind !== "changed") return;
+    const latest = JSON.parse(data).last_event_id;
+    if (latest === state.lastEventId) return;
+    state.lastEventId = latest;
+    $("#live").dataset.lastEventId = String(latest);
+    render(); // also on the first event: a change between the first render and the stream's start is not lost
+  }
+
+  function setLive(on) {
+    const live = $("#live");
+    live.classList.toggle("on", on);
+    live.textContent = on ? "live" : "offline";
+  }
+
+  // -------------------------------------------------------------------------------------- sign in and out
+
+  async function whoAmI() {
+    const admin = await fetch("/v1/tokens", { headers: { Authorization: `Bearer ${state.token}` } });
+    if (admin.status === 401) throw new Unauthorized("the server refused this token");
+    if (admin.ok) return "admin";
+    const queues = await api("/v1/queues");
+    return queues.length ? `tenant ${queues[0].tenant}` : "tenant";
+  }
+
+  async function signIn(token) {
+    state.token = token;
+    let who;
+    try {
+      who = await whoAmI();
+    } catch (error) {
+      state.token = null;
+      $("#signin-error").textContent = error instanceof Unauthorized ? "That token was refused." : String(error.message || error);
+      return showSignIn();
+    }
+    sessionStorage.setItem(TOKEN_KEY, token);
+    $("#signin").hidden = true;
+    $("#signin-error").textContent = "";
+    $("#nav").hidden = false;
+    $("#signout").hidden = false;
+    $("#who").textContent = who;
+    streamLoop();
+    state.fallbackTimer = setInterval(render, REFRESH_FALLBACK_MS);
+    render();
+  }
+
+  function signOut(message) {
+    state.token = null;
+    state.lastEventId = null;
+    sessionStorage.removeItem(TOKEN_KEY);
+    if (state.streamAbort) state.streamAbort.abort();
+    if (state.fallbackTimer) clearInterval(state.fallbackTimer);
+    stopLog();
+    setLive(false);
+    $("#view").replaceChildren();
+    $("#who").textContent = "";
+    $("#signin-error").textContent = message || "";
+    showSignIn();
+  }
+
+  function showSignIn() {
+    $("#nav").hidden = true;
+    $("#signout").hidden = true;
+    $("#signin").hidden = false;
+    $("#token").value = "";
+    $("#token").focus();
+  }
+
+  $("#signin-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const token = $("#token").value.trim();
+    if (token) signIn(token);
+  });
+  $("#signout").addEventListener("click", () => signOut(""));
+  window.addEventListener("hashchange", render);
+
+  if (state.token) signIn(state.token);
+  else showSignIn();
+})();
