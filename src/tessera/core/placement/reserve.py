@@ -43,6 +43,7 @@ class ShapeReserve:
         self._state: ClusterState | None = None
         self._gpus = self._cpu = self._mem = np.zeros(0, dtype=np.int64)  # per shape
         self._count_of_shape = np.zeros(0)  # requests seen per shape
+        self._host_count = np.zeros(0, dtype=np.int64)  # per shape: how many nodes can host it now
 
     def observe(self, request: Request) -> None:
         self._requests_seen += 1
@@ -78,9 +79,38 @@ class ShapeReserve:
         mem_after = state.mem_free_mib[nodes] - request.mem_mib
         lost = hosting & ~self._room_for(whole_after, cpu_after, mem_after)
         share = self._count_of_shape / self._requests_seen
-        per_host = share * MILLI_PER_GPU * self._gpus / np.maximum(hosts.sum(axis=1), 1)
-        charge[some] = self.weight * (per_host @ lost)
+        per_host = share * MILLI_PER_GPU * self._gpus / np.maximum(self._host_count, 1)
+        # Summed shape by shape for each node, in the same order whichever nodes are charged together.
+        charge[some] = self.weight * np.einsum("s,sn->n", per_host, lost.astype(np.float64))
         return charge
+
+    def adjust_best(
+        self,
+        state: ClusterState,
+        request: Request,
+        nodes: IntArray,
+        need_milli: IntArray,
+        score: FloatArray,
+        gpu: IntArray,
+    ) -> FloatArray:
+        """``score`` less the charge, exact for every node that can reach the best final score; the others keep
+        their uncharged score, already below that best (a charge is never negative).
+
+        Charging every feasible node costs a shapes-by-nodes comparison on each decision; the best node is almost
+        always among the few highest scores, so this charges the highest first and then only the nodes whose
+        uncharged score reaches the best final score found.
+        """
+        if not self.weight or not self._shapes or nodes.size == 0:
+            return score
+        final = score.copy()
+        top = np.flatnonzero(score == score.max())
+        final[top] = score[top] - self.charge(state, request, nodes[top], need_milli[top], gpu[top])
+        bar = final[top].max()
+        rest = np.flatnonzero(score >= bar)
+        rest = rest[score[rest] != score[top[0]]]  # the top is charged already
+        if rest.size:
+            final[rest] = score[rest] - self.charge(state, request, nodes[rest], need_milli[rest], gpu[rest])
+        return final
 
     def _room_for(self, whole: IntArray, cpu: IntArray, mem: IntArray) -> npt.NDArray[np.bool_]:
         """``[shape, node]``: whether nodes with ``whole`` free GPUs, ``cpu`` and ``mem`` free have room for each
@@ -117,6 +147,7 @@ class ShapeReserve:
                 ]
             )
             self._hosts = np.zeros((len(self._shapes), state.num_nodes), dtype=np.bool_)
+            self._host_count = np.zeros(len(self._shapes), dtype=np.int64)
             self._state = state
         else:
             stale = np.flatnonzero(seen != state.version)
@@ -125,6 +156,8 @@ class ShapeReserve:
         if stale.size:
             whole = (state.gpu_free_milli[stale] == MILLI_PER_GPU).sum(axis=1)
             room = self._room_for(whole, state.cpu_free_milli[stale], state.mem_free_mib[stale])
-            hosts[:, stale] = allowed[:, state.model_idx[stale]] & room & ~state.drained[stale]
-        self._seen_version = state.version.copy()
+            now = allowed[:, state.model_idx[stale]] & room & ~state.drained[stale]
+            self._host_count += now.sum(axis=1) - hosts[:, stale].sum(axis=1)
+            hosts[:, stale] = now
+            self._seen_version = state.version.copy()
         return hosts

@@ -67,6 +67,16 @@ class TesseraParams:
     refit_every: int = 1024  # online mode: refit period once past the doubling phase
 
 
+def _weighted(values: npt.NDArray[np.float64] | IntArray, weight: FloatArray) -> FloatArray:
+    """``values @ weight`` row by row, summed in the same order whatever the number of rows.
+
+    A BLAS matrix-vector product may round a row differently depending on how many rows it is given (it blocks
+    rows), so the same node could score a unit in the last place apart when scored alone or with others; equally
+    good nodes would then not tie, and cached scores would differ from fresh ones.
+    """
+    return np.asarray(np.einsum("km,m->k", values, weight), dtype=np.float64)
+
+
 class TesseraFragmentation(FragmentationModel):
     """FGD's node fragmentation plus gap-price waste, CPU stranding, joint fill waste and expected sliver waste, in
     milli-GPU."""
@@ -113,13 +123,13 @@ class TesseraFragmentation(FragmentationModel):
             & allowed
         )
         per_pod = np.where(fits, milli_too_small[:, self._pod_threshold], idle[:, None])
-        frag = idle * self._cpu_only_weight + np.asarray(per_pod @ self._pod_weight, dtype=np.float64)
+        frag = idle * self._cpu_only_weight + _weighted(per_pod, self._pod_weight)
         frag = frag + self._gpu_waste[gpu_free].sum(axis=1)
         fed = cpu_fit
         if mem_free is not None and p.memory:
             fed = np.where(self._mem_known[None, :], np.minimum(cpu_fit, mem_free[:, None] // self._mem_each), cpu_fit)
         stranded = np.where(allowed, np.maximum(idle[:, None] - fed * self._gpu_each[None, :], 0.0), 0.0)
-        frag = frag + p.cpu_stranding_weight * (stranded @ self._pod_weight)
+        frag = frag + p.cpu_stranding_weight * _weighted(stranded, self._pod_weight)
         if p.joint_weight:
             frag = frag + p.joint_weight * self._joint(idle, allowed, cpu_fit, pods_per_share)
         return np.asarray(frag, dtype=np.float64)
@@ -157,7 +167,7 @@ class TesseraFragmentation(FragmentationModel):
         """``joint_waste`` from ``pods_per_share[K, T]``: how many pods of each distinct share the node's GPUs fit."""
         gpu_fit = pods_per_share[:, self._pod_threshold] // self._pod_gpus[None, :]
         used = np.where(allowed, np.minimum(gpu_fit, cpu_fit) * self._gpu_each[None, :], 0.0)
-        return np.asarray(idle * self._pod_weight.sum() - used @ self._pod_weight, dtype=np.float64)
+        return np.asarray(idle * self._pod_weight.sum() - _weighted(used, self._pod_weight), dtype=np.float64)
 
 
 class TesseraPolicy(FgdPolicy):
@@ -170,8 +180,16 @@ class TesseraPolicy(FgdPolicy):
         *,
         online: bool = False,
         params: TesseraParams = TesseraParams(),
+        cached: bool = True,
     ) -> None:
         self.params = params
+        # cached=False scores every node afresh on every decision: the reference the caches must agree with.
+        self.cached = cached
+        self.node_local = cached
+        # frag_now's per-node F, valid for the node versions in _frag_at (-1: not known) of _frag_state.
+        self._frag_state: ClusterState | None = None
+        self._frag_at = np.zeros(0, dtype=np.int64)
+        self._frag_of = np.zeros(0)
         self.online = online
         self._model_names = tuple(model_names)
         self._seen: Counter[Shape] = Counter()
@@ -189,7 +207,24 @@ class TesseraPolicy(FgdPolicy):
     def adjust(
         self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray, scored: NodeScores
     ) -> FloatArray:
-        return scored.score - self.reserve.charge(state, request, nodes, need_milli, scored.gpu)
+        if not self.cached:
+            return scored.score - self.reserve.charge(state, request, nodes, need_milli, scored.gpu)
+        return self.reserve.adjust_best(state, request, nodes, need_milli, scored.score, scored.gpu)
+
+    def frag_now(self, state: ClusterState, nodes: IntArray) -> FloatArray:
+        """``F`` of ``nodes`` now, kept per node version: every request shape scores against the same ``F`` of a
+        node, so a node that changed is measured once, not once per shape (``node_frag`` is exact row by row)."""
+        if not self.cached:
+            return super().frag_now(state, nodes)
+        if self._frag_state is not state or self._frag_at.size != state.num_nodes:
+            self._frag_state = state
+            self._frag_at = np.full(state.num_nodes, -1, dtype=np.int64)
+            self._frag_of = np.zeros(state.num_nodes)
+        changed = nodes[self._frag_at[nodes] != state.version[nodes]]
+        if changed.size:
+            self._frag_of[changed] = super().frag_now(state, changed)
+            self._frag_at[changed] = state.version[changed]
+        return self._frag_of[nodes]
 
     def observe(self, request: Request) -> None:
         self.reserve.observe(request)
@@ -203,6 +238,7 @@ class TesseraPolicy(FgdPolicy):
             pods = typical_pods_from_counts(self._seen, self.params.coverage, self._seen_mem)
             self.frag = TesseraFragmentation(pods, self._model_names, self.params)
             self.model_version += 1
+            self._frag_state = None  # F changed with the model
 
     def _due_for_refit(self, seen: int) -> bool:
         first, every = self.params.first_refit, self.params.refit_every
