@@ -100,6 +100,10 @@ class TesseraFragmentation(FragmentationModel):
         self._mem_known = self._pod_mem > 0
         self._gpu_each = (self._thresholds[self._pod_threshold] * self._pod_gpus).astype(np.float64)
         self._positive_shares = bool((self._thresholds > 0).all())  # a zero share fits a GPU with 0 free
+        self._all_mem_known = bool(self._mem_known.all())
+        self._gpu_each_int = self._thresholds[self._pod_threshold] * self._pod_gpus
+        joint_idle = params.joint_weight * self._pod_weight.sum() if params.joint_weight else 0.0
+        self._idle_weight = self._cpu_only_weight + joint_idle
 
     def node_frag(
         self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, mem_free: IntArray | None = None
@@ -109,30 +113,31 @@ class TesseraFragmentation(FragmentationModel):
         if self._pod_weight.size == 0 or not self._positive_shares:
             return self._node_frag_unfused(cpu_free, gpu_free, model_idx, mem_free)
         # FGD's measure (FragmentationModel.node_frag, the same arithmetic), CPU stranding (cpu_stranded, with
-        # memory) and the joint fill waste, sharing one table lookup of how many of each share fit each GPU.
-        idle = gpu_free.sum(axis=1).astype(np.float64)
+        # memory) and the joint fill waste, sharing one table lookup of how many of each share fit each GPU, and
+        # summed over the typical pods in one weighted sum: sum_m p_m (fgd_m + w_s stranded_m - w_j used_m),
+        # with the joint term's idle part (w_j idle sum_m p_m) folded into the per-node constant.
+        idle_int = gpu_free.sum(axis=1)
+        idle = idle_int.astype(np.float64)
         allowed = self._allowed[model_idx]
-        packed = self._fit_packed[gpu_free].sum(axis=1)  # K x T
-        pods_per_share = packed & 0xFFFF
-        gpus_fitting = (packed >> 16) & 0xFFFF
-        milli_too_small = idle[:, None] - (packed >> 32)
-        cpu_fit = cpu_free[:, None] // self._cpu_each[None, :]
-        fits = (
-            (gpus_fitting[:, self._pod_threshold] >= self._pod_gpus[None, :])
-            & (cpu_free[:, None] >= self._pod_cpu[None, :])
-            & allowed
-        )
-        per_pod = np.where(fits, milli_too_small[:, self._pod_threshold], idle[:, None])
-        frag = idle * self._cpu_only_weight + _weighted(per_pod, self._pod_weight)
-        frag = frag + self._gpu_waste[gpu_free].sum(axis=1)
+        packed = self._fit_packed[gpu_free].sum(axis=1)[:, self._pod_threshold]  # K x M
+        cpu_fit = cpu_free[:, None] // self._cpu_each
+        fits = (((packed >> 16) & 0xFFFF) >= self._pod_gpus) & (cpu_free[:, None] >= self._pod_cpu) & allowed
+        per_pod = np.where(fits, idle_int[:, None] - (packed >> 32), idle_int[:, None])
         fed = cpu_fit
         if mem_free is not None and p.memory:
-            fed = np.where(self._mem_known[None, :], np.minimum(cpu_fit, mem_free[:, None] // self._mem_each), cpu_fit)
-        stranded = np.where(allowed, np.maximum(idle[:, None] - fed * self._gpu_each[None, :], 0.0), 0.0)
-        frag = frag + p.cpu_stranding_weight * _weighted(stranded, self._pod_weight)
+            by_mem = mem_free[:, None] // self._mem_each
+            fed = (
+                np.minimum(cpu_fit, by_mem)
+                if self._all_mem_known
+                else np.where(self._mem_known, np.minimum(cpu_fit, by_mem), cpu_fit)
+            )
+        extra = p.cpu_stranding_weight * np.maximum(idle_int[:, None] - fed * self._gpu_each_int, 0)
         if p.joint_weight:
-            frag = frag + p.joint_weight * self._joint(idle, allowed, cpu_fit, pods_per_share)
-        return np.asarray(frag, dtype=np.float64)
+            used = np.minimum((packed & 0xFFFF) // self._pod_gpus, cpu_fit) * self._gpu_each_int
+            extra = extra - p.joint_weight * used
+        terms = per_pod + np.where(allowed, extra, 0.0)
+        frag = idle * self._idle_weight + _weighted(terms, self._pod_weight)
+        return np.asarray(frag + self._gpu_waste[gpu_free].sum(axis=1), dtype=np.float64)
 
     def _node_frag_unfused(
         self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, mem_free: IntArray | None
