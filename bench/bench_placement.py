@@ -2,7 +2,8 @@
 
 Runs on the openb default trace (``../shared/traces/openb``) when it is there, else on the embedded synthetic
 default. The policies run side by side in this one process, so their ratio is meaningful even where the absolute
-numbers depend on the machine; the last line is tessera's pods/s over fgd's. Usage: ``make bench`` or ``python bench/bench_placement.py [--seed N]``.
+numbers depend on the machine; the last line is tessera's pods/s over fgd's.
+Usage: ``make bench`` or ``python bench/bench_placement.py [--seed N]``.
 """
 
 from __future__ import annotations
