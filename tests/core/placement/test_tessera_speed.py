@@ -71,3 +71,19 @@ def test_charging_only_the_nodes_that_can_win_picks_the_same_best_nodes() -> Non
         assert np.flatnonzero(lazy == lazy.max()).tolist() == np.flatnonzero(full == full.max()).tolist()
         charged += int((full < score).sum())
     assert charged  # the reserve did charge some nodes
+
+
+def test_a_large_batch_measures_each_distinct_state_once_with_the_same_result() -> None:
+    inputs = default_inputs()
+    state = ClusterState(inputs.nodes)
+    frag = TesseraFragmentation(typical_pods(inputs.requests), state.model_names, TesseraParams())
+    rng = np.random.default_rng(5)
+    k, g = 600, state.gpu_free_milli.shape[1]
+    pick = rng.integers(0, 12, k)  # twelve distinct states, repeated
+    cpu = rng.integers(0, 96_000, 12)[pick]
+    mem = rng.integers(0, 400_000, 12)[pick]
+    free = (rng.integers(0, 11, (12, g)) * 100)[pick]
+    models = state.model_idx[:12][pick]
+    together = frag.node_frag(cpu, free, models, mem)
+    alone = [frag.node_frag(cpu[i : i + 1], free[i : i + 1], models[i : i + 1], mem[i : i + 1])[0] for i in range(k)]
+    assert together.tolist() == alone

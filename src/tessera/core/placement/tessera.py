@@ -51,7 +51,10 @@ from tessera.core.gap_prices import typical_gap_waste
 from tessera.core.placement.base import NodeScores
 from tessera.core.placement.fgd import FgdPolicy
 from tessera.core.placement.reserve import ShapeReserve
+from tessera.core.placement.type_pressure import TypePressure
 from tessera.core.workload import MILLI_PER_GPU, Request
+
+DEDUP_FROM = 256  # node_frag measures each distinct node state once in batches of at least this many nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +64,10 @@ class TesseraParams:
     gap_price_weight: float = 12.0  # weight of each GPU's gap waste at the sharing mix's LP prices (gap_prices)
     reserve_weight: float = 100.0  # weight of the charge for taking one of the last hosts of a multi-GPU shape
     joint_weight: float = 0.5  # weight of the idle milli a run of one typical pod would leave (GPU and CPU)
+    type_pressure_weight: float = 0.0  # weight of the charge for taking GPU types that constrained pods need
     memory: bool = True  # host memory, like CPU, limits how many typical pods a node can still feed
     coverage: float = 0.95  # share of requests the typical pods cover (as FGD)
+    per_model_waste: bool = True  # sliver and gap waste per GPU model, from the typical pods allowed on it
     first_refit: int = 64  # online mode: requests seen before the first model
     refit_every: int = 1024  # online mode: refit period once past the doubling phase
 
@@ -77,6 +82,14 @@ def _weighted(values: npt.NDArray[np.float64] | IntArray, weight: FloatArray) ->
     return np.asarray(np.einsum("km,m->k", values, weight), dtype=np.float64)
 
 
+def _waste_table(pods: Sequence[TypicalPod], params: TesseraParams) -> FloatArray:
+    """``waste[free]``: the weighted sliver and gap waste of a GPU with ``free`` milli, for the mix ``pods``."""
+    waste = params.sliver_weight * random_fill_waste(pods)
+    if params.gap_price_weight:
+        waste = waste + params.gap_price_weight * typical_gap_waste(pods)
+    return np.asarray(waste, dtype=np.float64)
+
+
 class TesseraFragmentation(FragmentationModel):
     """FGD's node fragmentation plus gap-price waste, CPU stranding, joint fill waste and expected sliver waste, in
     milli-GPU."""
@@ -84,10 +97,17 @@ class TesseraFragmentation(FragmentationModel):
     def __init__(self, pods: Sequence[TypicalPod], model_names: Sequence[str], params: TesseraParams) -> None:
         super().__init__(pods, model_names)
         self.params = params
-        # Both per-GPU waste tables in one, so that a node costs one lookup per GPU.
-        self._gpu_waste = params.sliver_weight * random_fill_waste(pods)
-        if params.gap_price_weight:
-            self._gpu_waste = self._gpu_waste + params.gap_price_weight * typical_gap_waste(pods)
+        # Both per-GPU waste tables in one, so that a node costs one lookup per GPU. With GPU-type constraints
+        # among the typical pods, one table per GPU model, from the pods that may run on it: a GPU's remainder is
+        # filled by the mix that can land there, not by the whole workload's (row len(model_names): no GPU).
+        self._gpu_waste = _waste_table(pods, params)
+        constrained = any(p.gpu_types for p in pods if p.num_gpus > 0)
+        self._waste_by_model: FloatArray | None = None
+        if constrained and params.per_model_waste:
+            self._waste_by_model = np.stack(
+                [_waste_table([p for p in pods if not p.gpu_types or m in p.gpu_types], params) for m in model_names]
+                + [self._gpu_waste]
+            )
         # _fit_counts[free, t]: how many pods of the t-th distinct per-GPU share fit a GPU with ``free`` milli.
         free = np.arange(MILLI_PER_GPU + 1)[:, None]
         self._fit_counts = (free // np.maximum(self._thresholds[None, :], 1)).astype(np.int64)
@@ -109,9 +129,27 @@ class TesseraFragmentation(FragmentationModel):
         self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, mem_free: IntArray | None = None
     ) -> FloatArray:
         """``F`` of K node states; ``mem_free`` (free host memory) feeds the stranding term when given."""
-        p = self.params
         if self._pod_weight.size == 0 or not self._positive_shares:
             return self._node_frag_unfused(cpu_free, gpu_free, model_idx, mem_free)
+        if cpu_free.size >= DEDUP_FROM:
+            # Many nodes of a large batch are in the same state (idle nodes of one kind above all): measure each
+            # distinct state once. Exact, since a node's F does not depend on the nodes measured with it.
+            mem = mem_free if mem_free is not None else np.zeros_like(cpu_free)
+            rows = np.ascontiguousarray(np.column_stack([cpu_free, mem, model_idx, gpu_free]), dtype=np.int64)
+            keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+            _, first, back = np.unique(keys, return_index=True, return_inverse=True)
+            if first.size <= cpu_free.size // 2:
+                at = first
+                distinct = self._node_frag_fused(
+                    cpu_free[at], gpu_free[at], model_idx[at], mem_free[at] if mem_free is not None else None
+                )
+                return np.asarray(distinct[back.ravel()], dtype=np.float64)
+        return self._node_frag_fused(cpu_free, gpu_free, model_idx, mem_free)
+
+    def _node_frag_fused(
+        self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, mem_free: IntArray | None
+    ) -> FloatArray:
+        p = self.params
         # FGD's measure (FragmentationModel.node_frag, the same arithmetic), CPU stranding (cpu_stranded, with
         # memory) and the joint fill waste, sharing one table lookup of how many of each share fit each GPU, and
         # summed over the typical pods in one weighted sum: sum_m p_m (fgd_m + w_s stranded_m - w_j used_m),
@@ -137,14 +175,20 @@ class TesseraFragmentation(FragmentationModel):
             extra = extra - p.joint_weight * used
         terms = per_pod + np.where(allowed, extra, 0.0)
         frag = idle * self._idle_weight + _weighted(terms, self._pod_weight)
-        return np.asarray(frag + self._gpu_waste[gpu_free].sum(axis=1), dtype=np.float64)
+        return np.asarray(frag + self._waste_of(gpu_free, model_idx), dtype=np.float64)
+
+    def _waste_of(self, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
+        """The per-GPU waste (sliver and gap) summed over each node's GPUs."""
+        if self._waste_by_model is None:
+            return np.asarray(self._gpu_waste[gpu_free].sum(axis=1), dtype=np.float64)
+        return np.asarray(self._waste_by_model[model_idx[:, None], gpu_free].sum(axis=1), dtype=np.float64)
 
     def _node_frag_unfused(
         self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, mem_free: IntArray | None
     ) -> FloatArray:
         p = self.params
         frag = super().node_frag(cpu_free, gpu_free, model_idx)
-        frag = frag + self._gpu_waste[np.clip(gpu_free, 0, MILLI_PER_GPU)].sum(axis=1)
+        frag = frag + self._waste_of(np.clip(gpu_free, 0, MILLI_PER_GPU), model_idx)
         if self._pod_weight.size == 0:
             return np.asarray(frag, dtype=np.float64)
         stranded = self.cpu_stranded(cpu_free, gpu_free, model_idx, mem_free if p.memory else None)
@@ -202,6 +246,7 @@ class TesseraPolicy(FgdPolicy):
         self._requests_seen = 0
         self.model_version = 0
         self.reserve = ShapeReserve(params.reserve_weight)
+        self.type_pressure = TypePressure(params.type_pressure_weight)
         super().__init__(TesseraFragmentation(() if online else typical, model_names, params))
         if online:
             self.name = "tessera-online"
@@ -212,9 +257,13 @@ class TesseraPolicy(FgdPolicy):
     def adjust(
         self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray, scored: NodeScores
     ) -> FloatArray:
+        score = scored.score
+        type_charge = self.type_pressure.charge(state, request, nodes, need_milli)
+        if type_charge is not None:
+            score = score - type_charge
         if not self.cached:
-            return scored.score - self.reserve.charge(state, request, nodes, need_milli, scored.gpu)
-        return self.reserve.adjust_best(state, request, nodes, need_milli, scored.score, scored.gpu)
+            return score - self.reserve.charge(state, request, nodes, need_milli, scored.gpu)
+        return self.reserve.adjust_best(state, request, nodes, need_milli, score, scored.gpu)
 
     def frag_now(self, state: ClusterState, nodes: IntArray) -> FloatArray:
         """``F`` of ``nodes`` now, kept per node version: every request shape scores against the same ``F`` of a
@@ -233,6 +282,7 @@ class TesseraPolicy(FgdPolicy):
 
     def observe(self, request: Request) -> None:
         self.reserve.observe(request)
+        self.type_pressure.observe(request)
         if not self.online:
             return
         shape = shape_of(request)
