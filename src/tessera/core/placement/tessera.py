@@ -64,7 +64,7 @@ class TesseraParams:
     gap_price_weight: float = 12.0  # weight of each GPU's gap waste at the sharing mix's LP prices (gap_prices)
     reserve_weight: float = 100.0  # weight of the charge for taking one of the last hosts of a multi-GPU shape
     joint_weight: float = 0.5  # weight of the idle milli a run of one typical pod would leave (GPU and CPU)
-    type_pressure_weight: float = 0.0  # weight of the charge for taking GPU types that constrained pods need
+    type_pressure_weight: float = 1.0  # weight of the charge for taking GPU types that constrained pods need
     memory: bool = True  # host memory, like CPU, limits how many typical pods a node can still feed
     coverage: float = 0.95  # share of requests the typical pods cover (as FGD)
     per_model_waste: bool = True  # sliver and gap waste per GPU model, from the typical pods allowed on it
