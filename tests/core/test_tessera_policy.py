@@ -104,19 +104,3 @@ def test_gap_prices_keep_the_free_share_the_mix_can_still_fill_exactly() -> None
         Request(num_gpus=1, gpu_milli=250, cpu_milli=1000), np.random.default_rng(0)
     )
     assert decision is not None and decision.node == 0
-
-
-def test_with_type_constraints_each_gpu_model_prices_remainders_by_the_pods_allowed_on_it() -> None:
-    from tessera.core.placement.tessera import _waste_table
-
-    anywhere = TypicalPod(1000, 1, 300, frozenset(), 0.5)
-    t4_only = TypicalPod(1000, 1, 500, frozenset({"T4"}), 0.5)
-    params = TesseraParams()
-    frag = TesseraFragmentation([anywhere, t4_only], ["G2", "T4"], params)
-    assert frag._waste_by_model is not None
-    assert frag._waste_by_model[0].tolist() == _waste_table([anywhere], params).tolist()
-    assert frag._waste_by_model[1].tolist() == _waste_table([anywhere, t4_only], params).tolist()
-    # A G2 GPU with 500 free can only take a 300 (200 left); on a T4 a 500 fills it.
-    assert frag._waste_by_model[0][500] > frag._waste_by_model[1][500]
-    unconstrained = TesseraFragmentation([anywhere], ["G2", "T4"], params)
-    assert unconstrained._waste_by_model is None  # one table when nothing is constrained

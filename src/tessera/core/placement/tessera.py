@@ -67,7 +67,6 @@ class TesseraParams:
     type_pressure_weight: float = 1.0  # weight of the charge for taking GPU types that constrained pods need
     memory: bool = True  # host memory, like CPU, limits how many typical pods a node can still feed
     coverage: float = 0.95  # share of requests the typical pods cover (as FGD)
-    per_model_waste: bool = True  # sliver and gap waste per GPU model, from the typical pods allowed on it
     first_refit: int = 64  # online mode: requests seen before the first model
     refit_every: int = 1024  # online mode: refit period once past the doubling phase
 
@@ -97,17 +96,8 @@ class TesseraFragmentation(FragmentationModel):
     def __init__(self, pods: Sequence[TypicalPod], model_names: Sequence[str], params: TesseraParams) -> None:
         super().__init__(pods, model_names)
         self.params = params
-        # Both per-GPU waste tables in one, so that a node costs one lookup per GPU. With GPU-type constraints
-        # among the typical pods, one table per GPU model, from the pods that may run on it: a GPU's remainder is
-        # filled by the mix that can land there, not by the whole workload's (row len(model_names): no GPU).
+        # Both per-GPU waste tables in one, so that a node costs one lookup per GPU.
         self._gpu_waste = _waste_table(pods, params)
-        constrained = any(p.gpu_types for p in pods if p.num_gpus > 0)
-        self._waste_by_model: FloatArray | None = None
-        if constrained and params.per_model_waste:
-            self._waste_by_model = np.stack(
-                [_waste_table([p for p in pods if not p.gpu_types or m in p.gpu_types], params) for m in model_names]
-                + [self._gpu_waste]
-            )
         # _fit_counts[free, t]: how many pods of the t-th distinct per-GPU share fit a GPU with ``free`` milli.
         free = np.arange(MILLI_PER_GPU + 1)[:, None]
         self._fit_counts = (free // np.maximum(self._thresholds[None, :], 1)).astype(np.int64)
@@ -175,20 +165,14 @@ class TesseraFragmentation(FragmentationModel):
             extra = extra - p.joint_weight * used
         terms = per_pod + np.where(allowed, extra, 0.0)
         frag = idle * self._idle_weight + _weighted(terms, self._pod_weight)
-        return np.asarray(frag + self._waste_of(gpu_free, model_idx), dtype=np.float64)
-
-    def _waste_of(self, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
-        """The per-GPU waste (sliver and gap) summed over each node's GPUs."""
-        if self._waste_by_model is None:
-            return np.asarray(self._gpu_waste[gpu_free].sum(axis=1), dtype=np.float64)
-        return np.asarray(self._waste_by_model[model_idx[:, None], gpu_free].sum(axis=1), dtype=np.float64)
+        return np.asarray(frag + self._gpu_waste[gpu_free].sum(axis=1), dtype=np.float64)
 
     def _node_frag_unfused(
         self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, mem_free: IntArray | None
     ) -> FloatArray:
         p = self.params
         frag = super().node_frag(cpu_free, gpu_free, model_idx)
-        frag = frag + self._waste_of(np.clip(gpu_free, 0, MILLI_PER_GPU), model_idx)
+        frag = frag + self._gpu_waste[np.clip(gpu_free, 0, MILLI_PER_GPU)].sum(axis=1)
         if self._pod_weight.size == 0:
             return np.asarray(frag, dtype=np.float64)
         stranded = self.cpu_stranded(cpu_free, gpu_free, model_idx, mem_free if p.memory else None)
