@@ -1,12 +1,13 @@
 """tessera against Tessera's fgd on workload variants of the openb default pod list (``placement_study.variants``).
 
 Usage: python bench/tessera_variant_bench.py [--set tuning|held-out|all] [--seeds 42-51] [--jobs 2] [--online]
-       [--params field:value;field:value] [--out FILE]
+       [--params field:value;field:value] [--out FILE] [--plot FILE.png]
 
 For each variant, arrived 100% and 130% and the seeds, runs the arrival-inflation experiment (1.3x) with tessera
 (``--params``: ``TesseraParams`` fields to change) and fgd, and prints mean unallocated GPU %, tessera's relative
 reduction against fgd (positive: less unallocated), and whether any cell is worse than fgd. ``--online`` adds
-tessera-online. Exit code 1 when a cell is worse or the mean reduction is below 15%.
+tessera-online; ``--plot`` draws the reductions as bars. Exit code 1 when a cell is worse or the mean reduction is
+below 15%.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+import numpy as np
 
 import tessera.sim.placement_study.inflation as inflation
 from tessera.core.fragmentation import TypicalPod
@@ -67,6 +70,7 @@ def main() -> int:
     parser.add_argument("--online", action="store_true")
     parser.add_argument("--params", default="")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--plot", type=Path)
     args = parser.parse_args()
     chosen = {"tuning": TUNING, "held-out": HELD_OUT, "all": TUNING + HELD_OUT}[args.set]
     names = args.variants.split(",") if args.variants else [v.name for v in chosen]
@@ -110,7 +114,41 @@ def main() -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(table)
+    if args.plot:
+        _plot(names, rel, rel_online, held, args.plot)
     return 0 if not worse and statistics.mean(rel) >= 15.0 else 1
+
+
+def _plot(names: list[str], rel: list[float], rel_online: list[float], held: set[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(11, 4.2))
+    x = np.arange(len(names))
+    for i, (b, shade) in enumerate(zip(BUCKETS, ("tab:blue", "tab:cyan"), strict=True)):
+        axis.bar(x + (i - 0.5) * 0.38, rel[i :: len(BUCKETS)], 0.38, color=shade, label=f"tessera, arrived {b}%")
+    if rel_online:
+        for i in range(len(BUCKETS)):
+            axis.scatter(
+                x + (i - 0.5) * 0.38,
+                rel_online[i :: len(BUCKETS)],
+                color="black",
+                s=12,
+                zorder=3,
+                label="tessera-online" if i == 0 else None,
+            )
+    axis.axhline(0, color="black", linewidth=0.8)
+    axis.axhline(15, color="gray", linestyle="--", linewidth=0.8, label="15% target (mean)")
+    axis.set_xticks(x, [n + (" *" if n in held else "") for n in names], rotation=30, ha="right")
+    axis.set(ylabel="less unallocated GPU than fgd (%)", title="tessera vs fgd on workload variants (* held out)")
+    axis.grid(axis="y", alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
 
 
 if __name__ == "__main__":
