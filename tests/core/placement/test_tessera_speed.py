@@ -87,3 +87,11 @@ def test_a_large_batch_measures_each_distinct_state_once_with_the_same_result() 
     together = frag.node_frag(cpu, free, models, mem)
     alone = [frag.node_frag(cpu[i : i + 1], free[i : i + 1], models[i : i + 1], mem[i : i + 1])[0] for i in range(k)]
     assert together.tolist() == alone
+
+
+def test_fgd_places_as_before_the_speed_work() -> None:
+    inputs = default_inputs()
+    assert digest.placement_digest(inputs.nodes, inputs.requests, "fgd", seed=1) == (
+        "7bd724ee2854716187d2032967507c71909f03c3ef6c29037b3bdbe80cbf4608",
+        2061,
+    )

@@ -249,18 +249,23 @@ class TesseraPolicy(FgdPolicy):
             return score - self.reserve.charge(state, request, nodes, need_milli, scored.gpu)
         return self.reserve.adjust_best(state, request, nodes, need_milli, score, scored.gpu)
 
-    def frag_now(self, state: ClusterState, nodes: IntArray) -> FloatArray:
+    def frag_now(
+        self, state: ClusterState, nodes: IntArray, cpu: IntArray, free: IntArray, models: IntArray, mem: IntArray
+    ) -> FloatArray:
         """``F`` of ``nodes`` now, kept per node version: every request shape scores against the same ``F`` of a
         node, so a node that changed is measured once, not once per shape (``node_frag`` is exact row by row)."""
         if not self.cached:
-            return super().frag_now(state, nodes)
+            return super().frag_now(state, nodes, cpu, free, models, mem)
         if self._frag_state is not state or self._frag_at.size != state.num_nodes:
             self._frag_state = state
             self._frag_at = np.full(state.num_nodes, -1, dtype=np.int64)
             self._frag_of = np.zeros(state.num_nodes)
-        changed = nodes[self._frag_at[nodes] != state.version[nodes]]
-        if changed.size:
-            self._frag_of[changed] = super().frag_now(state, changed)
+        stale = self._frag_at[nodes] != state.version[nodes]
+        if stale.any():
+            changed = nodes[stale]
+            self._frag_of[changed] = super().frag_now(
+                state, changed, cpu[stale], free[stale], models[stale], mem[stale]
+            )
             self._frag_at[changed] = state.version[changed]
         return self._frag_of[nodes]
 
