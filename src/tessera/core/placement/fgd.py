@@ -39,11 +39,18 @@ class FgdPolicy(BasePolicy):
         """How good it is to move a node from fragmentation ``before`` to ``after`` (higher is better)."""
         return frag_delta_score(before, after)
 
+    def frag_now(
+        self, state: ClusterState, nodes: IntArray, cpu: IntArray, free: IntArray, models: IntArray, mem: IntArray
+    ) -> FloatArray:
+        """The fragmentation of ``nodes`` as they are now (their free ``cpu``, GPU milli ``free``, ``models`` and
+        ``mem``, read from ``state``); a policy may keep it between decisions."""
+        return self.frag.node_frag(cpu, free, models, mem)
+
     def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
         cpu, mem = state.cpu_free_milli[nodes], state.mem_free_mib[nodes]
         free = state.gpu_free_milli[nodes]
         models = state.model_idx[nodes]
-        before = self.frag.node_frag(cpu, free, models, mem)
+        before = self.frag_now(state, nodes, cpu, free, models, mem)
         cpu_after, mem_after = cpu - request.scoring_cpu_milli, mem - request.mem_mib
         # A memory-sized request can be a share on a large GPU model and a whole GPU on a small one.
         sharing = (need_milli < MILLI_PER_GPU) if request.num_gpus == 1 else np.zeros(nodes.size, dtype=np.bool_)

@@ -43,6 +43,7 @@ class ShapeReserve:
         self._state: ClusterState | None = None
         self._gpus = self._cpu = self._mem = np.zeros(0, dtype=np.int64)  # per shape
         self._count_of_shape = np.zeros(0)  # requests seen per shape
+        self._host_count = np.zeros(0, dtype=np.int64)  # per shape: how many nodes can host it now
 
     def observe(self, request: Request) -> None:
         self._requests_seen += 1
@@ -62,25 +63,58 @@ class ShapeReserve:
         self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray, gpu: IntArray
     ) -> FloatArray:
         """The charge (in milli-GPU, to subtract from the score) of placing ``request`` on each of ``nodes``."""
-        charge = np.zeros(nodes.size)
         if not self.weight or not self._shapes or nodes.size == 0:
-            return charge
-        hosts = self._refresh(state)
-        # Only a node that hosts some shape now can lose one; a host is of an allowed model by construction.
-        hosting = hosts[:, nodes]
-        some = np.flatnonzero(hosting.any(axis=0))
-        if some.size == 0:
-            return charge
-        hosting, nodes, need_milli, gpu = hosting[:, some], nodes[some], need_milli[some], gpu[some]
+            return np.zeros(nodes.size)
+        # A node loses a shape when it has room for it now and not after; whether it may host it at all (GPU model,
+        # not drained) is what the kept ``hosts`` adds. Only when something is lost are the host counts needed.
         free = state.gpu_free_milli[nodes]
-        whole_after = (free == MILLI_PER_GPU).sum(axis=1) - self._whole_gpus_taken(request, free, need_milli, gpu)
-        cpu_after = state.cpu_free_milli[nodes] - request.cpu_milli
-        mem_after = state.mem_free_mib[nodes] - request.mem_mib
-        lost = hosting & ~self._room_for(whole_after, cpu_after, mem_after)
+        whole = (free == MILLI_PER_GPU).sum(axis=1)
+        cpu, mem = state.cpu_free_milli[nodes], state.mem_free_mib[nodes]
+        taken = self._whole_gpus_taken(request, free, need_milli, gpu)
+        lost = self._room_for(whole, cpu, mem) & ~self._room_for(
+            whole - taken, cpu - request.cpu_milli, mem - request.mem_mib
+        )
+        if not lost.any():
+            return np.zeros(nodes.size)
+        hosts = self._refresh(state)
+        lost &= hosts[:, nodes]
+        if not lost.any():
+            return np.zeros(nodes.size)
         share = self._count_of_shape / self._requests_seen
-        per_host = share * MILLI_PER_GPU * self._gpus / np.maximum(hosts.sum(axis=1), 1)
-        charge[some] = self.weight * (per_host @ lost)
-        return charge
+        per_host = share * MILLI_PER_GPU * self._gpus / np.maximum(self._host_count, 1)
+        # Summed shape by shape for each node, in the same order whichever nodes are charged together.
+        return np.asarray(self.weight * np.einsum("s,sn->n", per_host, lost.astype(np.float64)), dtype=np.float64)
+
+    def adjust_best(
+        self,
+        state: ClusterState,
+        request: Request,
+        nodes: IntArray,
+        need_milli: IntArray,
+        score: FloatArray,
+        gpu: IntArray,
+    ) -> FloatArray:
+        """``score`` less the charge, exact for every node that can reach the best final score; the others keep
+        their uncharged score, already below that best (a charge is never negative).
+
+        Charging every feasible node costs a shapes-by-nodes comparison on each decision; the best node is almost
+        always among the few highest scores, so this charges the highest first and then only the nodes whose
+        uncharged score reaches the best final score found.
+        """
+        if not self.weight or not self._shapes or nodes.size == 0:
+            return score
+        top = np.flatnonzero(score == score.max())
+        top_charge = self.charge(state, request, nodes[top], need_milli[top], gpu[top])
+        if not top_charge.any():
+            return score  # an uncharged best: no other node reaches it
+        final = score.copy()
+        final[top] = score[top] - top_charge
+        bar = final[top].max()
+        rest = np.flatnonzero(score >= bar)
+        rest = rest[score[rest] != score[top[0]]]  # the top is charged already
+        if rest.size:
+            final[rest] = score[rest] - self.charge(state, request, nodes[rest], need_milli[rest], gpu[rest])
+        return final
 
     def _room_for(self, whole: IntArray, cpu: IntArray, mem: IntArray) -> npt.NDArray[np.bool_]:
         """``[shape, node]``: whether nodes with ``whole`` free GPUs, ``cpu`` and ``mem`` free have room for each
@@ -93,9 +127,11 @@ class ShapeReserve:
         )
 
     def _whole_gpus_taken(self, request: Request, free: IntArray, need_milli: IntArray, gpu: IntArray) -> IntArray:
-        if request.num_gpus != 1 or not (need_milli < MILLI_PER_GPU).any():
+        if request.num_gpus != 1:
             return np.full(free.shape[0], request.num_gpus, dtype=np.int64)
         sharing = need_milli < MILLI_PER_GPU
+        if not sharing.any():
+            return np.ones(free.shape[0], dtype=np.int64)
         rows = np.arange(free.shape[0])
         chosen = free[rows, np.maximum(gpu, 0)]
         # Without a GPU choice the engine best-fits: it takes a whole GPU only when no partly used one fits.
@@ -117,6 +153,7 @@ class ShapeReserve:
                 ]
             )
             self._hosts = np.zeros((len(self._shapes), state.num_nodes), dtype=np.bool_)
+            self._host_count = np.zeros(len(self._shapes), dtype=np.int64)
             self._state = state
         else:
             stale = np.flatnonzero(seen != state.version)
@@ -125,6 +162,8 @@ class ShapeReserve:
         if stale.size:
             whole = (state.gpu_free_milli[stale] == MILLI_PER_GPU).sum(axis=1)
             room = self._room_for(whole, state.cpu_free_milli[stale], state.mem_free_mib[stale])
-            hosts[:, stale] = allowed[:, state.model_idx[stale]] & room & ~state.drained[stale]
-        self._seen_version = state.version.copy()
+            now = allowed[:, state.model_idx[stale]] & room & ~state.drained[stale]
+            self._host_count += now.sum(axis=1) - hosts[:, stale].sum(axis=1)
+            hosts[:, stale] = now
+            self._seen_version = state.version.copy()
         return hosts

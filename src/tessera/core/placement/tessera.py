@@ -51,7 +51,10 @@ from tessera.core.gap_prices import typical_gap_waste
 from tessera.core.placement.base import NodeScores
 from tessera.core.placement.fgd import FgdPolicy
 from tessera.core.placement.reserve import ShapeReserve
+from tessera.core.placement.type_pressure import TypePressure
 from tessera.core.workload import MILLI_PER_GPU, Request
+
+DEDUP_FROM = 256  # node_frag measures each distinct node state once in batches of at least this many nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +64,29 @@ class TesseraParams:
     gap_price_weight: float = 12.0  # weight of each GPU's gap waste at the sharing mix's LP prices (gap_prices)
     reserve_weight: float = 100.0  # weight of the charge for taking one of the last hosts of a multi-GPU shape
     joint_weight: float = 0.5  # weight of the idle milli a run of one typical pod would leave (GPU and CPU)
+    type_pressure_weight: float = 1.0  # weight of the charge for taking GPU types that constrained pods need
     memory: bool = True  # host memory, like CPU, limits how many typical pods a node can still feed
     coverage: float = 0.95  # share of requests the typical pods cover (as FGD)
     first_refit: int = 64  # online mode: requests seen before the first model
     refit_every: int = 1024  # online mode: refit period once past the doubling phase
+
+
+def _weighted(values: npt.NDArray[np.float64] | IntArray, weight: FloatArray) -> FloatArray:
+    """``values @ weight`` row by row, summed in the same order whatever the number of rows.
+
+    A BLAS matrix-vector product may round a row differently depending on how many rows it is given (it blocks
+    rows), so the same node could score a unit in the last place apart when scored alone or with others; equally
+    good nodes would then not tie, and cached scores would differ from fresh ones.
+    """
+    return np.asarray(np.einsum("km,m->k", values, weight), dtype=np.float64)
+
+
+def _waste_table(pods: Sequence[TypicalPod], params: TesseraParams) -> FloatArray:
+    """``waste[free]``: the weighted sliver and gap waste of a GPU with ``free`` milli, for the mix ``pods``."""
+    waste = params.sliver_weight * random_fill_waste(pods)
+    if params.gap_price_weight:
+        waste = waste + params.gap_price_weight * typical_gap_waste(pods)
+    return np.asarray(waste, dtype=np.float64)
 
 
 class TesseraFragmentation(FragmentationModel):
@@ -75,9 +97,7 @@ class TesseraFragmentation(FragmentationModel):
         super().__init__(pods, model_names)
         self.params = params
         # Both per-GPU waste tables in one, so that a node costs one lookup per GPU.
-        self._gpu_waste = params.sliver_weight * random_fill_waste(pods)
-        if params.gap_price_weight:
-            self._gpu_waste = self._gpu_waste + params.gap_price_weight * typical_gap_waste(pods)
+        self._gpu_waste = _waste_table(pods, params)
         # _fit_counts[free, t]: how many pods of the t-th distinct per-GPU share fit a GPU with ``free`` milli.
         free = np.arange(MILLI_PER_GPU + 1)[:, None]
         self._fit_counts = (free // np.maximum(self._thresholds[None, :], 1)).astype(np.int64)
@@ -90,39 +110,62 @@ class TesseraFragmentation(FragmentationModel):
         self._mem_known = self._pod_mem > 0
         self._gpu_each = (self._thresholds[self._pod_threshold] * self._pod_gpus).astype(np.float64)
         self._positive_shares = bool((self._thresholds > 0).all())  # a zero share fits a GPU with 0 free
+        self._all_mem_known = bool(self._mem_known.all())
+        self._gpu_each_int = self._thresholds[self._pod_threshold] * self._pod_gpus
+        joint_idle = params.joint_weight * self._pod_weight.sum() if params.joint_weight else 0.0
+        self._idle_weight = self._cpu_only_weight + joint_idle
 
     def node_frag(
         self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, mem_free: IntArray | None = None
     ) -> FloatArray:
         """``F`` of K node states; ``mem_free`` (free host memory) feeds the stranding term when given."""
-        p = self.params
         if self._pod_weight.size == 0 or not self._positive_shares:
             return self._node_frag_unfused(cpu_free, gpu_free, model_idx, mem_free)
+        if cpu_free.size >= DEDUP_FROM:
+            # Many nodes of a large batch are in the same state (idle nodes of one kind above all): measure each
+            # distinct state once. Exact, since a node's F does not depend on the nodes measured with it.
+            mem = mem_free if mem_free is not None else np.zeros_like(cpu_free)
+            rows = np.ascontiguousarray(np.column_stack([cpu_free, mem, model_idx, gpu_free]), dtype=np.int64)
+            keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+            _, first, back = np.unique(keys, return_index=True, return_inverse=True)
+            if first.size <= cpu_free.size // 2:
+                at = first
+                distinct = self._node_frag_fused(
+                    cpu_free[at], gpu_free[at], model_idx[at], mem_free[at] if mem_free is not None else None
+                )
+                return np.asarray(distinct[back.ravel()], dtype=np.float64)
+        return self._node_frag_fused(cpu_free, gpu_free, model_idx, mem_free)
+
+    def _node_frag_fused(
+        self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, mem_free: IntArray | None
+    ) -> FloatArray:
+        p = self.params
         # FGD's measure (FragmentationModel.node_frag, the same arithmetic), CPU stranding (cpu_stranded, with
-        # memory) and the joint fill waste, sharing one table lookup of how many of each share fit each GPU.
-        idle = gpu_free.sum(axis=1).astype(np.float64)
+        # memory) and the joint fill waste, sharing one table lookup of how many of each share fit each GPU, and
+        # summed over the typical pods in one weighted sum: sum_m p_m (fgd_m + w_s stranded_m - w_j used_m),
+        # with the joint term's idle part (w_j idle sum_m p_m) folded into the per-node constant.
+        idle_int = gpu_free.sum(axis=1)
+        idle = idle_int.astype(np.float64)
         allowed = self._allowed[model_idx]
-        packed = self._fit_packed[gpu_free].sum(axis=1)  # K x T
-        pods_per_share = packed & 0xFFFF
-        gpus_fitting = (packed >> 16) & 0xFFFF
-        milli_too_small = idle[:, None] - (packed >> 32)
-        cpu_fit = cpu_free[:, None] // self._cpu_each[None, :]
-        fits = (
-            (gpus_fitting[:, self._pod_threshold] >= self._pod_gpus[None, :])
-            & (cpu_free[:, None] >= self._pod_cpu[None, :])
-            & allowed
-        )
-        per_pod = np.where(fits, milli_too_small[:, self._pod_threshold], idle[:, None])
-        frag = idle * self._cpu_only_weight + np.asarray(per_pod @ self._pod_weight, dtype=np.float64)
-        frag = frag + self._gpu_waste[gpu_free].sum(axis=1)
+        packed = self._fit_packed[gpu_free].sum(axis=1)[:, self._pod_threshold]  # K x M
+        cpu_fit = cpu_free[:, None] // self._cpu_each
+        fits = (((packed >> 16) & 0xFFFF) >= self._pod_gpus) & (cpu_free[:, None] >= self._pod_cpu) & allowed
+        per_pod = np.where(fits, idle_int[:, None] - (packed >> 32), idle_int[:, None])
         fed = cpu_fit
         if mem_free is not None and p.memory:
-            fed = np.where(self._mem_known[None, :], np.minimum(cpu_fit, mem_free[:, None] // self._mem_each), cpu_fit)
-        stranded = np.where(allowed, np.maximum(idle[:, None] - fed * self._gpu_each[None, :], 0.0), 0.0)
-        frag = frag + p.cpu_stranding_weight * (stranded @ self._pod_weight)
+            by_mem = mem_free[:, None] // self._mem_each
+            fed = (
+                np.minimum(cpu_fit, by_mem)
+                if self._all_mem_known
+                else np.where(self._mem_known, np.minimum(cpu_fit, by_mem), cpu_fit)
+            )
+        extra = p.cpu_stranding_weight * np.maximum(idle_int[:, None] - fed * self._gpu_each_int, 0)
         if p.joint_weight:
-            frag = frag + p.joint_weight * self._joint(idle, allowed, cpu_fit, pods_per_share)
-        return np.asarray(frag, dtype=np.float64)
+            used = np.minimum((packed & 0xFFFF) // self._pod_gpus, cpu_fit) * self._gpu_each_int
+            extra = extra - p.joint_weight * used
+        terms = per_pod + np.where(allowed, extra, 0.0)
+        frag = idle * self._idle_weight + _weighted(terms, self._pod_weight)
+        return np.asarray(frag + self._gpu_waste[gpu_free].sum(axis=1), dtype=np.float64)
 
     def _node_frag_unfused(
         self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, mem_free: IntArray | None
@@ -157,7 +200,7 @@ class TesseraFragmentation(FragmentationModel):
         """``joint_waste`` from ``pods_per_share[K, T]``: how many pods of each distinct share the node's GPUs fit."""
         gpu_fit = pods_per_share[:, self._pod_threshold] // self._pod_gpus[None, :]
         used = np.where(allowed, np.minimum(gpu_fit, cpu_fit) * self._gpu_each[None, :], 0.0)
-        return np.asarray(idle * self._pod_weight.sum() - used @ self._pod_weight, dtype=np.float64)
+        return np.asarray(idle * self._pod_weight.sum() - _weighted(used, self._pod_weight), dtype=np.float64)
 
 
 class TesseraPolicy(FgdPolicy):
@@ -170,8 +213,16 @@ class TesseraPolicy(FgdPolicy):
         *,
         online: bool = False,
         params: TesseraParams = TesseraParams(),
+        cached: bool = True,
     ) -> None:
         self.params = params
+        # cached=False scores every node afresh on every decision: the reference the caches must agree with.
+        self.cached = cached
+        self.node_local = cached
+        # frag_now's per-node F, valid for the node versions in _frag_at (-1: not known) of _frag_state.
+        self._frag_state: ClusterState | None = None
+        self._frag_at = np.zeros(0, dtype=np.int64)
+        self._frag_of = np.zeros(0)
         self.online = online
         self._model_names = tuple(model_names)
         self._seen: Counter[Shape] = Counter()
@@ -179,6 +230,7 @@ class TesseraPolicy(FgdPolicy):
         self._requests_seen = 0
         self.model_version = 0
         self.reserve = ShapeReserve(params.reserve_weight)
+        self.type_pressure = TypePressure(params.type_pressure_weight)
         super().__init__(TesseraFragmentation(() if online else typical, model_names, params))
         if online:
             self.name = "tessera-online"
@@ -189,10 +241,37 @@ class TesseraPolicy(FgdPolicy):
     def adjust(
         self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray, scored: NodeScores
     ) -> FloatArray:
-        return scored.score - self.reserve.charge(state, request, nodes, need_milli, scored.gpu)
+        score = scored.score
+        type_charge = self.type_pressure.charge(state, request, nodes, need_milli)
+        if type_charge is not None:
+            score = score - type_charge
+        if not self.cached:
+            return score - self.reserve.charge(state, request, nodes, need_milli, scored.gpu)
+        return self.reserve.adjust_best(state, request, nodes, need_milli, score, scored.gpu)
+
+    def frag_now(
+        self, state: ClusterState, nodes: IntArray, cpu: IntArray, free: IntArray, models: IntArray, mem: IntArray
+    ) -> FloatArray:
+        """``F`` of ``nodes`` now, kept per node version: every request shape scores against the same ``F`` of a
+        node, so a node that changed is measured once, not once per shape (``node_frag`` is exact row by row)."""
+        if not self.cached:
+            return super().frag_now(state, nodes, cpu, free, models, mem)
+        if self._frag_state is not state or self._frag_at.size != state.num_nodes:
+            self._frag_state = state
+            self._frag_at = np.full(state.num_nodes, -1, dtype=np.int64)
+            self._frag_of = np.zeros(state.num_nodes)
+        stale = self._frag_at[nodes] != state.version[nodes]
+        if stale.any():
+            changed = nodes[stale]
+            self._frag_of[changed] = super().frag_now(
+                state, changed, cpu[stale], free[stale], models[stale], mem[stale]
+            )
+            self._frag_at[changed] = state.version[changed]
+        return self._frag_of[nodes]
 
     def observe(self, request: Request) -> None:
         self.reserve.observe(request)
+        self.type_pressure.observe(request)
         if not self.online:
             return
         shape = shape_of(request)
@@ -203,6 +282,7 @@ class TesseraPolicy(FgdPolicy):
             pods = typical_pods_from_counts(self._seen, self.params.coverage, self._seen_mem)
             self.frag = TesseraFragmentation(pods, self._model_names, self.params)
             self.model_version += 1
+            self._frag_state = None  # F changed with the model
 
     def _due_for_refit(self, seen: int) -> bool:
         first, every = self.params.first_refit, self.params.refit_every
