@@ -4,7 +4,9 @@ KV cache on the CPU, and runs the real engines with the interpreter and flags th
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
+import tessera
 from tessera.serving.engine_exec import engine_argv, engine_env, memory_fraction
 from tessera.serving.replicas import DeployedModel, replica_command
 
@@ -59,3 +61,5 @@ def test_the_server_hands_the_engine_settings_to_each_replica() -> None:
     _, env = replica_command(model, 8001, server)
     assert env["TESSERA_ENGINE_PYTHON"] == "/e/bin/python" and env["TESSERA_VLLM_ARGS"] == "--dtype float32"
     assert "SECRET" not in env
+    assert env["PYTHONPATH"] == str(Path(tessera.__file__).parent.parent)  # the server's own shim
+    assert "PYTHONPATH" not in engine_env("vllm", env) and engine_env("sim", env)["PYTHONPATH"] == env["PYTHONPATH"]

@@ -108,8 +108,11 @@ def engine_argv(engine: str, name: str, port: int, weights: str | None, env: Map
 
 
 def engine_env(engine: str, env: Mapping[str, str]) -> dict[str, str]:
-    """The engine's environment: this one, offline for the hub, with the CPU KV cache sized for vLLM."""
+    """The engine's environment: this one, offline for the hub, with the CPU KV cache sized for vLLM; a real
+    engine's virtualenv is self-contained, so Tessera's ``PYTHONPATH`` (for this shim) does not reach it."""
     out = {**env, "HF_HUB_OFFLINE": "1"}
+    if engine != "sim":
+        out.pop("PYTHONPATH", None)
     if engine == "vllm" and on_cpu(env):
         out[CPU_KV_ENV] = cpu_kv_cache_gib(env)
     return out
