@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import tessera
-from tessera.serving.engine_exec import engine_argv, engine_env, memory_fraction
+from tessera.serving.engine_exec import engine_argv, engine_env, memory_fraction, name_link
 from tessera.serving.replicas import DeployedModel, replica_command
 
 
@@ -47,7 +47,7 @@ def test_the_engine_venv_and_extra_flags_come_from_the_environment() -> None:
     assert vllm[-2:] == ["--dtype", "float32"]
     assert engine_argv("vllm", "chat", 8001, "/m", {})[0] == sys.executable
     served = engine_argv("transformers", "chat", 8001, "/m", env)
-    assert served[:5] == ["/e/bin/python", "-m", "transformers.cli.transformers", "serve", "/m"]
+    assert served[:5] == ["/e/bin/python", "-m", "transformers.cli.transformers", "serve", "chat"]  # see name_link
     assert served[served.index("--device") + 1] == "cpu" and "--dtype" not in served  # TESSERA_VLLM_ARGS is vLLM's
     assert engine_argv("sim", "chat", 8001, None, env)[0] == sys.executable  # the sim is Tessera's own
 
@@ -63,3 +63,15 @@ def test_the_server_hands_the_engine_settings_to_each_replica() -> None:
     assert "SECRET" not in env
     assert env["PYTHONPATH"] == str(Path(tessera.__file__).parent.parent)  # the server's own shim
     assert "PYTHONPATH" not in engine_env("vllm", env) and engine_env("sim", env)["PYTHONPATH"] == env["PYTHONPATH"]
+
+
+def test_transformers_serve_loads_the_folder_under_the_deployed_name(tmp_path: Path) -> None:
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    env = {"TMPDIR": str(tmp_path)}
+    links = name_link("chat", str(weights), env)
+    assert (links / "chat").resolve() == weights and links.stat().st_mode & 0o777 == 0o700
+    other = tmp_path / "other"
+    other.mkdir()
+    assert name_link("chat", str(other), env) == links and (links / "chat").resolve() == other  # replaced
+    assert sorted(p.name for p in links.iterdir()) == ["chat"]

@@ -99,12 +99,28 @@ def engine_argv(engine: str, name: str, port: int, weights: str | None, env: Map
         if fraction is not None:
             argv += ["--mem-fraction-static", str(fraction)]
         return argv + extra_args(engine, env)
-    if engine == "transformers":  # `transformers serve FOLDER`: loads it at start, answers every request with it
-        argv = [python, "-m", "transformers.cli.transformers", "serve", weights or name, *host]
+    if engine == "transformers":  # `transformers serve NAME`: loads it at start (``name_link``), serves only it
+        argv = [python, "-m", "transformers.cli.transformers", "serve", name, *host]
         if on_cpu(env):
             argv += ["--device", "cpu"]
         return argv + extra_args(engine, env)
     raise SystemExit(f"engine_exec: unknown engine {engine!r}")
+
+
+def name_link(name: str, weights: str, env: Mapping[str, str]) -> Path:
+    """A directory holding ``NAME -> weights``, for ``transformers serve``: pinned to one model, it answers only
+    requests whose ``model`` is exactly the one it loaded (400 otherwise), and clients send the deployed name, so it
+    loads the folder under that name, as a path relative to this directory (its working directory). One directory
+    per user, the link replaced atomically: a restart or a second replica of the model finds the same link."""
+    base = Path(env.get("TMPDIR") or "/tmp") / f"tessera-engine-links-{os.getuid()}"
+    base.mkdir(mode=0o700, exist_ok=True)
+    if base.is_symlink() or base.stat().st_uid != os.getuid():
+        raise SystemExit(f"engine_exec: {base} is not this user's own directory")
+    staged = base / f".{name}.{os.getpid()}"
+    staged.unlink(missing_ok=True)
+    staged.symlink_to(Path(weights).resolve())
+    staged.replace(base / name)
+    return base
 
 
 def engine_env(engine: str, env: Mapping[str, str]) -> dict[str, str]:
@@ -126,6 +142,8 @@ def main(args: Sequence[str] | None = None) -> None:
     parser.add_argument("--weights")
     ns = parser.parse_args(args)
     argv = engine_argv(ns.engine, ns.name, ns.port, ns.weights, os.environ)
+    if ns.engine == "transformers" and ns.weights:
+        os.chdir(name_link(ns.name, ns.weights, os.environ))
     os.execvpe(argv[0], argv, engine_env(ns.engine, os.environ))
 
 
