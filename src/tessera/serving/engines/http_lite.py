@@ -14,6 +14,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,7 @@ class HttpConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
 
     def data_received(self, data: bytes) -> None:
         self._buffer += data
