@@ -5,7 +5,8 @@ with Paris; a model at zero replicas holds the first requests while its engine s
 time to first token, printed), goes back to zero after its idle timeout and frees its GPU share, and starts again.
 
 The engines live in their own virtualenv (``bash scripts/engines.sh``, ``make test-engines``); without it these tests
-skip and say so. One engine at a time: the machine has two cores.
+skip and say so. One engine at a time (the machine has two cores): ``make test`` runs them apart from its ``-n 2``
+run (marker ``engines``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ START_S = 600.0  # a real engine's cold start on a busy 2-core machine (vLLM: 1-
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.slow,
+    pytest.mark.engines,
     pytest.mark.skipif(
         not ENGINE_PYTHON.exists() or not (SMOLLM2 / ".tessera-converted").exists(),
         reason=f"no engine virtualenv at {ENGINE_VENV} or no SmolLM2 folder: run `bash scripts/engines.sh`",
