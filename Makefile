@@ -8,12 +8,13 @@ OUT ?= .tessera/fgd-default
 PORT ?= 8470
 
 .DEFAULT_GOAL := help
-.PHONY: help run simulate test lint bench clean distclean
+.PHONY: help run simulate test test-engines lint bench clean distclean
 
 help:
 	@echo "make run      - start the control plane (tessera up) on 127.0.0.1:$(PORT) with a demo mix; Ctrl-C stops it"
 	@echo "make simulate - simulate the FGD study on the embedded synthetic cluster (report in $(OUT))"
 	@echo "make test   - ruff, mypy, import-linter contracts, the test suite and the core coverage gate"
+	@echo "make test-engines - real engines on the CPU: makes .venv-vllm (scripts/engines.sh), runs their e2e tests"
 	@echo "make lint   - ruff (lint and format check), mypy and import-linter only"
 	@echo "make bench  - placement speed of fgd and bestfit (openb trace when ../shared is there)"
 	@echo "make clean  - remove reports and caches (make distclean also removes $(VENV))"
@@ -46,13 +47,20 @@ TESSERA_TEST_PG ?=
 # Coverage: pytest measures all of tessera (line coverage, reported per module), then the gate fails the run when
 # tessera.core is under CORE_COVERAGE_MIN percent (measured under the full suite: see docs/architecture.md section 2).
 CORE_COVERAGE_MIN := 95
-PYTEST := $(BIN)/pytest -n 2 --cov --cov-report=term -m "not ray"
+PYTEST := $(BIN)/pytest -n 2 --cov --cov-report=term -m "not ray and not engines"
 # The `ray` tests start a real local Ray cluster (one per test module, so one process: no -n) and run inside a network
 # namespace that has only loopback, because Ray otherwise moves off 127.0.0.1 (docs/ray.md). Without unshare (not
 # root) they run as they are and skip, saying why. Their coverage is appended to the main run's for the gate.
 RAY_PYTEST := $(BIN)/pytest -p no:cacheprovider --cov --cov-append --cov-report=term -m ray tests/backends/ray
 RAY_TESTS := if unshare --net true 2>/dev/null; then unshare --net sh -c 'ip link set lo up && $(RAY_PYTEST)'; \
     else $(RAY_PYTEST); fi
+# The real engines (vLLM on the CPU, transformers serve, SmolLM2) run last, alone (two cores: one engine at a time),
+# from their own virtualenv (.venv-vllm, made by scripts/engines.sh: about 5 minutes and 3.5 GB the first time, then
+# nothing); `make test TESSERA_TEST_ENGINES=skip` leaves them out. See docs/serving.md section 10.
+TESSERA_TEST_ENGINES ?=
+ENGINE_TESTS := if [ "$(TESSERA_TEST_ENGINES)" = skip ]; then \
+    echo "TESSERA_TEST_ENGINES=skip: the real-engine tests (make test-engines) are left out"; \
+    else $(MAKE) --no-print-directory test-engines; fi
 CORE_GATE := echo "tessera.core line coverage, in percent (the gate: $(CORE_COVERAGE_MIN)):" && \
     $(BIN)/coverage report --include='*/tessera/core/*' --format=total --fail-under=$(CORE_COVERAGE_MIN)
 
@@ -60,7 +68,7 @@ test: lint
 	@bash scripts/test-packages.sh
 	@if [ "$(TESSERA_TEST_PG)" = skip ]; then \
 	    echo "TESSERA_TEST_PG=skip: no PostgreSQL test server, the PostgreSQL tests will be skipped"; \
-	    echo "$(PYTEST)"; $(PYTEST) && $(RAY_TESTS) && $(CORE_GATE); exit; \
+	    echo "$(PYTEST)"; $(PYTEST) && $(RAY_TESTS) && $(CORE_GATE) && $(ENGINE_TESTS); exit; \
 	fi; \
 	pgdir=$$(mktemp -d /tmp/tessera-test-pg.XXXXXX) || exit 1; \
 	trap 'bash scripts/test-postgres.sh stop "$$pgdir"' EXIT; \
@@ -70,7 +78,11 @@ test: lint
 	TESSERA_TEST_PG_URL=$$(bash scripts/test-postgres.sh url "$$pgdir") || exit 1; \
 	export TESSERA_TEST_PG_URL; \
 	echo "TESSERA_TEST_PG_URL=$$TESSERA_TEST_PG_URL $(PYTEST)"; \
-	$(PYTEST) && $(RAY_TESTS) && $(CORE_GATE)
+	$(PYTEST) && $(RAY_TESTS) && $(CORE_GATE) && $(ENGINE_TESTS)
+
+test-engines: $(STAMP)
+	bash scripts/engines.sh
+	$(BIN)/pytest -p no:cacheprovider -s -m engines tests/server/test_e2e_real_engines.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_placement.py
@@ -80,4 +92,4 @@ clean:
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) .venv-vllm

@@ -1,12 +1,18 @@
-"""The engine shim turns the replica's GPU share into the engine's own memory cap."""
+"""The engine shim turns the replica's GPU share into the engine's own memory cap, runs vLLM eagerly with a small
+KV cache on the CPU, and runs the real engines with the interpreter and flags the server was given."""
 
 from __future__ import annotations
 
-from tessera.serving.engine_exec import engine_argv, memory_fraction
+import sys
+from pathlib import Path
+
+import tessera
+from tessera.serving.engine_exec import engine_argv, engine_env, memory_fraction, name_link
+from tessera.serving.replicas import DeployedModel, replica_command
 
 
 def test_a_shared_gpu_caps_vllm_and_sglang_memory_at_the_share() -> None:
-    env = {"TESSERA_GPU_MEM_FRACTION": "0.25"}
+    env = {"CUDA_VISIBLE_DEVICES": "GPU-1234", "TESSERA_GPU_MEM_FRACTION": "0.25"}  # as the backend sets them
     vllm = engine_argv("vllm", "chat", 8001, "/m", env)
     assert vllm[vllm.index("--gpu-memory-utilization") + 1] == "0.25"
     assert vllm[vllm.index("--served-model-name") + 1] == "chat" and vllm[vllm.index("--host") + 1] == "127.0.0.1"
@@ -18,3 +24,54 @@ def test_a_whole_gpu_or_the_cpu_leaves_the_engine_its_default() -> None:
     assert memory_fraction({}) is None
     assert memory_fraction({"TESSERA_GPU_MEM_FRACTION": "junk"}) is None
     assert "--gpu-memory-utilization" not in engine_argv("vllm", "chat", 8001, "/m", {})
+
+
+def test_on_the_cpu_vllm_runs_eagerly_with_a_small_kv_cache_from_the_share() -> None:
+    cpu = {"CUDA_VISIBLE_DEVICES": ""}
+    vllm = engine_argv("vllm", "chat", 8001, "/m", cpu)
+    assert "--enforce-eager" in vllm and "--gpu-memory-utilization" not in vllm
+    assert engine_env("vllm", cpu)["VLLM_CPU_KVCACHE_SPACE"] == "1"  # no share: 1 GiB, not vLLM's 4
+    simulated = {"CUDA_VISIBLE_DEVICES": "GPU-sim-0", "TESSERA_GPU_SIMULATED": "1", "TESSERA_GPU_MEM_MIB": "20480"}
+    assert "--enforce-eager" in engine_argv("vllm", "chat", 8001, "/m", simulated)
+    assert engine_env("vllm", simulated)["VLLM_CPU_KVCACHE_SPACE"] == "2"  # the share, capped at 2 GiB
+    assert engine_env("vllm", {**cpu, "VLLM_CPU_KVCACHE_SPACE": "3"})["VLLM_CPU_KVCACHE_SPACE"] == "3"
+    gpu = {"CUDA_VISIBLE_DEVICES": "GPU-1234", "TESSERA_GPU_MEM_FRACTION": "0.5"}
+    assert "--enforce-eager" not in engine_argv("vllm", "chat", 8001, "/m", gpu)
+    assert "VLLM_CPU_KVCACHE_SPACE" not in engine_env("vllm", gpu) and engine_env("vllm", gpu)["HF_HUB_OFFLINE"] == "1"
+
+
+def test_the_engine_venv_and_extra_flags_come_from_the_environment() -> None:
+    env = {"TESSERA_ENGINE_PYTHON": "/e/bin/python", "TESSERA_VLLM_ARGS": "--dtype float32", "CUDA_VISIBLE_DEVICES": ""}
+    vllm = engine_argv("vllm", "chat", 8001, "/m", env)
+    assert vllm[:3] == ["/e/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert vllm[-2:] == ["--dtype", "float32"]
+    assert engine_argv("vllm", "chat", 8001, "/m", {})[0] == sys.executable
+    served = engine_argv("transformers", "chat", 8001, "/m", env)
+    assert served[:5] == ["/e/bin/python", "-m", "transformers.cli.transformers", "serve", "chat"]  # see name_link
+    assert served[served.index("--device") + 1] == "cpu" and "--dtype" not in served  # TESSERA_VLLM_ARGS is vLLM's
+    assert engine_argv("sim", "chat", 8001, None, env)[0] == sys.executable  # the sim is Tessera's own
+
+
+def test_the_server_hands_the_engine_settings_to_each_replica() -> None:
+    model = DeployedModel(
+        id=1, name="chat", tenant="t", queue="t", engine="vllm", weights="/m", gpus=0, gpu_milli=0, gpu_mem_mib=0,
+        min_replicas=1, max_replicas=1, idle_timeout_s=30.0, slo="standard",
+    )  # fmt: skip
+    server = {"TESSERA_ENGINE_PYTHON": "/e/bin/python", "TESSERA_VLLM_ARGS": "--dtype float32", "SECRET": "x"}
+    _, env = replica_command(model, 8001, server)
+    assert env["TESSERA_ENGINE_PYTHON"] == "/e/bin/python" and env["TESSERA_VLLM_ARGS"] == "--dtype float32"
+    assert "SECRET" not in env
+    assert env["PYTHONPATH"] == str(Path(tessera.__file__).parent.parent)  # the server's own shim
+    assert "PYTHONPATH" not in engine_env("vllm", env) and engine_env("sim", env)["PYTHONPATH"] == env["PYTHONPATH"]
+
+
+def test_transformers_serve_loads_the_folder_under_the_deployed_name(tmp_path: Path) -> None:
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    env = {"TMPDIR": str(tmp_path)}
+    links = name_link("chat", str(weights), env)
+    assert (links / "chat").resolve() == weights and links.stat().st_mode & 0o777 == 0o700
+    other = tmp_path / "other"
+    other.mkdir()
+    assert name_link("chat", str(other), env) == links and (links / "chat").resolve() == other  # replaced
+    assert sorted(p.name for p in links.iterdir()) == ["chat"]

@@ -18,9 +18,10 @@ import asyncio
 import hashlib
 import logging
 import math
+import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 import httpx
@@ -217,6 +218,20 @@ class GatewayBridge:
         self._http.close()
 
 
+MAX_HOLD_ENV = "TESSERA_GATEWAY_MAX_HOLD_S"
+DEFAULT_MAX_HOLD_S = GatewayConfig().max_hold_s
+
+
+def max_hold_s(env: Mapping[str, str]) -> float:
+    """How long a request waits for a replica of its model: ``TESSERA_GATEWAY_MAX_HOLD_S`` when set to a positive
+    number, else the gateway's default (a real engine's cold start, e.g. vLLM's on a busy CPU, can take minutes)."""
+    try:
+        value = float(env.get(MAX_HOLD_ENV, ""))
+    except ValueError:
+        return DEFAULT_MAX_HOLD_S
+    return value if value > 0 and math.isfinite(value) else DEFAULT_MAX_HOLD_S
+
+
 def serving_front(ctx: ServerContext) -> ServingFront:
     """The gateway of ``tessera up`` and its bridge to the serving controller (a request for a model with no
     ready replica wakes the controller at once)."""
@@ -228,7 +243,8 @@ def serving_front(ctx: ServerContext) -> ServingFront:
     registry = LiveRegistry(lookup)
     wake = threading.Event()
     metrics = GatewayMetrics()
-    gateway = Gateway(registry, TokenAuth(ctx), GatewayConfig(on_demand=lambda model: wake.set()), metrics=metrics)
+    config = GatewayConfig(on_demand=lambda model: wake.set(), max_hold_s=max_hold_s(os.environ))
+    gateway = Gateway(registry, TokenAuth(ctx), config, metrics=metrics)
     bridge = GatewayBridge(registry, gateway, wake)
     return ServingFront(
         wrap=lambda app: with_gateway(app, gateway, bridge), demand=bridge, sinks=[bridge], wake=wake,

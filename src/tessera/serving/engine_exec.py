@@ -5,16 +5,35 @@ A replica is launched as a Tessera workload, so its share is only known at launc
 sets (``gpu.isolation``). This shim turns ``TESSERA_GPU_MEM_FRACTION`` into the engine's own flag (vLLM's and
 SGLang's memory fraction) and ``exec``s the engine, so that the workload's process is the engine itself: stopping
 the workload stops the engine.
+
+The real engines usually live in a virtualenv of their own (``scripts/engines.sh`` makes ``.venv-vllm``: vLLM pins
+torch and transformers), named by ``TESSERA_ENGINE_PYTHON``; without it they run with this interpreter. Extra
+engine flags come from ``TESSERA_<ENGINE>_ARGS`` (e.g. ``TESSERA_VLLM_ARGS="--dtype float32"``). The server passes
+these variables (``SERVER_ENV``) from its own environment to every replica (``replicas.replica_command``).
+
+On the CPU (no GPU in ``CUDA_VISIBLE_DEVICES``, or a simulated one), vLLM runs eagerly (``--enforce-eager``: a
+start in about 30 s instead of minutes of compilation) with a KV cache of ``VLLM_CPU_KVCACHE_SPACE`` GiB in host
+memory: the share's memory capped at 2 GiB, 1 GiB without a share (vLLM's default of 4 would let only a few engines
+fit in the machine's memory), unless the variable is set already.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 SIM_GPU = "A100-80GB"
+ENGINE_PYTHON = "TESSERA_ENGINE_PYTHON"
+CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
+CPU_KV_DEFAULT_GIB = 1
+CPU_KV_MAX_GIB = 2
+REAL_ENGINES = ("vllm", "sglang", "transformers")
+# What the server hands on to every replica from its own environment (the workload's environment is clean).
+SERVER_ENV = (ENGINE_PYTHON, CPU_KV_ENV, *(f"TESSERA_{e.upper()}_ARGS" for e in REAL_ENGINES))
 
 
 def memory_fraction(env: Mapping[str, str]) -> float | None:
@@ -28,29 +47,91 @@ def memory_fraction(env: Mapping[str, str]) -> float | None:
     return fraction if 0 < fraction <= 1 else None
 
 
+def on_cpu(env: Mapping[str, str]) -> bool:
+    """Whether the engine will run on the CPU: the workload was given no GPU, or a simulated one (or, run by hand
+    outside Tessera, the machine has no NVIDIA driver)."""
+    if env.get("TESSERA_GPU_SIMULATED") == "1":
+        return True
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return visible.strip() == ""
+    return not Path("/dev/nvidiactl").exists()
+
+
+def cpu_kv_cache_gib(env: Mapping[str, str]) -> str:
+    """``VLLM_CPU_KVCACHE_SPACE`` for a CPU replica: as set, else the share's memory capped (see the docstring)."""
+    if env.get(CPU_KV_ENV):
+        return env[CPU_KV_ENV]
+    try:
+        share_gib = int(env.get("TESSERA_GPU_MEM_MIB", "")) // 1024
+    except ValueError:
+        return str(CPU_KV_DEFAULT_GIB)
+    return str(max(CPU_KV_DEFAULT_GIB, min(CPU_KV_MAX_GIB, share_gib)))
+
+
+def engine_python(env: Mapping[str, str]) -> str:
+    return env.get(ENGINE_PYTHON) or sys.executable
+
+
+def extra_args(engine: str, env: Mapping[str, str]) -> list[str]:
+    return shlex.split(env.get(f"TESSERA_{engine.upper()}_ARGS", ""))
+
+
 def engine_argv(engine: str, name: str, port: int, weights: str | None, env: Mapping[str, str]) -> list[str]:
     """The engine's command line (the program first)."""
-    python = sys.executable
     host = ["--host", "127.0.0.1", "--port", str(port)]
     fraction = memory_fraction(env)
     if engine == "sim":  # the timing of a catalog model (on the sim engine's default GPU type)
         perf = ["--perf", f"{weights}@{SIM_GPU}"] if weights else []
-        return [python, "-m", "tessera.serving.engines.sim_server", "--model", name, *perf, *host]
+        return [sys.executable, "-m", "tessera.serving.engines.sim_server", "--model", name, *perf, *host]
+    python = engine_python(env)
     if engine == "vllm":
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", weights or name]
         argv += ["--served-model-name", name, *host]
-        if fraction is not None:
+        if on_cpu(env):
+            argv += ["--enforce-eager"]
+        elif fraction is not None:
             argv += ["--gpu-memory-utilization", str(fraction)]
-        return argv
+        return argv + extra_args(engine, env)
     if engine == "sglang":
         argv = [python, "-m", "sglang.launch_server", "--model-path", weights or name]
         argv += ["--served-model-name", name, *host]
         if fraction is not None:
             argv += ["--mem-fraction-static", str(fraction)]
-        return argv
-    if engine == "transformers":
-        return ["transformers", "serve", *host]
+        return argv + extra_args(engine, env)
+    if engine == "transformers":  # `transformers serve NAME`: loads it at start (``name_link``), serves only it
+        argv = [python, "-m", "transformers.cli.transformers", "serve", name, *host]
+        if on_cpu(env):
+            argv += ["--device", "cpu"]
+        return argv + extra_args(engine, env)
     raise SystemExit(f"engine_exec: unknown engine {engine!r}")
+
+
+def name_link(name: str, weights: str, env: Mapping[str, str]) -> Path:
+    """A directory holding ``NAME -> weights``, for ``transformers serve``: pinned to one model, it answers only
+    requests whose ``model`` is exactly the one it loaded (400 otherwise), and clients send the deployed name, so it
+    loads the folder under that name, as a path relative to this directory (its working directory). One directory
+    per user, the link replaced atomically: a restart or a second replica of the model finds the same link."""
+    base = Path(env.get("TMPDIR") or "/tmp") / f"tessera-engine-links-{os.getuid()}"
+    base.mkdir(mode=0o700, exist_ok=True)
+    if base.is_symlink() or base.stat().st_uid != os.getuid():
+        raise SystemExit(f"engine_exec: {base} is not this user's own directory")
+    staged = base / f".{name}.{os.getpid()}"
+    staged.unlink(missing_ok=True)
+    staged.symlink_to(Path(weights).resolve())
+    staged.replace(base / name)
+    return base
+
+
+def engine_env(engine: str, env: Mapping[str, str]) -> dict[str, str]:
+    """The engine's environment: this one, offline for the hub, with the CPU KV cache sized for vLLM; a real
+    engine's virtualenv is self-contained, so Tessera's ``PYTHONPATH`` (for this shim) does not reach it."""
+    out = {**env, "HF_HUB_OFFLINE": "1"}
+    if engine != "sim":
+        out.pop("PYTHONPATH", None)
+    if engine == "vllm" and on_cpu(env):
+        out[CPU_KV_ENV] = cpu_kv_cache_gib(env)
+    return out
 
 
 def main(args: Sequence[str] | None = None) -> None:
@@ -61,7 +142,9 @@ def main(args: Sequence[str] | None = None) -> None:
     parser.add_argument("--weights")
     ns = parser.parse_args(args)
     argv = engine_argv(ns.engine, ns.name, ns.port, ns.weights, os.environ)
-    os.execvp(argv[0], argv)
+    if ns.engine == "transformers" and ns.weights:
+        os.chdir(name_link(ns.name, ns.weights, os.environ))
+    os.execvpe(argv[0], argv, engine_env(ns.engine, os.environ))
 
 
 if __name__ == "__main__":

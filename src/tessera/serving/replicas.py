@@ -9,12 +9,18 @@ is only known then) and then runs the engine in its place.
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+import tessera
+from tessera.serving.engine_exec import SERVER_ENV
 
 ENGINES = ("vllm", "sglang", "transformers", "sim")
 
 PORT_ENV = "TESSERA_ENGINE_PORT"
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(tessera.__file__)))
 MODEL_ENV = "TESSERA_SERVED_MODEL"
 
 
@@ -44,9 +50,17 @@ class DeployedModel:
         return f"{self.tenant}/{self.name}"
 
 
-def replica_command(model: DeployedModel, port: int) -> tuple[list[str], dict[str, str]]:
-    """The argv and the extra environment of one replica of ``model`` listening on 127.0.0.1:``port``."""
-    env = {PORT_ENV: str(port), MODEL_ENV: model.name, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
+def replica_command(
+    model: DeployedModel, port: int, server_env: Mapping[str, str] | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """The argv and the extra environment of one replica of ``model`` listening on 127.0.0.1:``port``; the engine
+    settings in the server's environment (``engine_exec.SERVER_ENV``: which interpreter runs the real engines, their
+    extra flags) go along, since a workload's environment is otherwise clean, and so does this Tessera's import
+    path: the shim a replica runs is the server's own version, not whichever the interpreter has installed."""
+    given = os.environ if server_env is None else server_env
+    env = {k: given[k] for k in SERVER_ENV if given.get(k)}
+    env |= {PORT_ENV: str(port), MODEL_ENV: model.name, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
+    env["PYTHONPATH"] = PACKAGE_ROOT
     argv = [sys.executable, "-m", "tessera.serving.engine_exec", model.engine, "--name", model.name]
     argv += ["--port", str(port)]
     if model.weights:
