@@ -11,8 +11,8 @@ make a failed request fit. Pure: no clock, no I/O.
 
 Known limit (open): since one step sees one workload per shape, the second workload of a shape is placed only in the
 next step of the instant, after lower-priority shapes of the first step; under LAS the guard then keeps it from
-preempting those of its own priority class for ``preemption_min_runtime_s`` (a higher class preempts them at
-once). The simulator's published results were measured with this offer, so changing it needs them re-measured.
+preempting them for ``preemption_min_runtime_s``. The simulator's published results were measured with this offer,
+so changing it needs them re-measured.
 """
 
 from __future__ import annotations

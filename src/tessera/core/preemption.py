@@ -36,9 +36,7 @@ queue is charged for it, so that the preemptor's real admission is never ranked 
 
 ``PreemptionGuard`` adds a time bound against churn from outside events: a workload preempted once may not be
 preempted by priority again until it has run ``min_runtime_s`` since its restart (seconds compared with ``now_s``).
-Reclaim ignores the guard: nominal quota is a guarantee, returned within one scheduling step. Under LAS within
-classes the step narrows the guard per preemptor (``QuotaStep._guard_for``): it holds back only preemptors of the
-victim's own priority class (LAS churn), never a strictly higher class.
+Reclaim ignores the guard: nominal quota is a guarantee, returned within one scheduling step.
 
 Pure: candidates and quota needs come in (``QuotaLedger.quota_need``), victim ids go out; nothing is changed.
 """

@@ -31,7 +31,6 @@ from tessera.core.placement.base import Placer
 from tessera.core.placement.gang import place_gang
 from tessera.core.preemption import Candidate, PreemptionGuard, select_victims, select_victims_to_fit
 from tessera.core.queueing.fairshare import drf_order
-from tessera.core.queueing.las import las_class
 from tessera.core.queueing.priority import order_pending
 from tessera.core.queueing.quotas import Admission, QuotaLedger
 from tessera.core.queueing.resources import Flavor, ResourceVector
@@ -316,9 +315,8 @@ class QuotaStep:
         # GPUs where the workload does not fit (spread over nodes, fractions of shared GPUs): then grow a set of
         # allowed victims, trying the placement, until it fits.
         needed = ResourceVector.zero() if quota_blocked else demand
-        guard = self._guard_for(workload, candidates)
         victim_ids = select_victims(
-            workload.queue, workload.priority, needed, candidates, self.now_s, policy, quota=need, guard=guard
+            workload.queue, workload.priority, needed, candidates, self.now_s, policy, quota=need, guard=self.guard
         )
         if victim_ids and self._stop_and_place(workload, flavor, demand, victim_ids):
             return True
@@ -333,25 +331,13 @@ class QuotaStep:
                 self.now_s,
                 policy,
                 quota=need,
-                guard=guard,
+                guard=self.guard,
                 fits=search.fits,
                 usefulness=search.usefulness,
             )
         finally:
             search.restore()
         return bool(victim_ids) and self._stop_and_place(workload, flavor, demand, victim_ids or ())
-
-    def _guard_for(self, workload: PendingWorkload, candidates: Sequence[Candidate]) -> PreemptionGuard | None:
-        """The guard as it applies to ``workload``'s victims. Under LAS within classes it is a guard against LAS
-        churn (levels change as service is attained, so the workload preempted now could soon preempt back): it
-        protects a run from preemptors of its own priority class only. A strictly higher class (``inference-critical``
-        over ``training``) preempts at once, as the classes promise: class priorities never change, so that cannot
-        churn, and the no-loop rule still holds (it does not depend on the guard)."""
-        if self.guard is None or not self.config.las_within_class:
-            return self.guard
-        own_class = las_class(workload.priority)
-        lower = [c.workload_id for c in candidates if las_class(c.priority) < own_class]
-        return self.guard.forget(lower) if lower else self.guard
 
     def _stop_and_place(
         self, workload: PendingWorkload, flavor: Flavor, demand: ResourceVector, victim_ids: Sequence[str]

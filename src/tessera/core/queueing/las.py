@@ -46,12 +46,6 @@ LAS_CLASS_SPREAD = 10  # more than the number of LAS levels: a class never falls
 LAS_EPSILON_GPU_S = 1e-6  # a recheck lands exactly on a threshold: count it as reached despite rounding
 
 
-def las_class(priority: int) -> int:
-    """The priority class of a LAS-within-classes priority (``LasService.priority`` with ``within_class``): its
-    ``base_priority``, since LAS levels only lower it by less than ``LAS_CLASS_SPREAD``."""
-    return -(-priority // LAS_CLASS_SPREAD)
-
-
 class LasService:
     """Attained service of every workload (GPU-seconds, summed over its runs) and the LAS priority it gives.
 
@@ -63,9 +57,6 @@ class LasService:
 
     def __init__(self, thresholds_gpu_s: tuple[float, ...], within_class: bool) -> None:
         check_thresholds(thresholds_gpu_s)
-        if within_class and len(thresholds_gpu_s) >= LAS_CLASS_SPREAD:  # a level would reach the class below
-            most = LAS_CLASS_SPREAD - 1
-            raise InvalidRequestError("las_thresholds_gpu_s", f"at most {most} within classes, got {thresholds_gpu_s}")
         self.thresholds = thresholds_gpu_s
         self.within_class = within_class
         self.attained_gpu_s: dict[str, float] = {}  # up to the current run's start (or last resize)
