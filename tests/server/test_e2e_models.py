@@ -154,34 +154,3 @@ def _try(call: Any) -> Any:
         return call()
     except openai.APIError:
         return None
-
-
-def test_a_burst_on_a_high_priority_model_evicts_an_idle_low_priority_one_sharing_its_gpu(tmp_path: Path) -> None:
-    live = LiveServer(tmp_path / "one-gpu", gpus="1xA100-80GB")
-    live.start()
-    try:
-        with live.client() as client:
-            client.deploy_model({"name": "low", "engine": "sim", "gpu_fraction": 0.6, "slo": "batch"})
-            body = {"name": "high", "engine": "sim", "gpu_fraction": 0.6, "slo": "interactive"}
-            client.deploy_model(body | {"min_replicas": 0, "max_replicas": 1, "idle_timeout": "3s"})
-        wait_for(lambda: model(live, "low")["state"] == "ready", timeout_s=30)
-        low_replica = model(live, "low")["replica_workloads"][0]
-        start = time.monotonic()
-        answer = gateway(live, timeout=60).completions.create(model="high", prompt="now", max_tokens=2)
-        switch_s = time.monotonic() - start
-        assert answer.choices[0].text
-        with live.client() as client:
-            assert client.workload(low_replica)["state"] in ("pending", "running")  # requeued, not failed
-            kinds = [e["kind"] for e in client.events(low_replica)]
-        assert "preempted" in kinds, kinds
-        print(f"\nswitch: the idle low-priority model evicted, the high-priority one answered in {switch_s:.2f} s")
-        # Once the burst is over, the high-priority model goes back to zero and the low one gets its share back.
-        wait_for(lambda: model(live, "high")["state"] == "scaled-to-zero", timeout_s=40)
-        wait_for(lambda: model(live, "low")["replicas"] == 1, timeout_s=30)
-    finally:
-        with live.client() as client:
-            for m in client.models():
-                client.delete_model(m["name"])
-            wait_for(lambda: not client.models(), timeout_s=30)
-        live.cancel_all()
-        live.stop()
