@@ -95,7 +95,7 @@ def engine_argv(engine: str, name: str, port: int, weights: str | None, env: Map
         return argv + extra_args(engine, env)
     if engine == "sglang":
         argv = [python, "-m", "sglang.launch_server", "--model-path", weights or name]
-        argv += ["--served-model-name", name, *host]
+        argv += ["--served-model-name", name, *host, "--enable-metrics"]
         if fraction is not None:
             argv += ["--mem-fraction-static", str(fraction)]
         return argv + extra_args(engine, env)

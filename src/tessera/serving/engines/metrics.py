@@ -24,6 +24,8 @@ _NAMES: dict[str, str] = {
     "sglang:num_running_reqs": "running",
     "sglang:num_queue_reqs": "waiting",
     "sglang:token_usage": "kv_cache_usage",
+    "sglang:prompt_tokens_total": "prompt_tokens_total",
+    "sglang:generation_tokens_total": "generation_tokens_total",
     "tessera_sim:is_sleeping": "sleeping",
 }
 
