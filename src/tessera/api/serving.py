@@ -16,6 +16,7 @@ Weights = Annotated[Text, Field(min_length=1, max_length=1000)]
 EngineName = Literal["vllm", "sglang", "transformers", "sim"]
 SloName = Literal["interactive", "standard", "batch"]
 ModelState = Literal["deploying", "ready", "stopping", "scaled-to-zero", "deleting"]
+CacheTier = Literal["hot", "warm", "cold"]
 Duration = StrictInt | StrictFloat | Name  # seconds, or "30s", "5m"
 
 
@@ -55,6 +56,9 @@ class ModelOut(BaseModel):
     gpus: int
     gpu_milli: int
     gpu_mem_mib: int
+    cache: CacheTier = Field(
+        description="hot: a replica runs; warm: none, but the weights are in the host's page cache; cold: neither"
+    )
     replica_workloads: list[int] = Field(description="ids of its replica workloads that are pending or running")
     openai_base_url: str = Field(description="point an OpenAI client here (with a tenant token as the API key)")
     created_at: float

@@ -25,7 +25,7 @@ models_app = typer.Typer(
 def list_models(
     ctx: typer.Context, as_json: JsonOption = False, url: UrlOption = None, token: TokenOption = None
 ) -> None:
-    """List your models: state, replicas running, and the base URL to point an OpenAI client at."""
+    """List your models: state, cache tier (hot, warm, cold), replicas running, and the OpenAI base URL."""
     if ctx.invoked_subcommand is not None:
         return
     with one_line_errors(), client_for(url, token) as client:
@@ -36,12 +36,13 @@ def list_models(
     if not models:
         typer.echo("no models deployed (tessera models deploy NAME --engine sim)")
         return
-    table = Table("NAME", "TENANT", "ENGINE", "STATE", "REPLICAS", "SHARE", "SLO")
+    table = Table("NAME", "TENANT", "ENGINE", "STATE", "CACHE", "REPLICAS", "SHARE", "SLO")
     table.add_column("OPENAI BASE URL", overflow="fold")
     for m in models:
         replicas = f"{m['replicas']}/{m['desired_replicas']} ({m['min_replicas']}-{m['max_replicas']})"
         table.add_row(
-            escape(m["name"]), escape(m["tenant"]), m["engine"], m["state"], replicas, _share(m), m["slo"],
+            escape(m["name"]), escape(m["tenant"]), m["engine"], m["state"], m.get("cache", "-"), replicas, _share(m),
+            m["slo"],
             m["openai_base_url"],
         )  # fmt: skip
     Console().print(table)

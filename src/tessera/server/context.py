@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tessera.server.loop import SchedulerLoop
 from tessera.server.metrics import ServerMetrics
@@ -22,3 +22,5 @@ class ServerContext:
     # The HTTP server is shutting down (``up.serve`` sets it from uvicorn): long responses such as the event stream
     # end then, since uvicorn waits for open responses before it stops.
     closing: Callable[[], bool] = lambda: False
+    # The tier of each served model by id ("hot", "warm", "cold"), kept by ``model_cache.ModelCacheKeeper``.
+    model_tiers: dict[int, str] = field(default_factory=dict)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from tessera.api import ModelDeploy, ModelOut
-from tessera.api.serving import ModelState
+from tessera.api.serving import CacheTier, ModelState
 from tessera.core.workload import MILLI_PER_GPU
 from tessera.errors import InvalidRequestError
 from tessera.server.context import ServerContext
@@ -65,7 +65,7 @@ def deployed_draft(row: ServedModelRow) -> DeployedModel:
     return dataclasses.replace(deployed(row), id=0)
 
 
-def model_out(row: ServedModelRow, replicas: list[WorkloadRow], base_url: str) -> ModelOut:
+def model_out(row: ServedModelRow, replicas: list[WorkloadRow], base_url: str, tier: str | None = None) -> ModelOut:
     live = [r for r in replicas if not r.cancel_requested]
     running = sum(r.state == "running" for r in live)
     state: ModelState
@@ -95,7 +95,17 @@ def model_out(row: ServedModelRow, replicas: list[WorkloadRow], base_url: str) -
         gpus=row.num_gpus,
         gpu_milli=row.gpu_milli,
         gpu_mem_mib=row.gpu_mem_mib,
+        cache=_tier(tier, running),
         replica_workloads=[r.id for r in live],
         openai_base_url=f"{base_url.rstrip('/')}/openai/v1",
         created_at=row.created_at,
     )
+
+
+def _tier(kept: str | None, running: int) -> CacheTier:
+    """The model cache's tier (``server.model_cache``); before its first look, hot with a replica, else cold."""
+    if running:
+        return "hot"
+    if kept == "warm":
+        return "warm"
+    return "cold"

@@ -39,6 +39,7 @@ from tessera.server.host import isolation_notice, make_private, run_as_mode, ten
 from tessera.server.loop import SchedulerLoop
 from tessera.server.loop_values import LoopConfig
 from tessera.server.metrics import ServerMetrics
+from tessera.server.model_cache import ModelCacheKeeper
 from tessera.server.pool import HostResources, Pool, detect_host
 from tessera.server.ray_up import connect as connect_ray
 from tessera.server.records import unlimited_queue
@@ -212,7 +213,10 @@ def serve(
     front = serving(server.ctx) if serving is not None else ServingFront()
     for collector in front.collectors:
         server.ctx.metrics.register(collector)
-    start_controller(server.ctx, server.stopping.is_set, front.demand, front.sinks, front.wake)
+    keeper = ModelCacheKeeper()
+    server.ctx.model_tiers = keeper.tiers
+    server.ctx.metrics.register(keeper.collector())
+    start_controller(server.ctx, server.stopping.is_set, front.demand, [*front.sinks, keeper], front.wake)
     if demo:
         token, _ = create_tenant_token(server.ctx.store, DEMO_TENANT, "demo", server.ctx.clock())
         gpu_count = sum(n.gpu_count for n in pool.nodes)
