@@ -98,4 +98,7 @@ async def forward(
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return True
     finally:
-        await asyncio.shield(response.close())
+        if response.closes_at_once:
+            await response.close()
+        else:
+            await asyncio.shield(response.close())

@@ -36,6 +36,10 @@ class UpstreamResponse(Protocol):
     content_type: str
     content_length: int | None
 
+    # True when ``close`` never suspends (no await inside): it then runs to its end even while the task is being
+    # cancelled, with no ``asyncio.shield`` (a task of its own per request) around it.
+    closes_at_once: bool
+
     def chunks(self) -> AsyncIterator[bytes]: ...
 
     async def close(self) -> None: ...
@@ -54,6 +58,8 @@ _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 class _RawResponse:
+    closes_at_once = True
+
     def __init__(self, pool: RawUpstream, key: tuple[str, int], conn: _Conn, head: bytes, rest: bytes) -> None:
         self._pool, self._key, self._conn = pool, key, conn
         lines = head.decode("latin-1").split("\r\n")
@@ -161,7 +167,8 @@ class RawUpstream:
                 return await self._exchange(key, conn, payload)
             break
         try:
-            conn = await asyncio.wait_for(asyncio.open_connection(host, port), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):  # no task of its own, unlike wait_for before 3.12
+                conn = await asyncio.open_connection(host, port)
         except (OSError, TimeoutError) as exc:
             raise UpstreamError(f"cannot connect to {host}:{port}: {exc}") from exc
         return await self._exchange(key, conn, payload)
@@ -170,7 +177,8 @@ class RawUpstream:
         reader, writer = conn
         try:
             writer.write(payload)
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                head = await reader.readuntil(b"\r\n\r\n")
         except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             writer.close()
             raise UpstreamError(f"no answer from {key[0]}:{key[1]}: {type(exc).__name__}") from exc
@@ -195,6 +203,8 @@ class RawUpstream:
 
 # ------------------------------------------------------------------------------------------------------ httpx
 class _HttpxResponse:
+    closes_at_once = False
+
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
         self.status = response.status_code
