@@ -136,8 +136,9 @@ class SchedulerConfig:
     elastic: bool = False
     # Discretised LAS (``core.queueing.las``; tiresias, tessera): non-empty thresholds make a workload's priority its
     # LAS level from the GPU-seconds it attained (``Allocation.las``); every run is then protected by the preemption
-    # guard for its first ``preemption_min_runtime_s``. ``las_within_class``: the priority class stays first and LAS
-    # orders only preemptible workloads of one class.
+    # guard for its first ``preemption_min_runtime_s`` (with ``las_within_class``, against its own class only: a
+    # strictly higher class preempts at once, unless the run was bound in the same instant). ``las_within_class``:
+    # the priority class stays first and LAS orders only preemptible workloads of one class.
     las_thresholds_gpu_s: tuple[float, ...] = ()
     las_within_class: bool = False
     # Every preempted workload resumes from a checkpoint, whatever it says (Tiresias' own assumption; a reference).

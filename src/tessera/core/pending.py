@@ -11,8 +11,14 @@ make a failed request fit. Pure: no clock, no I/O.
 
 Known limit (open): since one step sees one workload per shape, the second workload of a shape is placed only in the
 next step of the instant, after lower-priority shapes of the first step; under LAS the guard then keeps it from
-preempting them for ``preemption_min_runtime_s``. The simulator's published results were measured with this offer,
-so changing it needs them re-measured.
+preempting those of its own priority class for ``preemption_min_runtime_s``, and a higher class from preempting
+them in this instant (a run bound in the instant is never a victim of the class rule); the shape is offered again
+at the next release. The simulator's published results were measured with this offer, so changing it needs them
+re-measured.
+
+A workload preempted in an instant is not offered again before the next instant (``PendingOffer.hold``): the
+server requeues a victim only once its process has exited, after the tick that stopped it, so a simulator that
+rebound it at once would decide differently from the server.
 """
 
 from __future__ import annotations
@@ -40,6 +46,23 @@ class PendingOffer:
         self.groups: OrderedDict[Shape, deque[str]] = OrderedDict()
         self.failed_at_release: dict[Shape, int] = {}  # shape -> the release count when it last failed
         self.releases = 0
+        # Workloads preempted in the instant ``held_at``: not offered again before the next instant (``hold``).
+        self.held: set[str] = set()
+        self.held_at: float | None = None
+
+    def hold(self, workload_ids: Iterable[str], now_s: float) -> None:
+        """``workload_ids`` were preempted at ``now_s``: they wait for a later instant. In the control plane a
+        victim waits again only once its process has exited, after the tick that stopped it; the simulator requeues
+        it at once. Held for the rest of the instant, both offer it from the same instant on (test_same_decisions);
+        a victim is never bound again in the instant it was preempted in."""
+        self.instant(now_s)
+        self.held.update(workload_ids)
+
+    def instant(self, now_s: float) -> None:
+        """Scheduling at ``now_s``: holds from an earlier instant end."""
+        if self.held_at != now_s:
+            self.held.clear()
+            self.held_at = now_s
 
     def released(self) -> None:
         """Capacity was released (or a running workload may have become a victim): failed shapes are tried again."""
@@ -64,9 +87,17 @@ class PendingOffer:
     def candidates(self) -> list[str]:
         """The workloads to offer the next step."""
         if self.strict_fifo:
-            return [w for members in self.fifo.values() for w in list(members)[:STRICT_FIFO_WINDOW]]
+            lines = ([w for w in members if w not in self.held] for members in self.fifo.values())
+            return [w for line in lines for w in line[:STRICT_FIFO_WINDOW]]
         releases = self.releases
-        return [members[0] for shape, members in self.groups.items() if self.failed_at_release.get(shape) != releases]
+        firsts = [(shape, self._first(members)) for shape, members in self.groups.items()]
+        return [w for shape, w in firsts if w is not None and self.failed_at_release.get(shape) != releases]
+
+    def _first(self, members: deque[str]) -> str | None:
+        """The first of a shape's workloads not held (``hold``), if any."""
+        if not self.held:
+            return members[0]
+        return next((w for w in members if w not in self.held), None)
 
     def failed(self, workload_id: str) -> None:
         """``workload_id`` did not fit: its shape waits for the next release."""
@@ -80,20 +111,23 @@ class PendingOffer:
 
     def heads(self, workload_of: Callable[[str], PendingWorkload]) -> list[PendingWorkload]:
         """The first pending workload of each request shape (what the reclaim measure looks at)."""
-        return [workload_of(members[0]) for members in self.groups.values()]
+        firsts = (self._first(members) for members in self.groups.values())
+        return [workload_of(w) for w in firsts if w is not None]
 
     def all_waiting_seen(self, waiting: dict[str, str]) -> bool:
         """True when a step saw what every pending workload waits for: each shape's first workload was in it and
         waits (a grow takes only capacity nobody waits for, and the step knows only the workloads it was given)."""
-        return all(m[0] in waiting for m in self.groups.values()) and not any(self.fifo.values())
+        firsts = (self._first(members) for members in self.groups.values())
+        return all(w is None or w in waiting for w in firsts) and not any(self.fifo.values())
 
     def reasons(self, waiting: dict[str, str]) -> dict[str, str]:
         """``waiting`` with each reason given to the workloads behind the one it was given for (same shape)."""
         spread = dict(waiting)
         for members in self.groups.values():
-            reason = waiting.get(members[0])
+            first = self._first(members)
+            reason = waiting.get(first) if first is not None else None
             if reason is not None:
-                for workload_id in list(members)[1:]:
+                for workload_id in members:
                     spread.setdefault(workload_id, reason)
         return spread
 
@@ -128,6 +162,7 @@ def schedule_instant(
     shapes offered again at once, and the steps run once more. ``max_offered`` bounds the workloads offered over
     all the steps (a live tick stays short; what is left waits for the next one); None: no bound."""
     budget = [max_offered]
+    offer.instant(now_s)
     _steps(scheduler, offer, now_s, workload_of, apply, budget)
     if reclaim_retry:
         blocked = {h.queue for h in offer.heads(workload_of) if scheduler.blocked_by_borrowers(h)}
@@ -158,6 +193,7 @@ def _steps(
             return
         plan = scheduler.plan([workload_of(w) for w in candidates], now_s)
         apply(dataclasses.replace(plan, grows=()))
+        offer.hold((p.workload_id for p in plan.preempts), now_s)
         for workload_id in plan.waiting:
             offer.failed(workload_id)
         if plan.grows and offer.all_waiting_seen(plan.waiting):

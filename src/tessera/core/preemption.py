@@ -36,13 +36,21 @@ queue is charged for it, so that the preemptor's real admission is never ranked 
 
 ``PreemptionGuard`` adds a time bound against churn from outside events: a workload preempted once may not be
 preempted by priority again until it has run ``min_runtime_s`` since its restart (seconds compared with ``now_s``).
-Reclaim ignores the guard: nominal quota is a guarantee, returned within one scheduling step.
+Reclaim ignores the guard: nominal quota is a guarantee, returned within one scheduling step. Under LAS within
+classes the step gives the guard the class spread (``queueing.las.class_guard``): it then holds back only preemptors
+of the victim's own priority class (LAS churn), never a strictly higher class, except for a run bound in this very
+instant (``started_s == now_s``: an earlier step of the instant bound it, and the runtime may not have launched it).
+
+Ties are broken alike in every runtime (the simulator and the server must decide the same: tests/server/
+test_same_decisions.py): run time lost is compared to the microsecond (clock origins differ, so do their rounding
+errors), and ids by number where they are numbers (``id_order``), not as text.
 
 Pure: candidates and quota needs come in (``QuotaLedger.quota_need``), victim ids go out; nothing is changed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
@@ -82,25 +90,47 @@ class PreemptionPolicy:
 
 @dataclass(frozen=True, slots=True)
 class PreemptionGuard:
-    """Workloads preempted before, and how long they must run after a restart before priority may preempt them."""
+    """Workloads preempted before, and how long they must run after a restart before priority may preempt them.
+
+    ``class_spread`` (LAS within classes; ``QuotaStep`` sets it): priorities are ``class * spread + LAS level``, and
+    the guard holds back only preemptors of the victim's own class (``priority_class``). A strictly higher class
+    preempts a guarded run at once, unless that run started at ``now_s`` (bound earlier in this very instant: the
+    runtime has not even launched it, and a step must never undo what the instant's earlier step decided)."""
 
     min_runtime_s: float = 600.0
     preempted: frozenset[str] = frozenset()
+    class_spread: int | None = None
 
     def __post_init__(self) -> None:
         if self.min_runtime_s < 0:
             raise InvalidRequestError("min_runtime_s", f"must be >= 0, got {self.min_runtime_s}")
+        if self.class_spread is not None and self.class_spread < 1:
+            raise InvalidRequestError("class_spread", f"must be >= 1, got {self.class_spread}")
 
-    def protects(self, candidate: Candidate, now_s: float) -> bool:
-        return candidate.workload_id in self.preempted and now_s - candidate.started_s < self.min_runtime_s
+    def protects(self, candidate: Candidate, now_s: float, preemptor_priority: int | None = None) -> bool:
+        """Whether priority may not preempt ``candidate`` at ``now_s`` (for a preemptor of ``preemptor_priority``;
+        None: any preemptor)."""
+        if candidate.workload_id not in self.preempted:
+            return False
+        if self.class_spread is not None and preemptor_priority is not None and candidate.started_s < now_s:
+            spread = self.class_spread
+            if priority_class(candidate.priority, spread) < priority_class(preemptor_priority, spread):
+                return False  # a strictly higher class, and the run did not start in this very instant
+        return now_s - candidate.started_s < self.min_runtime_s
 
     def record(self, workload_ids: Iterable[str]) -> PreemptionGuard:
         """The guard after ``workload_ids`` were preempted."""
-        return PreemptionGuard(self.min_runtime_s, self.preempted | frozenset(workload_ids))
+        return dataclasses.replace(self, preempted=self.preempted | frozenset(workload_ids))
 
     def forget(self, workload_ids: Iterable[str]) -> PreemptionGuard:
         """The guard after ``workload_ids`` finished (they need no protection any more)."""
-        return PreemptionGuard(self.min_runtime_s, self.preempted - frozenset(workload_ids))
+        return dataclasses.replace(self, preempted=self.preempted - frozenset(workload_ids))
+
+
+def priority_class(priority: int, spread: int) -> int:
+    """The priority class of a priority ``class * spread + level`` with ``-spread < level <= 0`` (LAS within
+    classes: ``LasService.priority``): the class, since the level only lowers it by less than ``spread``."""
+    return -(-priority // spread)
 
 
 def admission_rank(within_nominal: bool, priority: int) -> tuple[int, int]:
@@ -114,7 +144,8 @@ def candidate_rank(candidate: Candidate) -> tuple[int, int]:
 
 # A requirement: a target amount and which victims count towards it ("all", "own" or "other").
 _Requirement = tuple[ResourceVector, str]
-_Cost = tuple[int, int, float, tuple[str, ...]]
+_Cost = tuple[int, int, float, tuple[tuple[int, int, str], ...]]
+LOST_DIGITS = 6  # victim sets' lost run time is compared to the microsecond (``_cost_fn``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +275,7 @@ def _modes(
         and c.queue == preemptor_queue
         and c.preemptible
         and c.priority < preemptor_priority
-        and not guard.protects(c, now_s)
+        and not guard.protects(c, now_s, preemptor_priority)
     ]
     other = [c for c in candidates if policy.reclaim and c.queue != preemptor_queue and c.preemptible and c.borrowed]
     requirements = ((needed, "all"), (quota.nominal_shortfall, "own"), (quota.cohort_deficit, "other"))
@@ -280,16 +311,31 @@ def _grow_until_fit(
     return chosen
 
 
-def _preference(c: Candidate) -> tuple[bool, float, str]:
-    """Cheapest victim first: checkpointed, then youngest (latest start), then id."""
-    return (not c.checkpointed, -c.started_s, c.workload_id)
+def id_order(workload_id: str) -> tuple[int, int, str]:
+    """The order of workload ids in ties: numbered ids by number, before any other id (then by text).
+
+    Every runtime numbers its workloads in the order they arrive (the simulator by trace index from 0, the server by
+    row id from 1), so numeric order is the same in both, but text order is not: the same two jobs are "3" and "9"
+    in one and "4" and "10" in the other, and "10" < "4" as text. Victims tied on cost and chosen by text order
+    differed between the simulator and the server (tests/server/test_same_decisions.py)."""
+    if workload_id.isascii() and workload_id.isdigit():
+        return (0, int(workload_id), "")
+    return (1, 0, workload_id)
+
+
+def _preference(c: Candidate) -> tuple[bool, float, tuple[int, int, str]]:
+    """Cheapest victim first: checkpointed, then youngest (latest start), then id (``id_order``)."""
+    return (not c.checkpointed, -c.started_s, id_order(c.workload_id))
 
 
 def _cost_fn(now_s: float) -> Callable[[Sequence[Candidate]], _Cost]:
     def cost(victims: Sequence[Candidate]) -> _Cost:
-        lost = sum(max(now_s - c.started_s, 0.0) for c in victims)
+        # Rounded to the microsecond: run times come from differences of clock readings, which carry rounding noise
+        # that depends on the clock's origin (the server's epoch seconds, the simulator's zero); sets that lose the
+        # same work must tie in every runtime, and then the ids decide.
+        lost = round(sum(max(now_s - c.started_s, 0.0) for c in victims), LOST_DIGITS)
         unsaved = sum(1 for c in victims if not c.checkpointed)
-        return (len(victims), unsaved, lost, tuple(sorted(c.workload_id for c in victims)))
+        return (len(victims), unsaved, lost, tuple(sorted(id_order(c.workload_id) for c in victims)))
 
     return cost
 

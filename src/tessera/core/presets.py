@@ -39,7 +39,9 @@ queue discipline, the queues it runs on (``preset_queues``), preemption, LAS, el
   placement spreads small pods over idle 8-GPU nodes that big pods then wait for. Within a priority class,
   preemptible and checkpointed jobs are ordered by least attained service (LAS, as tiresias) and may be preempted
   for a job of a lower LAS level; services and non-checkpointed jobs are never preempted for that (restarting a job
-  from zero to serve a shorter one loses more than it gains). Elastic jobs (``Preset.elastic``, tessera
+  from zero to serve a shorter one loses more than it gains). Every run's preemption guard holds back only its own
+  class (LAS churn): a higher class (inference-critical over training) preempts it at once, unless the run was
+  bound in the same instant. Elastic jobs (``Preset.elastic``, tessera
   only: the baselines run them as rigid gangs; ``Preset.elastic_bounds``): a job with ``work_steps`` and an
   elastic range starts with the most workers that fit (at least its minimum), gives workers back instead of being
   preempted whole (grown ones to any pending job of its queue, the others to higher priority or to a queue

@@ -31,6 +31,7 @@ from tessera.core.placement.base import Placer
 from tessera.core.placement.gang import place_gang
 from tessera.core.preemption import Candidate, PreemptionGuard, select_victims, select_victims_to_fit
 from tessera.core.queueing.fairshare import drf_order
+from tessera.core.queueing.las import class_guard
 from tessera.core.queueing.priority import order_pending
 from tessera.core.queueing.quotas import Admission, QuotaLedger
 from tessera.core.queueing.resources import Flavor, ResourceVector
@@ -66,7 +67,7 @@ class QuotaStep:
         self.rng = rng
         self.running = {r.workload_id: r for r in running}
         self.now_s = now_s
-        self.guard = guard
+        self.guard = class_guard(guard, config.las_within_class and bool(config.las_thresholds_gpu_s))
         nodes = self.state.nodes
         self.capacity = ResourceVector(
             self.state.gpu_capacity_milli, sum(n.cpu_milli for n in nodes), sum(n.mem_mib for n in nodes)
@@ -384,17 +385,7 @@ class QuotaStep:
             if pool not in above_nominal:
                 above_nominal[pool] = not self.ledger.borrowed(*pool).is_zero()
             borrowed = r.admission.is_borrowing and above_nominal[pool]
-            found.append(
-                Candidate(
-                    r.workload_id,
-                    r.queue,
-                    r.priority,
-                    r.preemptible,
-                    r.started_s,
-                    r.checkpointed,
-                    r.admission.charged,
-                    borrowed,
-                )
-            )
+            known = (r.workload_id, r.queue, r.priority, r.preemptible, r.started_s, r.checkpointed)
+            found.append(Candidate(*known, r.admission.charged, borrowed))
         self.candidate_cache[(workload.queue, key)] = (self.changes, found)
         return found

@@ -10,10 +10,12 @@ baseline; pure.
 
 from __future__ import annotations
 
+import dataclasses
 from bisect import bisect_right
 from collections.abc import Sequence
 
 from tessera.core.errors import InvalidRequestError
+from tessera.core.preemption import PreemptionGuard
 
 SECONDS_PER_HOUR = 3600.0
 # 1 GPU-hour and 10 GPU-hours: three queues (short, medium, long), the order of magnitude Tiresias uses on its trace.
@@ -46,6 +48,16 @@ LAS_CLASS_SPREAD = 10  # more than the number of LAS levels: a class never falls
 LAS_EPSILON_GPU_S = 1e-6  # a recheck lands exactly on a threshold: count it as reached despite rounding
 
 
+def class_guard(guard: PreemptionGuard | None, within_class: bool) -> PreemptionGuard | None:
+    """The guard a step applies. Under LAS within classes every run is guarded, against LAS churn: levels change as
+    service is attained, so a workload preempted now could soon preempt back. Class priorities never change, so a
+    strictly higher class (``inference-critical`` over ``training``) is not held back by it and preempts at once
+    (``PreemptionGuard.class_spread``); the no-loop rule of ``core.preemption`` does not depend on the guard."""
+    if guard is None or not within_class:
+        return guard
+    return dataclasses.replace(guard, class_spread=LAS_CLASS_SPREAD)
+
+
 class LasService:
     """Attained service of every workload (GPU-seconds, summed over its runs) and the LAS priority it gives.
 
@@ -57,6 +69,9 @@ class LasService:
 
     def __init__(self, thresholds_gpu_s: tuple[float, ...], within_class: bool) -> None:
         check_thresholds(thresholds_gpu_s)
+        if within_class and len(thresholds_gpu_s) >= LAS_CLASS_SPREAD:  # a level would reach the class below
+            most = LAS_CLASS_SPREAD - 1
+            raise InvalidRequestError("las_thresholds_gpu_s", f"at most {most} within classes, got {thresholds_gpu_s}")
         self.thresholds = thresholds_gpu_s
         self.within_class = within_class
         self.attained_gpu_s: dict[str, float] = {}  # up to the current run's start (or last resize)
