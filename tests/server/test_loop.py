@@ -8,7 +8,7 @@ from typing import Any
 
 from server_harness import ADMIN, Harness, MakeHarness
 
-from tessera.core.scheduler import StepPlan
+from tessera.core.scheduler import Preempt, StepPlan
 
 
 def _queue(h: Harness, name: str, gpus: float, cohort: str = "lab") -> None:
@@ -133,3 +133,35 @@ def test_a_restart_reads_the_stored_stop_reason_back_and_the_end_keeps_its_meani
     h2.step()
     row = h2.get(wid)
     assert row["state"] == "failed" and row["reason"] == "watchdog: uses 30 GiB of 20"
+
+
+def test_a_bind_preempted_by_a_later_plan_of_the_same_tick_never_starts_and_waits_again(
+    make_harness: MakeHarness,
+) -> None:
+    # A reclaim may preempt a run that an earlier plan of the same instant bound: the server had not recorded it as
+    # running yet (a KeyError stopped the tick); the bind is now taken back before anything is stored or launched.
+    h = make_harness("1xA100-80GB")
+    wid = h.submit(gpus=1, gpu_fraction=0.5)["id"]
+    other = h.submit(gpus=1, gpu_fraction=0.5)["id"]  # the same shape: the tick's next plan would bind it
+    loop = h.server.ctx.loop
+    plan = loop.scheduler.plan
+    calls = [0]
+
+    def bind_then_preempt(*args: Any, **kwargs: Any) -> StepPlan:
+        calls[0] += 1
+        if calls[0] == 2:  # the tick's next plan takes the fresh bind back, as a reclaim would
+            return StepPlan(preempts=(Preempt(str(wid), "reclaim: test"),))
+        return plan(*args, **kwargs)
+
+    loop.scheduler.plan = bind_then_preempt  # type: ignore[method-assign]
+    h.step()
+    assert calls[0] >= 2
+    assert h.get(wid)["state"] == "pending"
+    started = len(h.backend.launched)
+    assert started == (h.get(other)["state"] == "running")  # the taken-back bind did not start
+    assert int(loop.state.gpu_free_milli[0, 0]) == 1000 - 500 * started  # and its share went back
+    loop.scheduler.plan = plan  # type: ignore[method-assign]
+    h.clock.advance(1)  # offered again from the next instant, as a preempted workload is
+    h.step()
+    assert h.get(wid)["state"] == "running" and h.get(other)["state"] == "running"
+    assert len(h.backend.launched) == 2

@@ -10,20 +10,17 @@ books with ``Scheduler.commit``, the very call the simulator makes, so the next 
 and only then acted on (stop victims, launch through ``server.launcher``). Nothing acts before it is durable; a bind
 that lost the race with a cancel is taken back out of the books.
 
-A step never waits long for the backend: launches are made by a worker thread (``server.launch_worker``), and the
-step waits for them at most ``LoopConfig.launch_wait_s``; their handles are stored at a later step. So ends are
-collected and cancels applied every interval even while a wave of launches is being started. A workload cancelled
-or preempted while its launch is still queued is taken out of the queue and never started; one whose launch is
-being made is stopped as soon as its handle comes back; an end the backend reports before the handle has been
-recorded waits for it. The scheduler is built from a named preset (``LoopConfig.policy``, ``core.presets``:
-``tessera`` by default, or static, fifo-share, tiresias, gavel and the reference variants) with the store's queues.
+A step never waits long for the backend: a worker thread makes the launches (``server.launch_worker``), waited for
+at most ``LoopConfig.launch_wait_s``, so ends and cancels are handled every interval even during a wave of launches.
+A workload cancelled or preempted while its launch is queued is never started; one whose launch is being made is
+stopped once its handle comes back; an end reported before the handle is recorded waits for it. The scheduler is
+built from a named preset (``LoopConfig.policy``, ``core.presets``) with the store's queues.
 
 A restarted server calls ``recover()`` first (``server.recovery``): it takes the stored placements back into the
 scheduler's books (``Scheduler.adopt``), re-charges the quotas and re-adopts the workloads that outlived the crash.
 Why a stop was sent is a typed ``StopReason`` (cancel, preempted, watchdog), which decides what the workload's end
 means (``server.loop_ends``: that decision as a pure function, and the batched writes of a wave of ends). A bind
-that needs preempted victims to go first is launched only once they have exited (``waits_for``): two processes
-never hold one GPU share at once.
+that needs victims to go first is launched once they have exited (``waits_for``): never two processes on one share.
 """
 
 from __future__ import annotations
@@ -171,7 +168,10 @@ class SchedulerLoop:
         tick = self._tick
         for preempt in plan.preempts:
             self.intake.offer.released()
-            entry = self.running[int(preempt.workload_id)]
+            entry = self.running.get(int(preempt.workload_id))
+            if entry is None:  # bound by an earlier plan of this very tick (a reclaim may do it): it waits again
+                tick.unbind(int(preempt.workload_id))
+                continue
             entry.placements, entry.admission = (), None  # its capacity went to the preemptor
             entry.stop_sent = StopReason.preempted(preempt.reason)
             tick.preempts.append(preempt)

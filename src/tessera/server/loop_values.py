@@ -63,6 +63,11 @@ class TickDecisions:
     binds: list[tuple[Bind, set[int]]] = field(default_factory=list)  # with the victims each must wait for
     waiting: dict[str, str] = field(default_factory=dict)  # workload id -> why it still waits
 
+    def unbind(self, workload_id: int) -> None:
+        """Take back a bind of this tick before it is stored (a later plan of the tick preempted it): it never
+        starts; it is still pending in the store, and the next tick's intake offers it again."""
+        self.binds = [(bind, waits) for bind, waits in self.binds if int(bind.workload_id) != workload_id]
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
