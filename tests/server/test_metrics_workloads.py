@@ -116,7 +116,8 @@ def test_with_nvml_each_workload_process_reports_its_memory_and_utilisation(tmp_
 
     store, loop = server.ctx.store, server.ctx.loop
     spec = WorkloadSpec(command=["x"], gpus=1, gpu_fraction=0.25)
-    wid = store.add_workload(workload_row(spec, Principal(None, True), store.queues(), server.ctx.pool, clock()), clock())
+    row = workload_row(spec, Principal(None, True), store.queues(), server.ctx.pool, clock())
+    wid = store.add_workload(row, clock())
     loop.step()
     handle = loop.running[wid.id].handle
     assert handle is not None
