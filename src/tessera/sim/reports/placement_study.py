@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,9 +188,11 @@ def zoom_region(curves: dict[str, tuple[FloatArray, FloatArray]]) -> tuple[tuple
     settled = tops[:, FULL_BUCKET:]
     top = float(np.nanmax(settled)) if np.isfinite(settled).any() else 100.0
     y1 = min(100.0, max(1.0, 1.5 * top))
-    with np.errstate(invalid="ignore"):
-        spread = np.nanmax(means, axis=0) - np.nanmin(means, axis=0)
-        inside = np.flatnonzero(np.nanmax(means, axis=0) <= y1)
+    with warnings.catch_warnings():  # a bucket no run reached is NaN for every policy
+        warnings.simplefilter("ignore", RuntimeWarning)
+        highest = np.nanmax(means, axis=0)
+        spread = highest - np.nanmin(means, axis=0)
+    inside = np.flatnonzero(highest <= y1)
     apart = np.flatnonzero(spread > ZOOM_SPREAD_PCT)
     start = max(int(apart[0]) if apart.size else 0, int(inside[0]) if inside.size else 0)
     x0 = max(0, min(start - 3, FULL_BUCKET - 10))
