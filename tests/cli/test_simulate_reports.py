@@ -45,7 +45,7 @@ def test_simulate_fgd_runs_tessera_by_default_as_make_simulate_does(
 
 
 def test_simulate_timeline_prints_a_table_with_the_summary_columns(tmp_path: Path) -> None:
-    queues = [{"name": "team-a", "cohort": "org", "nominal_gpus": 48}, {"name": "team-b", "cohort": "org", "nominal_gpus": 48}]
+    queues = [{"name": team, "cohort": "org", "nominal_gpus": 48} for team in ("team-a", "team-b")]
     jobs = [
         {"id": f"a{i}", "arrival_s": 60 * i, "duration_s": 600, "queue": "team-a", "gang": 8, "checkpointed": True}
         for i in range(12)
