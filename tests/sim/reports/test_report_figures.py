@@ -37,7 +37,8 @@ def test_the_fgd_plot_has_the_whole_run_and_a_zoom_on_where_the_policies_differ(
     for axes in (whole, zoom):
         bands = [c for c in axes.collections if isinstance(c, PolyCollection | FillBetweenPolyCollection)]
         assert len(bands) == 1
-    assert [t.get_text() for t in whole.get_legend().get_texts()] == ["bestfit", "fgd"]
+    legend = whole.get_legend()
+    assert legend is not None and [t.get_text() for t in legend.get_texts()] == ["bestfit", "fgd"]
 
 
 def test_with_policies_that_never_differ_the_zoom_shows_where_the_curve_settles() -> None:
@@ -62,7 +63,7 @@ def test_the_allocation_plot_has_one_binned_panel_per_policy_and_ends_at_the_mak
     axes = figure.axes
     assert len(axes) == 2  # one panel per policy: no line drawn over another's
     assert axes[-1].get_xlim() == pytest.approx((0.0, 9.0 - 1.0))  # first arrival 1 h, last finish 9 h (in h)
-    dashed = [line.get_xdata()[0] for axis in axes for line in axis.get_lines()]
+    dashed = [np.asarray(line.get_xdata())[0] for axis in axes for line in axis.get_lines()]
     assert dashed == pytest.approx([8.0, 5.0])  # each policy's own makespan
     assert [t.get_text() for axis in axes for t in axis.texts] == ["static", "tessera"]
 
