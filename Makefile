@@ -6,12 +6,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT ?= .tessera/fgd-default
 PORT ?= 8470
+PROMETHEUS ?=
+PROMETHEUS_PORT ?= 9090
 
 .DEFAULT_GOAL := help
 .PHONY: help run simulate test test-engines lint bench clean distclean
 
 help:
 	@echo "make run      - start the control plane (tessera up) on 127.0.0.1:$(PORT) with a demo mix; Ctrl-C stops it"
+	@echo "               (make run PROMETHEUS=1 also starts Prometheus on 127.0.0.1:$(PROMETHEUS_PORT), scraping it)"
 	@echo "make simulate - simulate the FGD study on the embedded synthetic cluster (report in $(OUT))"
 	@echo "make test   - ruff, mypy, import-linter contracts, the test suite and the core coverage gate"
 	@echo "make test-engines - real engines on the CPU: makes .venv-vllm (scripts/engines.sh), runs their e2e tests"
@@ -25,8 +28,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,ray]'
 	touch $(STAMP)
 
+# PROMETHEUS=1: deploy/prometheus/run-local.sh also starts a local Prometheus that scrapes the demo with the admin token.
 run: $(STAMP)
-	$(BIN)/tessera up --demo --port $(PORT)
+	@if [ -n "$(PROMETHEUS)" ] && [ "$(PROMETHEUS)" != 0 ]; then \
+	    echo "bash deploy/prometheus/run-local.sh $(BIN)/tessera $(PORT) $(PROMETHEUS_PORT) .tessera"; \
+	    PYTHON=$(BIN)/python bash deploy/prometheus/run-local.sh $(BIN)/tessera $(PORT) $(PROMETHEUS_PORT) .tessera; \
+	else echo "$(BIN)/tessera up --demo --port $(PORT)"; $(BIN)/tessera up --demo --port $(PORT); fi
 
 simulate: $(STAMP)
 	$(BIN)/tessera simulate fgd --out $(OUT)

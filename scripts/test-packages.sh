@@ -60,4 +60,19 @@ install_chromium() {
 
 install_mps
 install_chromium
+
+# prometheus        promtool, which tests/deploy/test_prometheus.py runs on the shipped alert rules (check and unit
+#                   tests) and configuration, and the Prometheus server that `make run PROMETHEUS=1` starts and the
+#                   scrape test runs against the demo (Debian bookworm: 2.42).
+install_prometheus() {
+    command -v promtool >/dev/null && command -v prometheus >/dev/null && return 0
+    command -v apt-get >/dev/null || { warn "no apt-get: the Prometheus rule and scrape tests will skip"; return 0; }
+    as_root apt-get update -qq >/dev/null 2>&1
+    if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
+        >/dev/null 2>&1; then
+        warn "could not install prometheus: the Prometheus rule and scrape tests will skip"
+    fi
+}
+
+install_prometheus
 exit 0

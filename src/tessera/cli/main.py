@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from tessera.sim.placement_study.sweep import RunResult
     from tessera.sim.reports.placement_study import PolicySummary, ReportFiles
 
-ALL_POLICIES = ",".join(FGD_STUDY_POLICIES)
+ALL_POLICIES = ",".join((*FGD_STUDY_POLICIES, "tessera"))  # the study's six and Tessera's own
 
 app = typer.Typer(
     help="Tessera: fractional, fragmentation-aware GPU scheduling and its trace-driven simulator.",
@@ -72,7 +72,9 @@ def simulate_fgd(
     out: Annotated[Path, typer.Option("--out", help="Folder for runs.csv, summary.json, summary.md, unallocated.png.")],
     nodes: NodesOption = None,
     pods: PodsOption = None,
-    policies: Annotated[str, typer.Option("--policies", help="Comma-separated placement policies.")] = ALL_POLICIES,
+    policies: Annotated[
+        str, typer.Option("--policies", help="Comma-separated placement policies (default: the study's six, tessera).")
+    ] = ALL_POLICIES,
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds: a range 42-51, a list 42,43,50 or one.")] = "42-51",
     inflate: InflateOption = 1.3,
     jobs: Annotated[int | None, typer.Option("--jobs", help="Worker processes (default: the number of CPUs).")] = None,
@@ -173,9 +175,12 @@ def simulate_timeline(
     ] = None,
 ) -> None:
     """Replay a workload over time: arrivals, queueing, departures; JCT, waiting and GPU allocation per policy."""
+    from tessera.cli.sim_tables import queue_table, timeline_table
     from tessera.core.presets import resolve_preset
     from tessera.sim.placement_study.sweep import parse_seeds
     from tessera.sim.replay.timeline import run_timeline
+    from tessera.sim.reports.placement_study import format_seeds
+    from tessera.sim.reports.timeline import summarize as summarize_timeline
     from tessera.sim.reports.timeline import write_timeline_report
     from tessera.sim.workloads.inputs import timeline_inputs
 
@@ -206,7 +211,10 @@ def simulate_timeline(
                 console.print(f"  {name}: {result.wall_s:.1f} s")
                 results.append(result)
         paths = write_timeline_report(out, workload_name, results)
-        console.print((out / "summary.md").read_text(), markup=False, highlight=False)
+        summaries = summarize_timeline(results)
+        console.print(timeline_table(workload_name, format_seeds(seed_list), summaries))
+        if (queues_of := queue_table(summaries)) is not None:
+            console.print(queues_of)
         console.print("Report written to:", *[str(p) for p in paths], sep="\n  ", markup=False, highlight=False)
 
 

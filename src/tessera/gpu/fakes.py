@@ -31,6 +31,7 @@ class FakeGpu:
     mig: list[FakeGpu] | None = None  # MIG instances when MIG mode is on; None: the GPU does not support MIG
     mig_enabled: bool = False
     processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, used MiB)
+    process_samples: list[tuple[int, int, int]] = field(default_factory=list)  # (pid, timestamp µs, SM %)
 
 
 class FakeNvml:
@@ -93,3 +94,13 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeGpu) -> list[SimpleNamespace]:
         return [SimpleNamespace(pid=pid, usedGpuMemory=used_mib * BYTES_PER_MIB) for pid, used_mib in handle.processes]
+
+    def nvmlDeviceGetProcessUtilization(self, handle: FakeGpu, last_seen_us: int) -> list[SimpleNamespace]:
+        if handle.mig_enabled:
+            raise FakeNvmlError("Not Supported")
+        fresh = [
+            SimpleNamespace(pid=p, timeStamp=t, smUtil=sm) for p, t, sm in handle.process_samples if t > last_seen_us
+        ]
+        if not fresh:
+            raise FakeNvmlError("Not Found")
+        return fresh

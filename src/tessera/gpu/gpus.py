@@ -1,9 +1,10 @@
 """GPU discovery: the devices of this host from NVML, or a declared simulated pool (``4xA100-80GB,2xT4``).
 
 Simulated GPUs carry ``simulated=True`` and a UUID starting with ``SIM-``, so every view can label them.
-This module holds the seam types (``GpuDevice``, ``GpuUsage``, ``ProcessMemory``, the ``GpuProbe`` and
-``ProcessMemoryProbe`` protocols), the pool-spec parser and ``SimulatedProbe``. The NVML implementation lives
-in ``tessera.gpu.nvml``; ``tessera.gpu.discovery.detect_gpus`` picks one of the two for a node.
+This module holds the seam types (``GpuDevice``, ``GpuUsage``, ``ProcessMemory``, ``ProcessUtilization``, the
+``GpuProbe``, ``ProcessMemoryProbe`` and ``ProcessUsageProbe`` protocols), the pool-spec parser and
+``SimulatedProbe``. The NVML implementation lives in ``tessera.gpu.nvml``; ``tessera.gpu.discovery.detect_gpus``
+picks one of the two for a node.
 """
 
 from __future__ import annotations
@@ -56,6 +57,15 @@ class ProcessMemory:
     used_mib: int
 
 
+@dataclass(frozen=True, slots=True)
+class ProcessUtilization:
+    """How busy one process kept one GPU's SMs (NVML's per-process samples, averaged since the last reading)."""
+
+    pid: int
+    gpu_uuid: str
+    sm_pct: float
+
+
 class GpuProbe(Protocol):
     def devices(self) -> list[GpuDevice]:
         """The GPUs to schedule on (fixed for the life of the server)."""
@@ -72,6 +82,12 @@ class ProcessMemoryProbe(Protocol):
         ...
 
 
+class ProcessUsageProbe(ProcessMemoryProbe, Protocol):
+    def process_utilization(self) -> list[ProcessUtilization]:
+        """SM utilisation of each compute process on each GPU since the last call; empty for a simulated pool."""
+        ...
+
+
 class SimulatedProbe:
     """A declared pool of GPUs that do not exist: they schedule like real ones and report no usage."""
 
@@ -85,6 +101,9 @@ class SimulatedProbe:
         return []
 
     def process_memory(self) -> list[ProcessMemory]:
+        return []
+
+    def process_utilization(self) -> list[ProcessUtilization]:
         return []
 
 

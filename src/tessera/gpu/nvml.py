@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from tessera.core.catalog import GpuModel, all_models
-from tessera.gpu.gpus import GpuDevice, GpuUsage, ProcessMemory
+from tessera.gpu.gpus import GpuDevice, GpuUsage, ProcessMemory, ProcessUtilization
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,8 @@ class NvmlApi(Protocol):
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int: ...
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> Any: ...
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]: ...  # .pid, .usedGpuMemory (bytes)
+    # Samples since a timestamp (µs): .pid, .timeStamp, .smUtil (%); NVMLError (NOT_FOUND) when there are none.
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, last_seen_us: int) -> list[Any]: ...
 
 
 def match_catalog_model(nvml_name: str, mem_mib: int) -> str:
@@ -86,6 +88,7 @@ class NvmlProbe:
         self._node = node
         self._gpu_handles: list[Any] = []  # physical GPUs, by NVML index
         self._device_handles: list[tuple[GpuDevice, Any]] = []  # schedulable devices (whole GPUs or MIG)
+        self._last_sample_us: dict[str, int] = {}  # device UUID -> newest per-process sample read
         for gpu_index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(gpu_index)
             self._gpu_handles.append(handle)
@@ -131,6 +134,25 @@ class NvmlProbe:
                 if used is not None:  # None: the driver does not account it (e.g. Windows WDDM)
                     held.append(ProcessMemory(int(process.pid), device.uuid, int(used) // BYTES_PER_MIB))
         return held
+
+    def process_utilization(self) -> list[ProcessUtilization]:
+        """Each process's SM utilisation on each whole GPU, the mean of NVML's samples since the last call (a MIG
+        instance has no per-process samples; a GPU with no new sample reports nothing)."""
+        busy = []
+        for device, handle in self._device_handles:
+            if device.is_mig:
+                continue
+            try:
+                samples = self._nvml.nvmlDeviceGetProcessUtilization(handle, self._last_sample_us.get(device.uuid, 0))
+            except self._nvml.NVMLError:  # NOT_FOUND: no sample since then; NOT_SUPPORTED on some boards
+                continue
+            by_pid: dict[int, list[float]] = {}
+            for sample in samples:
+                by_pid.setdefault(int(sample.pid), []).append(float(sample.smUtil))
+                newest = max(self._last_sample_us.get(device.uuid, 0), int(sample.timeStamp))
+                self._last_sample_us[device.uuid] = newest
+            busy += [ProcessUtilization(pid, device.uuid, sum(v) / len(v)) for pid, v in sorted(by_pid.items())]
+        return busy
 
     def _add_gpu(self, handle: Any) -> None:
         nvml = self._nvml

@@ -1,24 +1,34 @@
 """Prometheus metrics at ``/metrics``: workloads by state and queue, time spent pending, scheduling step latency and
-the longest step, per-GPU allocated share and memory, per-queue usage against quota; with NVML, GPU usage under
-dcgm-exporter's names.
+the longest step, per-GPU allocated share and memory, per-queue usage against quota; per workload and GPU, the
+allocated share and memory and (with NVML) each process's use, and the lifecycle counters
+(``server.metrics_workloads``); with NVML, GPU usage under dcgm-exporter's names. docs/monitoring.md lists them.
 
 Counts and allocations are read at scrape time from the store and the loop's snapshot (``MetricsCollector``);
 latencies are observed as they happen (``ServerMetrics.observe_*``). One registry per server, never the global one.
 
-Queues are named after tenants, so the series labelled by queue are private: ``registry`` has them all (served to
-an admin token), ``public`` leaves them out (served without a token).
+Queues are named after tenants, so the series labelled by queue (or by workload or tenant) are private: ``registry``
+has them all (served to an admin token), ``public`` leaves them out (served without a token).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import socket
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from tessera.backends.base import Handle
 from tessera.core.workload import MILLI_PER_GPU
+from tessera.gpu.gpus import ProcessUsageProbe
+from tessera.server.metrics_workloads import (
+    BYTES_PER_MIB,
+    LifecycleCounters,
+    WorkloadGpuCollector,
+    device_labels,
+)
 from tessera.server.records import NO_LIMIT
 from tessera.server.store import served
 from tessera.server.store.store import Store
@@ -28,11 +38,20 @@ if TYPE_CHECKING:
 
 _PENDING_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 _STEP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
-PRIVATE_LABELS = frozenset({"queue", "served_model"})
+PRIVATE_LABELS = frozenset({"queue", "served_model", "workload", "workload_name", "tenant"})
 
 
 class ServerMetrics:
-    def __init__(self, store: Store, loop: SchedulerLoop) -> None:
+    def __init__(
+        self,
+        store: Store,
+        loop: SchedulerLoop,
+        clock: Callable[[], float] | None = None,
+        usage: ProcessUsageProbe | None = None,
+        pids: Callable[[Handle], list[int]] | None = None,
+    ) -> None:
+        """``clock``: the server's (the lifecycle counters settle events by their time; default the loop's);
+        ``usage`` and ``pids`` (real GPUs through NVML): each workload process's GPU use."""
         self.registry = CollectorRegistry(auto_describe=True)
         self._step_max_s = 0.0
         self.pending_seconds = Histogram(
@@ -67,6 +86,8 @@ class ServerMetrics:
             registry=self.registry,
         )
         self.registry.register(_StateCollector(store, loop))
+        self.registry.register(WorkloadGpuCollector(loop, usage, pids))
+        self.registry.register(LifecycleCounters(store, clock or loop.clock))
         self.public = CollectorRegistry(auto_describe=False)
         self.public.register(_WithoutLabels(self.registry, PRIVATE_LABELS))
 
@@ -126,17 +147,22 @@ class _StateCollector(Collector):
         return family
 
     def _gpus(self) -> Iterator[Metric]:
-        labels = ["node", "gpu", "uuid", "model", "simulated"]
+        """Per GPU: Tessera's labels (node, gpu, uuid, model) and dcgm-exporter's (``metrics_workloads``)."""
+        labels = ["node", "gpu", "uuid", "model", "Hostname", "UUID", "modelName", "simulated"]
         share = GaugeMetricFamily("tessera_gpu_allocated_ratio", "Share of the GPU allocated (0..1)", labels=labels)
-        memory = GaugeMetricFamily("tessera_gpu_allocated_memory_mib", "Device memory allocated", labels=labels)
+        memory = GaugeMetricFamily(
+            "tessera_gpu_allocated_memory_bytes", "Device memory allocated (the allocated share of it)", labels=labels
+        )
         snapshot = self.loop.snapshot
         pool = self.loop.pool
+        hostname = socket.gethostname()
         for n, node in enumerate(pool.nodes):
             for g, device in enumerate(pool.devices[n]):
                 used_milli = snapshot.allocated_milli(n, g)
-                values = [node.name, str(g), device.uuid, device.model, str(device.simulated).lower()]
+                _, host, _, uuid, model_name, simulated = device_labels(device, node.name, hostname)
+                values = [node.name, str(g), device.uuid, device.model, host, uuid, model_name, simulated]
                 share.add_metric(values, used_milli / MILLI_PER_GPU)
-                memory.add_metric(values, used_milli * device.mem_mib / MILLI_PER_GPU)
+                memory.add_metric(values, used_milli * device.mem_mib * BYTES_PER_MIB // MILLI_PER_GPU)
         yield share
         yield memory
 

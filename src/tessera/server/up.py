@@ -29,7 +29,7 @@ from tessera.errors import InvalidRequestError
 from tessera.faults import check_environment
 from tessera.gpu.dcgm import GpuUsageCollector
 from tessera.gpu.discovery import detect_gpus
-from tessera.gpu.gpus import GpuProbe, ProcessMemoryProbe
+from tessera.gpu.gpus import GpuProbe, ProcessMemoryProbe, ProcessUsageProbe
 from tessera.gpu.isolation import mps_available
 from tessera.server.api.app import create_app
 from tessera.server.auth import create_tenant_token, ensure_admin_token, token_key
@@ -124,7 +124,7 @@ def build_server(
     _check_pool(store, pool)
     _ensure_default_queue(store, clock())
     loop = SchedulerLoop(store, runner, pool, loop_config, clock, memory_probe=_memory_probe(probe, pool))
-    metrics = ServerMetrics(store, loop)
+    metrics = ServerMetrics(store, loop, clock, _usage_probe(probe, pool), runner.pids)
     loop.on_step = lambda report: metrics.observe_step(report.duration_s, report.cpu_s)
     loop.on_start = lambda row, waited: metrics.pending_seconds.labels(row.queue).observe(waited)
     if not pool.simulated:
@@ -138,6 +138,13 @@ def _memory_probe(probe: GpuProbe, pool: Pool) -> ProcessMemoryProbe | None:
     if pool.simulated or not hasattr(probe, "process_memory"):
         return None
     return cast(ProcessMemoryProbe, probe)
+
+
+def _usage_probe(probe: GpuProbe, pool: Pool) -> ProcessUsageProbe | None:
+    """Per-process GPU use for the metrics: only real GPUs read through NVML report it."""
+    if pool.simulated or not hasattr(probe, "process_utilization"):
+        return None
+    return cast(ProcessUsageProbe, probe)
 
 
 def _check_pool(store: Store, pool: Pool) -> None:

@@ -9,7 +9,8 @@ per-policy figures to callers that print them (the CLI's table). Files written i
   "unallocated_pct_std": {"100", "130"}, "pods_per_s"}}}`` (means over seeds; sample std, 0.0 for one seed;
   ``null`` only where no run reached that bucket);
 - ``summary.md``: the same figures as a Markdown table;
-- ``unallocated.png``: unallocated GPU % (100 - allocation %) against arrived %, mean over seeds, one line per policy.
+- ``unallocated.png``: unallocated GPU % (100 - allocation %) against arrived %, mean over seeds with a band of ± one
+  sample std, one line per policy: the whole run, and a zoomed panel where the policies differ (``zoom_region``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from __future__ import annotations
 import csv
 import json
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +30,13 @@ import numpy.typing as npt
 from tessera.sim.placement_study.inflation import MAX_BUCKET
 from tessera.sim.placement_study.sweep import RunResult
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+
+FloatArray = npt.NDArray[np.float64]
+FULL_BUCKET = 100  # arrived % at which the cluster's capacity has been asked for
+ZOOM_SPREAD_PCT = 0.5  # policies "differ" once their mean unallocated % are this far apart
 REPORT_BUCKETS: tuple[int, ...] = (100, 130)  # arrived % at which the summary reads the unallocated %
 RUNS_COLUMNS: tuple[str, ...] = ("policy", "seed", "arrived_pct", "alloc_pct", "frag_pct", "frag_ratio_pct")
 
@@ -128,27 +138,87 @@ def summary_markdown(
 
 
 def plot_unallocated(path: Path, trace: str, results: Sequence[RunResult]) -> None:
-    """Unallocated % against arrived %, one line per policy (mean over seeds); drawn off-screen with Agg."""
-    # Imported here: matplotlib is slow to import and only this function needs it.
+    """``unallocated_figure`` saved as a PNG; drawn off-screen with Agg."""
+    unallocated_figure(trace, results).savefig(path)
+
+
+def unallocated_figure(trace: str, results: Sequence[RunResult]) -> Figure:
+    """Unallocated % against arrived %, one line per policy (mean over seeds, a band of ± one sample std where
+    there are several seeds): the whole run on the left, and on the right the region where the policies differ
+    (``zoom_region``), where the lines that overlap on the left are told apart."""
+    # Imported here: matplotlib is slow to import and only the plot needs it.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(8, 5), dpi=110)
+    figure = Figure(figsize=(12, 5), dpi=110)
     FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
+    whole, zoom = figure.subplots(1, 2, gridspec_kw={"width_ratios": (1, 1.2)})
     arrived = np.arange(MAX_BUCKET + 1)
-    for policy in _policies_in_order(results):
-        curves = np.array([r.curves.alloc_pct for r in results if r.policy == policy])
-        axes.plot(arrived, 100.0 - _nanmean_rows(curves), label=policy, linewidth=1.6)
-    axes.set_xlabel("arrived GPU request (% of cluster GPU capacity)")
-    axes.set_ylabel("unallocated GPU (% of capacity)")
-    axes.set_title(f"Unallocated GPU vs arrived workload: {trace}")
-    axes.set_xlim(0, MAX_BUCKET)
-    axes.set_ylim(bottom=0)
-    axes.grid(True, alpha=0.3)
-    axes.legend(title="policy")
+    curves = _unallocated_curves(results)
+    for policy, (mean, std) in curves.items():
+        for axes in (whole, zoom):
+            (line,) = axes.plot(arrived, mean, label=policy, linewidth=1.6)
+            if np.any(std > 0):
+                axes.fill_between(arrived, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+    (x0, x1), (y0, y1) = zoom_region(curves)
+    whole.set_xlim(0, MAX_BUCKET)
+    whole.set_ylim(bottom=0)
+    whole.add_patch(_rectangle(x0, y0, x1 - x0, y1 - y0))
+    whole.set_title("whole run")
+    zoom.set_xlim(x0, x1)
+    zoom.set_ylim(y0, y1)
+    zoom.set_title(f"zoom: arrived {x0}-{x1} % (band: ± 1 std over seeds)")
+    for axes in (whole, zoom):
+        axes.set_xlabel("arrived GPU request (% of cluster GPU capacity)")
+        axes.grid(True, alpha=0.3)
+    whole.set_ylabel("unallocated GPU (% of capacity)")
+    whole.legend(title="policy", loc="upper right")
+    figure.suptitle(f"Unallocated GPU vs arrived workload: {trace}")
     figure.tight_layout()
-    figure.savefig(path)
+    return figure
+
+
+def zoom_region(curves: dict[str, tuple[FloatArray, FloatArray]]) -> tuple[tuple[int, int], tuple[float, float]]:
+    """The part of the plot that tells policies apart. Vertically, from 0 to half again the highest unallocated %
+    (mean + std) any policy ends on at 100 % arrived or later; horizontally, to the last bucket from a little before
+    the later of two arrived %: where the mean curves first differ by more than ``ZOOM_SPREAD_PCT`` and where every
+    curve has come down into that height (at most ``FULL_BUCKET - 10``)."""
+    means = np.array([mean for mean, _ in curves.values()])
+    tops = np.array([mean + std for mean, std in curves.values()])
+    settled = tops[:, FULL_BUCKET:]
+    top = float(np.nanmax(settled)) if np.isfinite(settled).any() else 100.0
+    y1 = min(100.0, max(1.0, 1.5 * top))
+    with warnings.catch_warnings():  # a bucket no run reached is NaN for every policy
+        warnings.simplefilter("ignore", RuntimeWarning)
+        highest = np.nanmax(means, axis=0)
+        spread = highest - np.nanmin(means, axis=0)
+    inside = np.flatnonzero(highest <= y1)
+    apart = np.flatnonzero(spread > ZOOM_SPREAD_PCT)
+    start = max(int(apart[0]) if apart.size else 0, int(inside[0]) if inside.size else 0)
+    x0 = max(0, min(start - 3, FULL_BUCKET - 10))
+    return (x0, MAX_BUCKET), (0.0, y1)
+
+
+def _unallocated_curves(results: Sequence[RunResult]) -> dict[str, tuple[FloatArray, FloatArray]]:
+    """Policy -> (mean, sample std) of the unallocated % per bucket over its seeds (std 0 for one seed)."""
+    curves = {}
+    for policy in _policies_in_order(results):
+        unallocated = 100.0 - np.array([r.curves.alloc_pct for r in results if r.policy == policy])
+        counts = (~np.isnan(unallocated)).sum(axis=0)
+        mean = _nanmean_rows(unallocated)
+        std = np.zeros_like(mean)
+        several = counts > 1
+        if several.any():
+            squares = np.nansum((unallocated - mean) ** 2, axis=0)
+            std[several] = np.sqrt(squares[several] / (counts[several] - 1))
+        curves[policy] = (mean, std)
+    return curves
+
+
+def _rectangle(x: float, y: float, width: float, height: float) -> Rectangle:
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x, y), width, height, fill=False, linestyle="--", linewidth=1.0, edgecolor="0.4")
 
 
 def format_seeds(seeds: Sequence[int]) -> str:

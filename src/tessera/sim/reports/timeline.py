@@ -1,4 +1,5 @@
-"""Reports of the timeline simulator: ``summary.json``, ``summary.md``, ``jct_cdf.png``, ``allocation.png``.
+"""Reports of the timeline simulator: ``summary.json``, ``summary.md``, ``jct_cdf.png``, ``allocation.png`` (one panel
+per policy, time-binned, the axis ending at the makespan: ``allocation_figure``).
 
 ``summary.json`` is ``{"workload": str, "policies": {NAME: {"avg_jct_s", "p99_jct_s", "avg_wait_s", "p99_wait_s",
 "gpu_alloc_pct", "preemptions", "jain_index", "p50_jct_s", "p50_wait_s", "makespan_s", "jobs_per_hour"}}}``, each
@@ -23,10 +24,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import numpy.typing as npt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from tessera.sim.replay.result import TimelineResult  # noqa: E402
+
+FloatArray = npt.NDArray[np.float64]
+ALLOCATION_BINS = 400  # time bins of the allocation plot: about one per pixel column
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,11 +203,50 @@ def _plot_cdf(path: Path, workload: str, results: Sequence[TimelineResult]) -> N
 
 
 def _plot_allocation(path: Path, workload: str, results: Sequence[TimelineResult]) -> None:
-    figure, axis = plt.subplots(figsize=(8, 4.2))
-    for result in _first_run_per_policy(results):
-        if not result.alloc_times_s.size:
-            continue
-        days = (result.alloc_times_s - result.alloc_times_s[0]) / 86400.0
-        axis.step(days, result.alloc_pct, where="post", label=result.policy, linewidth=0.8)
-    axis.set(xlabel="time (days)", ylabel="allocated GPU (% of capacity)", title=f"GPU allocation: {workload}")
-    _save(figure, axis, path)
+    figure = allocation_figure(workload, results)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def allocation_figure(workload: str, results: Sequence[TimelineResult]) -> Figure:
+    """Allocated GPU % over time, one panel per policy (first seed) on a shared time axis, so that no policy's line
+    is drawn over another's. Each panel shows the time-weighted mean over ``ALLOCATION_BINS`` bins of the makespan
+    (a step line of every change would be a solid band); the axis ends at the longest makespan (first arrival to
+    last finish), and a dashed line marks each policy's own."""
+    runs = [r for r in _first_run_per_policy(results) if r.alloc_times_s.size]
+    longest_s = max((_makespan_s(r) for r in runs), default=0.0)
+    scale, unit = (86400.0, "days") if longest_s > 2 * 86400 else (3600.0, "h")
+    figure, axes = plt.subplots(
+        max(1, len(runs)), 1, figsize=(8, 1.1 + 1.5 * max(1, len(runs))), sharex=True, sharey=True, squeeze=False
+    )
+    for i, (axis, run) in enumerate(zip(axes[:, 0], runs, strict=False)):
+        color = f"C{i}"
+        start_s = float(run.arrival_s.min()) if run.arrival_s.size else float(run.alloc_times_s[0])
+        makespan_s = _makespan_s(run) or float(run.alloc_times_s[-1] - start_s)
+        edges = np.linspace(start_s, start_s + max(makespan_s, 1.0), ALLOCATION_BINS + 1)
+        mean = binned_step_mean(run.alloc_times_s, run.alloc_pct, edges)
+        x = (edges - start_s) / scale
+        axis.stairs(mean, x, fill=True, alpha=0.3, color=color)
+        axis.stairs(mean, x, linewidth=1.0, color=color)
+        axis.axvline(makespan_s / scale, color="0.3", linestyle="--", linewidth=0.8)
+        label = {"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1.5}
+        axis.text(0.005, 0.95, run.policy, transform=axis.transAxes, va="top", fontweight="bold", bbox=label)
+        axis.set_ylim(0, 100)
+        axis.grid(alpha=0.3)
+    axes[-1, 0].set_xlim(0, max(longest_s, 1.0) / scale)
+    axes[-1, 0].set_xlabel(f"time since the first arrival ({unit}); dashed: the policy's makespan")
+    figure.supylabel("allocated GPU (% of capacity)")
+    figure.suptitle(f"GPU allocation: {workload}")
+    figure.tight_layout()
+    return figure
+
+
+def binned_step_mean(times_s: FloatArray, values: FloatArray, edges_s: FloatArray) -> FloatArray:
+    """The time-weighted mean in each bin between ``edges_s`` of the step function that is ``values[i]`` from
+    ``times_s[i]`` on (0 before the first time)."""
+    durations = np.diff(times_s, append=max(float(times_s[-1]), float(edges_s[-1])))
+    area = np.concatenate(([0.0], np.cumsum(values * durations)))
+    at = np.concatenate((times_s, [times_s[-1] + durations[-1]]))
+    integral = np.interp(edges_s, at, area, left=0.0)
+    widths = np.diff(edges_s)
+    return np.where(widths > 0, np.diff(integral) / np.where(widths > 0, widths, 1.0), 0.0)
