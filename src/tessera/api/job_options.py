@@ -24,10 +24,7 @@ def parse_duration(value: str | int | float) -> float:
     (Slurm's days-hours form); more than zero and at most a year."""
     if isinstance(value, bool):
         raise ValueError("a duration such as 2h, 90m, 1:30:00 or seconds")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        seconds = _duration_text(value.strip().lower())
+    seconds = float(value) if isinstance(value, int | float) else _duration_text(value.strip().lower())
     if not seconds > 0:
         raise ValueError("must be more than zero")
     if seconds > MAX_TIME_LIMIT_S:

@@ -107,4 +107,3 @@ def _over_array_limits(limited: dict[int, list[GateRow]], running: Mapping[int, 
 
 def _dependency(row: GateRow) -> Dependency:
     return parse_dependency(str(row.dependency))
-

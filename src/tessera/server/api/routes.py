@@ -118,7 +118,8 @@ def router(ctx: ServerContext) -> APIRouter:
         assert row is not None
         if not changed and (held or row.held):
             what = "being cancelled" if row.cancel_requested else row.state
-            raise HTTPException(status.HTTP_409_CONFLICT, f"workload {workload_id} is {what}: only a pending one is held")
+            detail = f"workload {workload_id} is {what}: only a pending one is held"
+            raise HTTPException(status.HTTP_409_CONFLICT, detail)
         ctx.loop.wake()
         return workload_out(row, ctx)
 

@@ -87,7 +87,7 @@ def running_per_array(store: Store, array_ids: Iterable[int]) -> dict[int, int]:
                 .where(WorkloadRow.array_id.in_(chunk), WorkloadRow.state == RUNNING)
                 .group_by(WorkloadRow.array_id)
             )
-            counts.update((int(a), int(n)) for a, n in session.execute(query))
+            counts.update((int(a or 0), int(n)) for a, n in session.execute(query))
     return counts
 
 
@@ -98,7 +98,7 @@ def array_tasks(store: Store, array_ids: Iterable[int]) -> dict[int, list[int]]:
         for chunk in chunks(sorted(set(array_ids))):
             query = select(WorkloadRow.array_id, WorkloadRow.id).where(WorkloadRow.array_id.in_(chunk))
             for array_id, workload_id in session.execute(query.order_by(WorkloadRow.id)):
-                tasks.setdefault(int(array_id), []).append(int(workload_id))
+                tasks.setdefault(int(array_id or 0), []).append(int(workload_id))
     return tasks
 
 
@@ -112,7 +112,8 @@ def write_gates(
     still_pending = (WorkloadRow.state == PENDING) & ~WorkloadRow.cancel_requested
     with store.session() as session, session.begin():
         for workload_id, reason in reasons:
-            session.execute(update(WorkloadRow).where(WorkloadRow.id == workload_id, still_pending).values(reason=reason))
+            query = update(WorkloadRow).where(WorkloadRow.id == workload_id, still_pending)
+            session.execute(query.values(reason=reason))
         for workload_id, reason in ends:
             ended = session.execute(
                 update(WorkloadRow)
