@@ -101,7 +101,7 @@ def _over_array_limits(limited: dict[int, list[GateRow]], running: Mapping[int, 
         now_running = running.get(array_id, 0)
         ordered = sorted(rows, key=lambda row: (row.array_index, row.id))
         for row in ordered[max(0, limit - now_running) :]:
-            blocked[row.id] = f"array {array_id}: {now_running} of at most {limit} tasks running (%{limit})"
+            blocked[row.id] = f"array {array_id}: at most {limit} of its tasks run at once (%{limit})"
     return blocked
 
 
