@@ -15,7 +15,7 @@ def _launched(h: Harness) -> dict[str, Any]:
     return {spec.workload_id: spec for spec in h.backend.launched}
 
 
-def _list(h: Harness, **params: object) -> list[dict[str, Any]]:
+def _list(h: Harness, **params: str | int) -> list[dict[str, Any]]:
     response = h.http.get("/v1/workloads", params=params, headers=h.as_(ADMIN))
     assert response.status_code == 200, response.text
     result: list[dict[str, Any]] = response.json()
