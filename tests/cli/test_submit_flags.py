@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tessera.api.job_options import format_duration, parse_array, parse_dependency, parse_duration
-from tessera.cli.submit_flags import job_options
+from tessera.cli.submit_flags import job_options, with_defaults
 from tessera.core.errors import InvalidRequestError
 
 
@@ -95,3 +95,12 @@ def test_bad_flags_name_the_flag(flags: dict[str, object], field: str) -> None:
     with pytest.raises(InvalidRequestError) as caught:
         job_options(**given, environ={})  # type: ignore[arg-type]
     assert caught.value.field == field
+
+
+def test_a_submission_runs_here_with_the_submitters_path_unless_it_says_otherwise() -> None:
+    environ = {"PATH": "/home/me/.venv/bin:/usr/bin", "OTHER": "x"}
+    here = lambda: "/home/me/project"  # noqa: E731
+    assert with_defaults({}, environ, here) == {"cwd": "/home/me/project", "env": {"PATH": environ["PATH"]}}
+    given = {"cwd": "/elsewhere", "env": {"PATH": "/opt/bin", "A": "1"}}
+    assert with_defaults(dict(given), environ, here) == given
+    assert with_defaults({"env": {}}, {}, here) == {"cwd": "/home/me/project", "env": {}}

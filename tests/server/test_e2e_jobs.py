@@ -43,7 +43,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 
 
 def _env(server: LiveServer) -> dict[str, str]:
-    # The submitter's PATH leads to this interpreter as ``python`` (its virtualenv), exported with --export PATH.
+    # The submitter's PATH leads to this interpreter as ``python`` (its virtualenv): submit sends it by default.
     path = f"{Path(sys.executable).parent}:/usr/bin:/bin"
     env = {"TESSERA_URL": server.url, "TESSERA_TOKEN": ADMIN, "PATH": path, "HOME": "/nonexistent", "RUN": "r7"}
     paths = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -58,10 +58,9 @@ def tessera(server: LiveServer, *args: str, cwd: Path | None = None) -> subproce
 
 
 def _show(server: LiveServer, workload_id: int) -> dict[str, Any]:
-    done = tessera(server, "show", str(workload_id), "--json")
-    assert done.returncode == 0, done.stderr
-    shown: dict[str, Any] = json.loads(done.stdout)
-    return shown
+    """Polled through the SDK: a CLI process per poll would cost its start-up each time."""
+    with server.client() as client:
+        return client.workload(workload_id)
 
 
 def _ended(server: LiveServer, workload_id: int, timeout_s: float = 30.0) -> dict[str, Any]:
@@ -78,7 +77,7 @@ def test_python_train_py_runs_in_the_submit_directory_and_logs_follow_within_a_s
     project = tmp_path / "project"
     project.mkdir()
     (project / "train.py").write_text(TRAIN)
-    done = tessera(server, "submit", "--export", "PATH", "--json", "--", "python", "train.py", cwd=project)
+    done = tessera(server, "submit", "--json", "--", "python", "train.py", cwd=project)  # PATH: sent by default
     assert done.returncode == 0, done.stderr
     created = json.loads(done.stdout)
     assert created["cwd"] == str(project)
@@ -144,6 +143,15 @@ def test_array_dependency_hold_release_and_cancel_by_name(server: LiveServer, tm
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout == "".join(f"workload {i}: cancelled\n" for i in ids)
     assert tessera(server, "cancel", "--name", "sweep-x").stdout == "no workload matches: nothing cancelled\n"
+
+
+def test_a_directory_missing_at_launch_fails_the_job_saying_so(server: LiveServer, tmp_path: Path) -> None:
+    gone = tmp_path / "removed"
+    done = tessera(server, "submit", "--chdir", str(gone), "--json", "--", "true")
+    assert done.returncode == 0, done.stderr  # checked at launch: the server's host may differ from the submitter's
+    ended = _ended(server, json.loads(done.stdout)["id"])
+    assert ended["state"] == "failed", ended
+    assert ended["reason"] == f"could not start: the workload's directory does not exist: {gone}"
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +20,7 @@ from tessera.cli.job_control import register as register_job_control
 from tessera.cli.models import models_app
 from tessera.cli.options import JsonOption, TokenOption, UrlOption, client_for
 from tessera.cli.specfile import SpecFile, load_spec_file
-from tessera.cli.submit_flags import job_options
+from tessera.cli.submit_flags import job_options, with_defaults
 from tessera.cli.terminal import one_line_errors
 from tessera.client.http import ApiError
 
@@ -72,7 +71,7 @@ def submit(
         if "env" in options and isinstance(body.get("env"), dict):
             options["env"] = {**body["env"], **options["env"]}
         body.update(options)
-        body.setdefault("cwd", os.getcwd())
+        with_defaults(body)  # this directory, and this PATH
         flags: dict[str, Any] = {
             "gpus": gpus,
             "gpu_mem": gpu_mem,

@@ -74,7 +74,9 @@ def _required(ids: list[int] | None) -> list[int]:
 
 
 def _cancelled(w: dict[str, Any]) -> str:
-    return "cancelled" if w["state"] == "cancelled" else f"stopping ({w['state']})"
+    if w["state"] in ACTIVE:
+        return f"stopping ({w['state']})"
+    return "cancelled" if w["state"] == "cancelled" else f"already ended ({w['state']})"
 
 
 def _each(

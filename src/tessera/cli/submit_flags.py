@@ -1,7 +1,8 @@
 """``tessera submit``'s Slurm-style flags turned into the API body's job options, checked before any call so that a
 mistake is one line naming the flag (exit 2): ``--chdir`` (default: the directory the command runs in), ``--env``,
-``--export``, ``--time``, ``--array``, ``--dependency``, ``--hold``. The parsers are the server's own
-(``tessera.api.job_options``, imported when a submission is made: other commands do not pay for pydantic).
+``--export`` (``PATH`` is sent by default), ``--time``, ``--array``, ``--dependency``, ``--hold``. The parsers are
+the server's own (``tessera.api.job_options``, imported when a submission is made: other commands do not pay for
+pydantic).
 """
 
 from __future__ import annotations
@@ -54,6 +55,19 @@ def job_options(
         body[key] = value
     if hold:
         body["hold"] = True
+    return body
+
+
+def with_defaults(
+    body: dict[str, Any], environ: Mapping[str, str] = os.environ, here: Callable[[], str] = os.getcwd
+) -> dict[str, Any]:
+    """What a submission from the command line gets unless it says otherwise (flags or ``-f`` file): the directory
+    it is made from, and the submitter's ``PATH``, so that ``python`` is the one of the virtualenv the user is in
+    (the workload's clean environment has only the system's directories)."""
+    body.setdefault("cwd", here())
+    env = body.setdefault("env", {})
+    if isinstance(env, dict) and "PATH" in environ:
+        env.setdefault("PATH", environ["PATH"])
     return body
 
 
