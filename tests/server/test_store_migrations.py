@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from tessera.backends.base import Handle
+from tessera.server.gates import Gate
 from tessera.server.store.db import downgrade, open_engine, upgrade
 from tessera.server.store.store import Store
 
@@ -113,3 +114,21 @@ def test_revision_0004_adds_served_models_and_leaves_older_workloads_nobodys_rep
     with store.engine.connect() as connection:
         columns = set(connection.execute(text("SELECT * FROM workloads")).keys())
     assert "model_id" not in columns and "handle" in columns
+
+
+def test_revision_0005_gives_older_workloads_no_job_options_and_schedules_them_as_before(db_url: str) -> None:
+    _old_store(db_url)
+    engine = open_engine(db_url, migrate=False)
+    upgrade(engine, "0004")
+    engine.dispose()
+    store = Store(open_engine(db_url))  # 0004 -> newest
+    for row in store.workloads_by_id([1, 2, 3, 4]):
+        assert (row.cwd, row.time_limit_s, row.held, row.dependency, row.array_id) == (None, None, False, None, None)
+    with store.engine.begin() as connection:  # a pending workload of the old server: the gate lets it through
+        connection.execute(text("UPDATE workloads SET state = 'pending' WHERE id = 2"))
+    assert Gate(store).eligible(2.0) == {2}
+    downgrade(store.engine, "0004")
+    with store.engine.connect() as connection:
+        columns = set(connection.execute(text("SELECT * FROM workloads")).keys())
+    assert not columns & {"cwd", "time_limit_s", "held", "dependency", "array_id", "array_index", "array_limit"}
+    assert "model_id" in columns

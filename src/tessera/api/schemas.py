@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
+from tessera.api.job_options import parse_array, parse_dependency, parse_duration
 from tessera.api.version import API_VERSION
 
 
@@ -35,6 +36,26 @@ Cpu = StrictInt | StrictFloat | Annotated[str, Field(max_length=50)]
 
 
 REQUEST = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def _absolute(path: str) -> str:
+    if not path.startswith("/"):
+        raise ValueError("must be an absolute path (the CLI sends the directory it runs in)")
+    return path
+
+
+def _checked(parse: Any) -> Any:
+    """A validator that keeps the text and refuses what ``parse`` refuses (its ValueError names the problem)."""
+
+    def check(value: Any) -> Any:
+        parse(value)
+        return value
+
+    return AfterValidator(check)
+
+
+Directory = Annotated[str, AfterValidator(_storable), AfterValidator(_absolute), Field(max_length=4096)]
+Duration = Annotated[StrictInt | StrictFloat | Annotated[str, Field(max_length=50)], _checked(parse_duration)]
 
 
 class WorkloadSpec(BaseModel):
@@ -61,6 +82,19 @@ class WorkloadSpec(BaseModel):
     env: dict[Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], Text] = Field(
         default_factory=dict, max_length=200
     )
+    cwd: Directory | None = Field(
+        None, description="working directory (absolute); absent: the account's home, or the server's directory"
+    )
+    time_limit: Duration | None = Field(
+        None, description="walltime: seconds, or '2h', '90m', '1:30:00'; stopped (SIGTERM, grace, SIGKILL) past it"
+    )
+    array: Annotated[str, Field(max_length=500), _checked(parse_array)] | None = Field(
+        None, description="a job array: '0-9', '0-9:2', '1,3,5', '%N' to run at most N at once"
+    )
+    dependency: Annotated[str, Field(max_length=2000), _checked(parse_dependency)] | None = Field(
+        None, description="'afterok:ID[:ID...]', 'afterany:...' or 'afternotok:...'; an array's id means its tasks"
+    )
+    hold: bool = Field(False, strict=True, description="held: not scheduled until released")
 
 
 class PlacementOut(BaseModel):
@@ -94,6 +128,12 @@ class WorkloadOut(BaseModel):
     attempts: int
     placement: list[PlacementOut] | None
     simulated_gpus: bool = Field(description="placed on simulated GPUs: the process sees no real GPU")
+    cwd: str | None = None
+    time_limit_s: float | None = Field(None, description="walltime in seconds; None: none")
+    held: bool = False
+    dependency: str | None = Field(None, description="e.g. 'afterok:12:13'; None: none")
+    array_id: int | None = Field(None, description="the array it belongs to (the id of its first task)")
+    array_index: int | None = Field(None, description="its index in the array (TESSERA_ARRAY_INDEX)")
 
 
 class EventOut(BaseModel):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,9 +16,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tessera.cli.job_control import register as register_job_control
 from tessera.cli.models import models_app
 from tessera.cli.options import JsonOption, TokenOption, UrlOption, client_for
 from tessera.cli.specfile import SpecFile, load_spec_file
+from tessera.cli.submit_flags import job_options, with_defaults
 from tessera.cli.terminal import one_line_errors
 from tessera.client.http import ApiError
 
@@ -39,14 +42,36 @@ def submit(
     name: Annotated[str | None, typer.Option("--name", help="A name to recognise it by.")] = None,
     kind: Annotated[str | None, typer.Option("--kind", help="batch (default) or service.")] = None,
     spec_file: Annotated[Path | None, typer.Option("-f", "--file", help="A YAML spec (flags override it).")] = None,
+    chdir: Annotated[
+        str | None, typer.Option("--chdir", "-D", help="Working directory (default: the one you submit from).")
+    ] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", help="NAME=value in its environment (repeat).")] = None,
+    export: Annotated[str | None, typer.Option("--export", help="Copy these variables of yours: VAR,VAR.")] = None,
+    time_limit: Annotated[
+        str | None, typer.Option("--time", "-t", help="Walltime: 2h, 90m, 1:30:00 or seconds; stopped past it.")
+    ] = None,
+    array: Annotated[
+        str | None, typer.Option("--array", help="A job array: 0-9, 0-9:2, 1,3,5; %N runs at most N at once.")
+    ] = None,
+    dependency: Annotated[
+        str | None, typer.Option("--dependency", "-d", help="afterok:ID[:ID], afterany:ID or afternotok:ID.")
+    ] = None,
+    hold: Annotated[bool, typer.Option("--hold", help="Submit held: not scheduled until tessera release.")] = False,
     as_json: JsonOption = False,
     url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
-    """Submit a workload: tessera submit --gpu-fraction 0.3 -- python train.py"""
+    """Submit a workload: tessera submit --gpu-fraction 0.3 -- python train.py (it runs in this directory)"""
     with one_line_errors():
         loaded = load_spec_file(spec_file) if spec_file is not None else SpecFile(None, {}, {})
         body = dict(loaded.body)
+        options = job_options(
+            chdir=chdir, env=env, export=export, time_limit=time_limit, array=array, dependency=dependency, hold=hold
+        )
+        if "env" in options and isinstance(body.get("env"), dict):
+            options["env"] = {**body["env"], **options["env"]}
+        body.update(options)
+        with_defaults(body)  # this directory, and this PATH
         flags: dict[str, Any] = {
             "gpus": gpus,
             "gpu_mem": gpu_mem,
@@ -74,6 +99,11 @@ def submit(
                 raise loaded.locate(exc) from None
         if as_json:
             typer.echo(json.dumps(created))
+        elif created.get("array_id") is not None:
+            typer.echo(
+                f"submitted array {created['array_id']} to queue {created['queue']} ({created['state']}; "
+                f"tessera jobs --array {created['array_id']} lists its workloads)"
+            )
         else:
             typer.echo(f"submitted workload {created['id']} to queue {created['queue']} ({created['state']})")
 
@@ -82,13 +112,14 @@ def jobs(
     as_json: JsonOption = False,
     all_states: Annotated[bool, typer.Option("--all", "-a", help="Include ended workloads.")] = False,
     queue: Annotated[str | None, typer.Option("--queue", help="Only this queue.")] = None,
+    array: Annotated[int | None, typer.Option("--array", help="Only the tasks of this array.")] = None,
     url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
     """List workloads (pending and running; --all for ended ones too)."""
     with one_line_errors(), client_for(url, token) as client:
         states = None if all_states else ["pending", "running"]
-        rows = client.workloads(states, queue)
+        rows = client.workloads(states, queue, array=array)
         if as_json:
             typer.echo(json.dumps(rows))
             return
@@ -99,7 +130,7 @@ def jobs(
         for w in rows:
             table.add_row(
                 str(w["id"]),
-                escape(w["name"] or " ".join(w["command"])[:30]),
+                escape(w["name"] or " ".join(w["command"])[:30]) + _task(w),
                 w["queue"],
                 w["state"],
                 str(w["gpus"]),
@@ -130,6 +161,10 @@ def show(
             f"  request: {w['gpus']} GPU(s), share {_share(w)}, {w['cpu_milli'] / 1000:g} CPU, "
             f"{w['mem_mib']} MiB" + (f", types {','.join(w['gpu_types'])}" if w["gpu_types"] else "")
         )
+        if w.get("cwd"):
+            console.print(f"  directory: {escape(w['cwd'])}")
+        if _options(w):
+            console.print(f"  options: {escape(_options(w))}")
         if w["reason"]:
             label = "why pending" if w["state"] == "pending" else "reason"
             console.print(f"  {label}: {escape(w['reason'])}")
@@ -162,18 +197,6 @@ def logs(
                 if chunk["next_offset"] == offset:
                     break
                 offset = chunk["next_offset"]
-
-
-def cancel(
-    workload_id: Annotated[int, typer.Argument(help="Workload id.")],
-    url: UrlOption = None,
-    token: TokenOption = None,
-) -> None:
-    """Cancel a workload (a running one gets SIGTERM, then SIGKILL after a grace period)."""
-    with one_line_errors(), client_for(url, token) as client:
-        w = client.cancel(workload_id)
-        done = "cancelled" if w["state"] == "cancelled" else f"stopping ({w['state']})"
-        typer.echo(f"workload {w['id']}: {done}")
 
 
 def nodes(url: UrlOption = None, token: TokenOption = None, as_json: JsonOption = False) -> None:
@@ -280,7 +303,11 @@ def token_revoke(
 
 
 def register(app: typer.Typer) -> None:
-    for command in (submit, jobs, show, logs, cancel, nodes, queues):
+    commands: tuple[Callable[..., None], ...] = (submit, jobs, show, logs)
+    for command in commands:
+        app.command(command.__name__)(command)
+    register_job_control(app)  # cancel, hold, release
+    for command in (nodes, queues):
         app.command(command.__name__)(command)
     app.add_typer(token_app, name="token")
     app.add_typer(models_app, name="models")
@@ -303,6 +330,25 @@ def _where(w: dict[str, Any]) -> str:
             for p in w["placement"]
         )
     return str(w["reason"])
+
+
+def _options(w: dict[str, Any]) -> str:
+    """The job options ``show`` prints: walltime, dependency, array, held."""
+    parts = []
+    if w.get("time_limit_s") is not None:
+        parts.append(f"walltime {w['time_limit_s']:g}s")
+    if w.get("dependency"):
+        parts.append(f"dependency {w['dependency']}")
+    if w.get("array_id") is not None:
+        parts.append(f"array {w['array_id']} index {w['array_index']}")
+    if w.get("held"):
+        parts.append("held")
+    return ", ".join(parts)
+
+
+def _task(w: dict[str, Any]) -> str:
+    """An array's task: ``[index]`` after its name."""
+    return f"[{w['array_index']}]" if w.get("array_index") is not None else ""
 
 
 def _stamp(at: float) -> str:

@@ -83,8 +83,14 @@ class TesseraClient:
         result: dict[str, Any] = self._call("POST", "/v1/workloads", json=spec)
         return result
 
-    def workloads(self, states: list[str] | None = None, queue: str | None = None) -> list[dict[str, Any]]:
-        """All visible workloads (paged through), optionally of some states or one queue."""
+    def workloads(
+        self,
+        states: list[str] | None = None,
+        queue: str | None = None,
+        name: str | None = None,
+        array: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """All visible workloads (paged through), optionally of some states, one queue, one name or one array."""
         out: list[dict[str, Any]] = []
         after = 0
         while True:
@@ -93,6 +99,10 @@ class TesseraClient:
                 params["state"] = states
             if queue:
                 params["queue"] = queue
+            if name is not None:
+                params["name"] = name
+            if array is not None:
+                params["array"] = array
             page: list[dict[str, Any]] = self._call("GET", "/v1/workloads", params=params)
             out.extend(page)
             if len(page) < 10_000:
@@ -109,6 +119,15 @@ class TesseraClient:
 
     def cancel(self, workload_id: int) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", f"/v1/workloads/{workload_id}/cancel")
+        return result
+
+    def hold(self, workload_id: int) -> dict[str, Any]:
+        """Keep a pending workload from being scheduled (``ApiError`` 409 when it is not pending)."""
+        result: dict[str, Any] = self._call("POST", f"/v1/workloads/{workload_id}/hold")
+        return result
+
+    def release(self, workload_id: int) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/v1/workloads/{workload_id}/release")
         return result
 
     def logs(self, workload_id: int, offset: int = 0) -> dict[str, Any]:

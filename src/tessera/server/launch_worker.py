@@ -103,7 +103,10 @@ class LaunchWorker:
     def _launch(self, workload_id: int, spec: LaunchSpec) -> Launched:
         try:
             return Launched(workload_id, self.backend.launch(spec))
-        except (OSError, TesseraError) as exc:
+        except OSError as exc:  # e.g. its working directory does not exist: said without the errno number
+            where = f": {exc.filename}" if exc.filename else ""
+            return Launched(workload_id, None, f"could not start: {exc.strerror or exc}{where}")
+        except TesseraError as exc:
             return Launched(workload_id, None, f"could not start: {exc}")
         except Exception as exc:  # a backend's bug must not end the worker with the queue still full
             log.exception("launching workload %s failed", workload_id)

@@ -17,6 +17,7 @@ from pathlib import Path
 from tessera.backends.base import Backend, GpuShare, LaunchSpec
 from tessera.gpu.gpus import GpuDevice
 from tessera.gpu.isolation import isolation_env
+from tessera.server.job_submit import array_env
 from tessera.server.launch_worker import LaunchWorker
 from tessera.server.loop_values import LoopConfig, RunningEntry, share_milli, started_text
 from tessera.server.pool import Pool
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 
 # (entry, reason, now): a launch that failed; the loop ends the workload with that reason.
 OnLaunchFailed = Callable[[RunningEntry, str, float], None]
+PYTHON_UNBUFFERED = "PYTHONUNBUFFERED"
 
 
 class Launcher:
@@ -117,7 +119,7 @@ class Launcher:
     def launch_spec(self, entry: RunningEntry) -> LaunchSpec:
         row = entry.row
         devices = self.devices(entry)
-        env = dict(row.env)
+        env = {PYTHON_UNBUFFERED: "1", **row.env, **array_env(row)}  # prints reach ``logs -f`` at once
         mps = self.config.mps and bool(devices)
         env.update(isolation_env(str(row.id), devices, share_milli(entry), row.gpu_mem_mib, mps=mps))
         if self.config.mps and devices and row.gpu_compute_pct:  # an explicit compute share (--gpu-compute)
@@ -133,6 +135,7 @@ class Launcher:
             tuple(row.command),
             env,
             log_path,
+            workdir=Path(row.cwd) if row.cwd else None,  # a missing one fails the launch, saying so
             tenant=row.tenant,
             node=node,
             gpus=shares,

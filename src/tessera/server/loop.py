@@ -10,17 +10,15 @@ books with ``Scheduler.commit``, the very call the simulator makes, so the next 
 and only then acted on (stop victims, launch through ``server.launcher``). Nothing acts before it is durable; a bind
 that lost the race with a cancel is taken back out of the books.
 
-A step never waits long for the backend: a worker thread makes the launches (``server.launch_worker``), waited for
-at most ``LoopConfig.launch_wait_s``, so ends and cancels are handled every interval even during a wave of launches.
-A workload cancelled or preempted while its launch is queued is never started; one whose launch is being made is
-stopped once its handle comes back; an end reported before the handle is recorded waits for it. The scheduler is
-built from a named preset (``LoopConfig.policy``, ``core.presets``) with the store's queues.
+A step never waits long for the backend: launches are made by a worker thread (``server.launch_worker``), waited
+for at most ``LoopConfig.launch_wait_s``, their handles stored at a later step; so ends and cancels are handled every
+interval even during a wave of launches. A workload stopped while its launch is queued is never started; one whose
+launch is being made is stopped once its handle comes back. The scheduler comes from a preset (``core.presets``).
+Held workloads, unmet dependencies and array limits are never offered, and walltimes are enforced (``server.gates``).
 
-A restarted server calls ``recover()`` first (``server.recovery``): it takes the stored placements back into the
-scheduler's books (``Scheduler.adopt``), re-charges the quotas and re-adopts the workloads that outlived the crash.
-Why a stop was sent is a typed ``StopReason`` (cancel, preempted, watchdog), which decides what the workload's end
-means (``server.loop_ends``: that decision as a pure function, and the batched writes of a wave of ends). A bind
-that needs victims to go first is launched once they have exited (``waits_for``): never two processes on one share.
+A restarted server calls ``recover()`` first (``server.recovery``). A typed ``StopReason`` (cancel, preempted,
+watchdog) decides what an end means (``server.loop_ends``). A bind whose victims must go first launches once they
+have exited (``waits_for``): never two processes on one share.
 """
 
 from __future__ import annotations
@@ -40,6 +38,7 @@ from tessera.core.queueing import QueueSpec
 from tessera.core.scheduler import Bind, Preempt, StepPlan
 from tessera.core.workload import WorkloadState
 from tessera.gpu.gpus import ProcessMemoryProbe
+from tessera.server.gates import Gate, overdue
 from tessera.server.intake import Intake
 from tessera.server.launcher import Launcher
 from tessera.server.loop_ends import WriteBatch, end_outcome, preemption_writes
@@ -64,7 +63,6 @@ from tessera.server.store.store import Event, Store
 
 log = logging.getLogger(__name__)
 
-PENDING = WorkloadState.PENDING.value
 RUNNING = WorkloadState.RUNNING.value
 SHUTDOWN_LAUNCH_WAIT_S = 10.0  # how long a stopping loop waits for the launch being made, to record its handle
 
@@ -103,6 +101,7 @@ class SchedulerLoop:
             MemoryWatch(memory_probe, self._stop_for_memory, backend.pids) if memory_probe is not None else None
         )
         self.intake = Intake(self.preset, lambda: self.scheduler)
+        self.gate = Gate(store)  # held, dependencies, array limits: what the step is not offered (server.gates)
         self._now = 0.0  # the current tick's time
         self._tick = TickDecisions()  # the current tick's decisions, stored together by _flush
         self._preemptions = itertools.count(1)
@@ -123,8 +122,7 @@ class SchedulerLoop:
         return self._config
 
     @config.setter
-    def config(self, config: LoopConfig) -> None:
-        """A new configuration applies to the next step, launches included."""
+    def config(self, config: LoopConfig) -> None:  # applies to the next step, launches included
         self._config = config
         self.launcher.config = config
 
@@ -145,7 +143,7 @@ class SchedulerLoop:
             self.memory_watch.check(now, watched(self.running, self.launcher.devices))
         self.intake.recheck(now)
         self.launcher.launch_ready(self.running, now)
-        stored = set(self.store.ids_in(PENDING))
+        stored = self.gate.eligible(now)
         for gone in self.intake.sync(stored, self.store.pending_requests):
             self._reasons.pop(gone, None)
         intake = self.intake
@@ -249,22 +247,24 @@ class SchedulerLoop:
         self.backend.stop(workload_id, self.config.stop_grace_s)
 
     def _send_cancels(self, now: float) -> None:
-        """Stop the workloads whose cancel was requested (stored first, then signalled); one whose process was never
-        started (its launch still queued) is taken out of the launch queue and ends cancelled at once. A workload
-        whose launch is being made is stopped when its handle comes back (``Launcher.collect``)."""
-        wanted = self.store.cancel_requested_ids()
+        """Stop the workloads whose cancel was requested or whose walltime is over (``gates.overdue``: they fail),
+        stored, then signalled; one never started (launch still queued) ends at once, one whose launch is being made
+        is stopped when its handle comes back (``Launcher.collect``)."""
+        wanted = [(wid, StopReason.cancel()) for wid in self.store.cancel_requested_ids()] + overdue(self.running, now)
         stops: list[str] = []
         with self._writes.batched(now):
-            for wid in wanted:
+            for wid, stop in wanted:
                 entry = self.running.get(wid)
                 if entry is None or entry.stop_sent == StopReason.cancel():
                     continue
+                cancel = stop.kind is StopKind.CANCEL
                 if self.launcher.withdraw(entry):
-                    self._finish(entry, WorkloadState.CANCELLED, None, "cancelled before it started", now)
+                    why = "cancelled before it started" if cancel else stop.detail
+                    self._finish(entry, WorkloadState.CANCELLED if cancel else WorkloadState.FAILED, None, why, now)
                     continue
-                entry.stop_sent = StopReason.cancel()
+                entry.stop_sent = stop
                 self.scheduler.books.stopping.add(str(wid))
-                self._writes.write([StopChange(wid, entry.stop_sent)], [], now)
+                self._writes.write([StopChange(wid, stop)], [] if cancel else [Event(wid, "timeout", stop.detail)], now)
                 stops.append(str(wid))
         for wid_text in stops:
             self.backend.stop(wid_text, self.config.stop_grace_s)

@@ -32,13 +32,15 @@ class EndOutcome:
 
 def end_outcome(stop: StopReason | None, row: WorkloadRow, code: int | None, config: LoopConfig) -> EndOutcome:
     """The end of ``row``'s process (``code`` None: no exit code), given the stop the loop sent it, if any: a cancel
-    ends it cancelled, the watchdog failed, a preemption requeues it (or ends it preempted when
+    ends it cancelled, the watchdog or its walltime failed, a preemption requeues it (or ends it preempted when
     ``config.requeue_preempted`` is off); a service that exited on its own restarts up to
     ``config.service_max_restarts`` times; otherwise the exit code decides between succeeded and failed."""
     if stop is not None and stop.kind is StopKind.CANCEL:
         return EndOutcome(WorkloadState.CANCELLED, "cancelled")
     if stop is not None and stop.kind is StopKind.WATCHDOG:
         return EndOutcome(WorkloadState.FAILED, stop.text())
+    if stop is not None and stop.kind is StopKind.TIMEOUT:
+        return EndOutcome(WorkloadState.FAILED, stop.detail)
     if stop is not None:  # preempted
         if config.requeue_preempted:
             return EndOutcome(None, f"{stop.text()}; requeued")

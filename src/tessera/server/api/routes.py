@@ -27,10 +27,12 @@ from tessera.api import (
 )
 from tessera.server.auth import create_tenant_token, principal_for, revoke_token
 from tessera.server.context import ServerContext
+from tessera.server.job_submit import workload_rows
 from tessera.server.records import gpu_types_of
+from tessera.server.store.jobs import add_workloads, set_held
 from tessera.server.store.models import QueueRow, TokenRow, WorkloadRow
 from tessera.server.store.store import TERMINAL_STATES
-from tessera.server.submit import Principal, queue_row, workload_row
+from tessera.server.submit import Principal, queue_row
 
 StateName = Literal["pending", "running", "succeeded", "failed", "cancelled", "preempted"]
 MAX_LOG_CHUNK = 1 << 20
@@ -40,6 +42,10 @@ TokenId = Annotated[int, PathParam(ge=1, le=2**62)]
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut, "description": "no such workload, or not yours"}}
 ADMIN_ONLY: dict[int | str, dict[str, Any]] = {403: {"model": ErrorOut, "description": "admin token required"}}
 NO_TOKEN: dict[int | str, dict[str, Any]] = {404: {"model": ErrorOut, "description": "no such token"}}
+NOT_PENDING: dict[int | str, dict[str, Any]] = {
+    **NOT_FOUND,
+    409: {"model": ErrorOut, "description": "not pending: only a pending workload is held"},
+}
 
 
 def current_principal(
@@ -72,9 +78,11 @@ def router(ctx: ServerContext) -> APIRouter:
 
     @api.post("/workloads", status_code=201, response_model=WorkloadOut, tags=["workloads"])
     def submit(spec: WorkloadSpec, caller: Caller) -> WorkloadOut:
+        """Submit a workload; with ``array``, one per index (the first task is returned: its id is the array's,
+        ``GET /v1/workloads?array=ID`` lists them all)."""
         now = ctx.clock()
-        row = workload_row(spec, caller, ctx.store.queues(), ctx.pool, now)
-        return workload_out(ctx.store.add_workload(row, now), ctx)
+        rows = workload_rows(spec, caller, ctx.store.queues(), ctx.pool, ctx.store, now)
+        return workload_out(add_workloads(ctx.store, rows, now)[0], ctx)
 
     @api.get("/workloads", response_model=list[WorkloadOut], tags=["workloads"])
     def list_workloads(
@@ -83,9 +91,13 @@ def router(ctx: ServerContext) -> APIRouter:
         queue: Annotated[str | None, Query(max_length=100)] = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
         after: Annotated[int, Query(ge=0, le=2**62, description="only ids above this (paging)")] = 0,
+        name: Annotated[str | None, Query(max_length=200, description="only workloads of this name")] = None,
+        array: Annotated[int | None, Query(ge=1, le=2**62, description="only the tasks of this array")] = None,
     ) -> list[WorkloadOut]:
         tenant = None if caller.is_admin else caller.tenant
-        rows = ctx.store.list_workloads(tenant=tenant, states=state or (), queue=queue, limit=limit, after_id=after)
+        rows = ctx.store.list_workloads(
+            tenant=tenant, states=state or (), queue=queue, limit=limit, after_id=after, name=name, array_id=array
+        )
         return [workload_out(r, ctx) for r in rows]
 
     @api.get("/workloads/{workload_id}", response_model=WorkloadOut, responses=NOT_FOUND, tags=["workloads"])
@@ -99,6 +111,27 @@ def router(ctx: ServerContext) -> APIRouter:
         assert row is not None
         ctx.loop.wake()  # the cancel takes effect at the next step, which starts now
         return workload_out(row, ctx)
+
+    def set_hold(workload_id: int, caller: Principal, held: bool) -> WorkloadOut:
+        visible(workload_id, caller)
+        row, changed = set_held(ctx.store, workload_id, held, ctx.clock())
+        assert row is not None
+        if not changed and (held or row.held):
+            what = "being cancelled" if row.cancel_requested else row.state
+            detail = f"workload {workload_id} is {what}: only a pending one is held"
+            raise HTTPException(status.HTTP_409_CONFLICT, detail)
+        ctx.loop.wake()
+        return workload_out(row, ctx)
+
+    @api.post("/workloads/{workload_id}/hold", response_model=WorkloadOut, responses=NOT_PENDING, tags=["workloads"])
+    def hold(workload_id: WorkloadId, caller: Caller) -> WorkloadOut:
+        """Keep a pending workload from being scheduled until it is released (409 when it is not pending)."""
+        return set_hold(workload_id, caller, True)
+
+    @api.post("/workloads/{workload_id}/release", response_model=WorkloadOut, responses=NOT_FOUND, tags=["workloads"])
+    def release(workload_id: WorkloadId, caller: Caller) -> WorkloadOut:
+        """Let a held workload be scheduled again (a workload that is not held is left as it is)."""
+        return set_hold(workload_id, caller, False)
 
     @api.get("/workloads/{workload_id}/events", response_model=list[EventOut], responses=NOT_FOUND, tags=["workloads"])
     def workload_events(workload_id: WorkloadId, caller: Caller) -> list[EventOut]:
@@ -193,6 +226,12 @@ def workload_out(row: WorkloadRow, ctx: ServerContext) -> WorkloadOut:
         attempts=row.attempts,
         placement=placement,
         simulated_gpus=row.num_gpus > 0 and ctx.pool.simulated,
+        cwd=row.cwd,
+        time_limit_s=row.time_limit_s,
+        held=bool(row.held),
+        dependency=row.dependency,
+        array_id=row.array_id,
+        array_index=row.array_index,
     )
 
 

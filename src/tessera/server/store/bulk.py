@@ -44,12 +44,14 @@ def update_run(
     session: Session, columns: list[str], run: list[Mapping[str, Any]], *, only_pending: bool = False
 ) -> None:
     """Workloads that get the same values (the reason thousands wait, say) get one ``UPDATE ... WHERE id IN (...)``
-    per value; the others one executemany, row by row. ``only_pending``: rows no longer pending, or being
-    cancelled, are left alone."""
+    per value; the others one executemany, row by row. ``only_pending``: rows no longer pending, being
+    cancelled or held (``tessera hold`` between a step's plan and its commit) are left alone."""
     shared = ids_by_values(columns, run)
     grouped = {workload_id for ids in shared.values() for workload_id in ids}
     singles = [change for change in run if change["id"] not in grouped]
-    still_pending = (WORKLOADS.c.state == PENDING) & ~WORKLOADS.c.cancel_requested if only_pending else true()
+    still_pending = (
+        (WORKLOADS.c.state == PENDING) & ~WORKLOADS.c.cancel_requested & ~WORKLOADS.c.held if only_pending else true()
+    )
     if singles:
         statement = update(WORKLOADS).where(WORKLOADS.c.id == bindparam("id_"), still_pending)
         session.execute(statement, [{"id_": change["id"], **{c: change[c] for c in columns}} for change in singles])

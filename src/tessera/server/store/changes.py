@@ -23,6 +23,7 @@ class StopKind(enum.Enum):
     CANCEL = "cancel"  # the user cancelled it
     PREEMPTED = "preempted"  # the scheduler took its capacity for another workload
     WATCHDOG = "watchdog"  # the memory watchdog found it over its allowance
+    TIMEOUT = "timeout"  # it ran past its walltime (``--time``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,10 @@ class StopReason:
     def watchdog(cls, reason: str) -> StopReason:
         return cls(StopKind.WATCHDOG, reason)
 
+    @classmethod
+    def timeout(cls, reason: str) -> StopReason:
+        return cls(StopKind.TIMEOUT, reason)
+
     def text(self) -> str:
         """The stored (and shown) form."""
         return self.kind.value if self.kind is StopKind.CANCEL else f"{self.kind.value}: {self.detail}"
@@ -54,7 +59,7 @@ class StopReason:
         stopped and waits again, as the loop always treated a stop it did not recognise)."""
         if text == StopKind.CANCEL.value:
             return cls.cancel()
-        for kind in (StopKind.PREEMPTED, StopKind.WATCHDOG):
+        for kind in (StopKind.PREEMPTED, StopKind.WATCHDOG, StopKind.TIMEOUT):
             if text.startswith(kind.value):
                 return cls(kind, text.removeprefix(kind.value).removeprefix(":").strip())
         return cls.preempted(text)

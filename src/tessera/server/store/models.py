@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -56,6 +56,14 @@ class WorkloadRow(Base):
     log_path: Mapped[str] = mapped_column(String(500), default="")
     # A replica of a deployed model (``ServedModelRow.id``); None for any other workload.
     model_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    # Job options (revision 0005): where it runs, its walltime, a hold, what it waits for, the array it is part of.
+    cwd: Mapped[str | None] = mapped_column(Text, nullable=True)  # None: the account's home or the server's directory
+    time_limit_s: Mapped[float | None] = mapped_column(Float, nullable=True)  # stopped this long after it started
+    held: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())  # not scheduled until released
+    dependency: Mapped[str | None] = mapped_column(Text, nullable=True)  # "afterok:12:13", as given (arrays expanded)
+    array_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)  # its first task's id
+    array_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    array_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)  # at most this many tasks run at once
 
 
 class EventRow(Base):

@@ -101,10 +101,16 @@ class Store:
         queue: str | None = None,
         limit: int = 1000,
         after_id: int = 0,
+        name: str | None = None,
+        array_id: int | None = None,
     ) -> list[WorkloadRow]:
         query = select(WorkloadRow).where(WorkloadRow.id > after_id).order_by(WorkloadRow.id).limit(limit)
         if tenant is not None:
             query = query.where(WorkloadRow.tenant == tenant)
+        if name is not None:
+            query = query.where(WorkloadRow.name == name)
+        if array_id is not None:
+            query = query.where(WorkloadRow.array_id == array_id)
         if states:
             query = query.where(WorkloadRow.state.in_(states))
         if queue is not None:
