@@ -131,7 +131,7 @@ class _StateCollector(Collector):
         memory = GaugeMetricFamily("tessera_gpu_allocated_memory_mib", "Device memory allocated", labels=labels)
         snapshot = self.loop.snapshot
         pool = self.loop.pool
-        for n, node in enumerate(pool.nodes):
+        for n, node in enumerate(pool.nodes[: len(snapshot.cpu_free_milli)]):  # a node that just joined: next time
             for g, device in enumerate(pool.devices[n]):
                 used_milli = snapshot.allocated_milli(n, g)
                 values = [node.name, str(g), device.uuid, device.model, str(device.simulated).lower()]

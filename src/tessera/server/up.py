@@ -95,6 +95,7 @@ class Server:
     backend: Backend
     stopping: threading.Event = field(default_factory=threading.Event)
     notice: str = ""  # what the operator is told about the backend at start ("" for the local one)
+    closers: list[Callable[[], None]] = field(default_factory=list)  # called once the loop has stopped
 
 
 def build_server(
@@ -105,7 +106,7 @@ def build_server(
     host: HostResources | None = None,
     clock: Callable[[], float] = time.time,
 ) -> Server:
-    notice, ray_pool = "", None
+    notice, ray_pool, setup = "", None, None
     if backend is None and config.backend == "ray":
         setup = connect_ray(config.ray_address, config.gpus, config.data_dir)
         backend, probe, ray_pool, notice = setup.backend, setup.probe, setup.pool, setup.notice
@@ -129,7 +130,12 @@ def build_server(
     if not pool.simulated:
         metrics.register(GpuUsageCollector(probe))
     ctx = ServerContext(store, loop, pool, metrics, clock)
-    return Server(ctx, create_app(ctx), runner, notice=notice)
+    server = Server(ctx, create_app(ctx), runner, notice=notice)
+    if setup is not None:  # the Ray cluster's nodes join and leave while the server runs (server.node_sync)
+        loop.node_feed = setup.watch.latest
+        setup.watch.start()
+        server.closers.append(setup.watch.stop)
+    return server
 
 
 def _memory_probe(probe: GpuProbe, pool: Pool) -> ProcessMemoryProbe | None:
@@ -229,6 +235,8 @@ def serve(
     finally:
         server.stopping.set()
         thread.join(timeout=30)
+        for close in server.closers:
+            close()
         if demo:
             stop_tenant_workloads(server, DEMO_TENANT)
         server.backend.close()
