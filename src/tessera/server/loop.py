@@ -58,7 +58,6 @@ from tessera.server.loop_values import (
     watched,
 )
 from tessera.server.memory_watch import MemoryWatch
-from tessera.server.node_sync import NodeChanges, NodeFeed, PoolNode, draining, sync_nodes
 from tessera.server.pool import Pool
 from tessera.server.records import admission_record, placement_record, queue_spec
 from tessera.server.recovery import recover_running
@@ -116,9 +115,6 @@ class SchedulerLoop:
         self._writes = WriteBatch(store)  # end and stop writes, held by _writes.batched for one transaction
         self._wake = threading.Event()  # set by wake(): run_forever steps at once instead of after its interval
         self.queue_specs: tuple[QueueSpec, ...] = ()
-        self.node_feed: NodeFeed | None = None  # nodes that join and leave (server.node_sync); None: a fixed pool
-        self._nodes_wanted: list[PoolNode] | None = None  # the feed's latest nodes
-        self._nodes_refused: set[str] = set()
         self.snapshot = self._snapshot()
 
     @property
@@ -147,7 +143,6 @@ class SchedulerLoop:
         self._refresh_queues()
         self.launcher.collect(self.running, now)
         ended = self._collect_exits(now)
-        self._sync_nodes(now)
         self._send_cancels(now)
         if self.memory_watch is not None:
             self.memory_watch.check(now, watched(self.running, self.launcher.devices))
@@ -338,41 +333,6 @@ class SchedulerLoop:
     def _snapshot(self) -> ClusterSnapshot:
         return cluster_snapshot(self.state, self.running, self.scheduler.ledger, self.queue_specs)
 
-    # ------------------------------------------------------------------------------------------------ nodes
-
-    def _sync_nodes(self, now: float) -> None:
-        """Nodes that joined or left (``server.node_sync``): the pool and the books follow the feed; a node that
-        joined gets work in this very tick (the one queue's quota grows with it)."""
-        if self.node_feed is None:
-            return
-        news = self.node_feed()
-        if news is not None:
-            self._nodes_wanted = list(news)
-        elif self._nodes_wanted is None or not draining(self.state, self.pool):
-            return
-        assert self._nodes_wanted is not None
-        changes = sync_nodes(self.state, self.pool, self._nodes_wanted, self._nodes_refused)
-        self._nodes_refused = set(changes.refused)
-        if changes:
-            self._nodes_changed(changes, now)
-
-    def _nodes_changed(self, changes: NodeChanges, now: float) -> None:
-        names = self.pool.nodes
-        events = [Event(None, "node-joined", f"node {names[i].name} joined") for i in changes.added]
-        events += [Event(None, "node-back", f"node {names[i].name} is back") for i in changes.undrained]
-        events += [Event(None, "node-removed", f"node {names[i].name} removed") for i in changes.removed]
-        for index in changes.drained:
-            events.append(Event(None, "node-lost", f"node {names[index].name} left the cluster; drained"))
-            for entry in self.running.values():
-                if any(p.node == index for p in entry.placements):
-                    text = f"its node {names[index].name} left the cluster; it ends when the backend reports it"
-                    events.append(Event(entry.row.id, "node-lost", text))
-        for event in events:
-            log.log(logging.WARNING if event.kind == "node-lost" else logging.INFO, "%s", event.message)
-        self.store.update_workloads([], events, now)
-        self._reconfigure(self.queue_specs)  # the one whole-cluster queue's quota follows the cluster
-        self.intake.offer.released()  # shapes that failed may fit now
-
     # ------------------------------------------------------------------------------------------------ queues
 
     def _refresh_queues(self) -> None:
@@ -381,11 +341,6 @@ class SchedulerLoop:
             return
         self.queue_specs = specs
         self.intake.reset(own_queues=bool(specs))
-        self._reconfigure(specs)
-
-    def _reconfigure(self, specs: tuple[QueueSpec, ...]) -> None:
-        """A new scheduler configuration (queues, or the cluster's size for the one whole-cluster queue), its
-        ledger charged again with what runs."""
         config = scheduler_config(self.preset, self.state, specs, self.config.max_tries_per_step)
         self.scheduler.reconfigure(config)
         for wid, entry in self.running.items():

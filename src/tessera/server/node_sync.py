@@ -1,8 +1,11 @@
 """Nodes that join and leave while the server runs: the pool and the scheduler's books follow a node feed.
 
-A backend whose nodes come and go (the Ray backend: ``server.ray_up``) gives the loop a ``NodeFeed``, polled on its
-own thread (never inside a step); the loop calls it once a tick and, when it has news or a node is still draining,
-``sync_nodes`` brings the books in line:
+A backend whose nodes come and go (the Ray backend: ``server.ray_up``) gives a ``NodeFeed``, polled on its own thread
+(never inside a step). ``NodeFollower.follow`` runs on the loop's thread after each step (``build_server`` chains it
+into the loop's ``on_step``): when the feed has news, or a node is still draining, ``sync_nodes`` brings the pool and
+the scheduler's books in line, the changes are stored as events, the scheduler is configured again (the one
+whole-cluster queue's quota follows the cluster) and failed request shapes are offered again, so a node that joined
+gets work at the next step:
 
 - a node in the feed and not in the pool is added (``ClusterState.add_node`` and ``Pool.add_node``, same index);
   one whose GPU model the scheduler's state does not know is refused (logged once), as the state's model indices
@@ -24,8 +27,12 @@ from dataclasses import dataclass, field
 
 from tessera.core.cluster import ClusterState, NodeSpec
 from tessera.core.errors import InvalidRequestError
+from tessera.core.presets import scheduler_config
 from tessera.gpu.gpus import GpuDevice
+from tessera.server.loop import SchedulerLoop
+from tessera.server.loop_values import StepReport
 from tessera.server.pool import Pool
+from tessera.server.store.store import Event
 
 log = logging.getLogger(__name__)
 
@@ -101,3 +108,57 @@ def draining(state: ClusterState, pool: Pool) -> bool:
 
 def _same(want: PoolNode, spec: NodeSpec, devices: Sequence[GpuDevice]) -> bool:
     return want.spec == spec and [d.uuid for d in want.devices] == [d.uuid for d in devices]
+
+
+class NodeFollower:
+    """The loop's pool follows ``feed`` (see the module docstring); ``follow`` is called after each step."""
+
+    def __init__(self, feed: NodeFeed, loop: SchedulerLoop) -> None:
+        self.feed, self.loop = feed, loop
+        self._wanted: list[PoolNode] | None = None  # the feed's latest nodes
+        self._refused: set[str] = set()
+        self._then: Callable[[StepReport], None] | None = None
+
+    def attach(self) -> None:
+        """Follow the feed after each of the loop's steps (before what ``on_step`` did so far)."""
+        self._then, self.loop.on_step = self.loop.on_step, self._after_step
+
+    def _after_step(self, report: StepReport) -> None:
+        self.follow()
+        if self._then is not None:
+            self._then(report)
+
+    def follow(self) -> NodeChanges | None:
+        loop = self.loop
+        news = self.feed()
+        if news is not None:
+            self._wanted = list(news)
+        elif self._wanted is None or not draining(loop.state, loop.pool):
+            return None
+        changes = sync_nodes(loop.state, loop.pool, self._wanted, self._refused)
+        self._refused = set(changes.refused)
+        if changes:
+            self._apply(changes)
+        return changes
+
+    def _apply(self, changes: NodeChanges) -> None:
+        loop, now = self.loop, self.loop.clock()
+        names = loop.pool.nodes
+        events = [Event(None, "node-joined", f"node {names[i].name} joined") for i in changes.added]
+        events += [Event(None, "node-back", f"node {names[i].name} is back") for i in changes.undrained]
+        events += [Event(None, "node-removed", f"node {names[i].name} left the pool") for i in changes.removed]
+        for index in changes.drained:
+            events.append(Event(None, "node-lost", f"node {names[index].name} left the cluster; drained"))
+            for entry in loop.running.values():
+                if any(p.node == index for p in entry.placements):
+                    text = f"its node {names[index].name} left the cluster; it ends when the backend reports it"
+                    events.append(Event(entry.row.id, "node-lost", text))
+        for event in events:
+            log.log(logging.WARNING if event.kind == "node-lost" else logging.INFO, "%s", event.message)
+        loop.store.update_workloads([], events, now)
+        config = scheduler_config(loop.preset, loop.state, loop.queue_specs, loop.config.max_tries_per_step)
+        loop.scheduler.reconfigure(config)  # a new ledger, charged again with what runs
+        for wid, entry in loop.running.items():
+            if entry.admission is not None and str(wid) in loop.scheduler.books.uncharged:
+                entry.admission = None  # as after a queue change: it keeps running, uncharged
+        loop.intake.offer.released()  # shapes that failed may fit now

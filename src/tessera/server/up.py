@@ -39,6 +39,7 @@ from tessera.server.host import isolation_notice, make_private, run_as_mode, ten
 from tessera.server.loop import SchedulerLoop
 from tessera.server.loop_values import LoopConfig
 from tessera.server.metrics import ServerMetrics
+from tessera.server.node_sync import NodeFollower
 from tessera.server.pool import HostResources, Pool, detect_host
 from tessera.server.ray_up import connect as connect_ray
 from tessera.server.records import unlimited_queue
@@ -132,7 +133,7 @@ def build_server(
     ctx = ServerContext(store, loop, pool, metrics, clock)
     server = Server(ctx, create_app(ctx), runner, notice=notice)
     if setup is not None:  # the Ray cluster's nodes join and leave while the server runs (server.node_sync)
-        loop.node_feed = setup.watch.latest
+        NodeFollower(setup.watch.latest, loop).attach()
         setup.watch.start()
         server.closers.append(setup.watch.stop)
     return server

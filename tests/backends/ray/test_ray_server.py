@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,9 @@ class Running:
     def state(self, workload_id: int) -> str:
         return str(self.get(workload_id)["state"])
 
+    def ended(self, workload_id: int) -> bool:
+        return self.state(workload_id) not in ("running", "pending")
+
     def node_of(self, workload_id: int) -> str | None:
         placement = self.get(workload_id)["placement"]
         return str(placement[0]["node"]) if placement else None
@@ -93,7 +97,7 @@ class Running:
         """Lets every waiting workload end and waits for their ends."""
         (self.runs / "go").touch()
         for workload_id in ids:
-            wait_until(lambda w=workload_id: self.state(w) not in ("running", "pending"), 60, f"{workload_id} ends")
+            wait_until(partial(self.ended, workload_id), 60, f"{workload_id} to end")
         (self.runs / "go").unlink()
 
 
@@ -162,7 +166,10 @@ def test_preemption_on_ray_gives_the_victim_sigterm_its_grace_then_sigkill(runni
     running.clock.ahead_s += PREEMPTION_MIN_RUNTIME_S + 1  # the low-priority runs may be preempted now
     start_s = time.monotonic()
     high = running.long("high", gpus=2, priority="inference-critical")
-    victims = lambda: [w for w in low if "preempted" in running.events(w)]  # noqa: E731
+
+    def victims() -> list[int]:
+        return [w for w in low if "preempted" in running.events(w)]
+
     wait_until(lambda: bool(victims()), 30, "a preemption")
     (victim,) = victims()
     index = low.index(victim)
