@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NODES_WAIT_S = 60.0  # how long a just-started local head may take to register its node
-NODES_POLL_S = 2.0  # how often the cluster's node list is read (one ray.nodes() call: about a millisecond here)
+NODES_POLL_S = 2.0  # how often the cluster's node list is read (one ray.nodes() call, on the watch thread)
 
 
 @dataclass(frozen=True, slots=True)
