@@ -156,7 +156,7 @@ class _StateCollector(Collector):
         snapshot = self.loop.snapshot
         pool = self.loop.pool
         hostname = socket.gethostname()
-        for n, node in enumerate(pool.nodes):
+        for n, node in enumerate(pool.nodes[: len(snapshot.cpu_free_milli)]):  # a node that just joined: next time
             for g, device in enumerate(pool.devices[n]):
                 used_milli = snapshot.allocated_milli(n, g)
                 _, host, _, uuid, model_name, simulated = device_labels(device, node.name, hostname)

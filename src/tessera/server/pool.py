@@ -45,6 +45,7 @@ class Pool:
         self.nodes: tuple[NodeSpec, ...] = tuple(nodes)
         self.devices: tuple[tuple[GpuDevice, ...], ...] = tuple(tuple(d) for d in devices)
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.gone: frozenset[int] = frozenset()  # removed nodes: an empty entry keeps their index
 
     @classmethod
     def from_devices(cls, devices: Sequence[GpuDevice], host: HostResources) -> Pool:
@@ -65,6 +66,22 @@ class Pool:
                 grouped.append(gpus)
         return cls(nodes, grouped)
 
+    def add_node(self, spec: NodeSpec, devices: Sequence[GpuDevice]) -> int:
+        """Append a node that joined; returns its index (the next one, as ``ClusterState.add_node`` gives it)."""
+        self.devices = (*self.devices, tuple(devices))
+        self.nodes = (*self.nodes, spec)
+        self.node_index[spec.name] = len(self.nodes) - 1
+        return len(self.nodes) - 1
+
+    def remove_node(self, index: int) -> None:
+        """A node that left: its entry stays, empty (no GPUs, CPUs or memory), and its name maps to it no more."""
+        name = self.nodes[index].name
+        self.gone = self.gone | {index}
+        if self.node_index.get(name) == index:
+            del self.node_index[name]
+        self.devices = tuple(() if i == index else d for i, d in enumerate(self.devices))
+        self.nodes = tuple(NodeSpec(name, 0, 0, 0, None) if i == index else n for i, n in enumerate(self.nodes))
+
     @property
     def simulated(self) -> bool:
         return any(d.simulated for devs in self.devices for d in devs)
@@ -76,5 +93,6 @@ class Pool:
         """A JSON-able summary (stored with the data so a restart can notice a changed pool)."""
         return [
             {"node": n.name, "model": n.gpu_model, "uuids": [d.uuid for d in devs]}
-            for n, devs in zip(self.nodes, self.devices, strict=True)
+            for i, (n, devs) in enumerate(zip(self.nodes, self.devices, strict=True))
+            if i not in self.gone
         ]

@@ -2,13 +2,19 @@
 
 With ``--ray-address`` the server joins that cluster; without, it starts (or finds again) a single-host one on
 127.0.0.1 whose GPUs are those of ``--gpus`` (``backends.ray.local_cluster``) and says so. The pool is the cluster's
-GPU nodes at start (each Ray node one Tessera node, CPUs and memory as Ray reports them). Imports Ray only through
-``tessera.backends.ray``, and only when called: a server without the ``ray`` extra runs the local backend as before.
+GPU nodes (each Ray node one Tessera node, CPUs and memory as Ray reports them): read at start, then polled by a
+``NodeWatch`` thread every ``NODES_POLL_S`` (one ``ray.nodes()`` call, off the scheduler's thread) whose news the
+loop takes at its next tick (``server.node_sync``: nodes that join get work, nodes that leave are drained).
+Imports Ray only through ``tessera.backends.ray``, and only when called: a server without the ``ray`` extra runs the
+local backend as before.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,13 +25,17 @@ from tessera.core.cluster import NodeSpec
 from tessera.errors import InvalidRequestError, TesseraError
 from tessera.gpu.discovery import AUTO_SPEC, DEFAULT_SIMULATED_SPEC
 from tessera.gpu.gpus import SIMULATED_UUID_PREFIX, GpuDevice, SimulatedProbe, parse_gpu_spec
+from tessera.server.node_sync import PoolNode
 from tessera.server.pool import Pool
 
 if TYPE_CHECKING:
     from tessera.backends.ray.backend import RayBackend
     from tessera.backends.ray.nodes import RayNode
 
+log = logging.getLogger(__name__)
+
 NODES_WAIT_S = 60.0  # how long a just-started local head may take to register its node
+NODES_POLL_S = 2.0  # how often the cluster's node list is read (one ray.nodes() call, on the watch thread)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +44,7 @@ class RaySetup:
     pool: Pool
     probe: SimulatedProbe  # the cluster's GPUs (no NVML on this host: usage is not read through Ray)
     notice: str  # one line for the operator: which cluster, started here or joined
+    watch: NodeWatch  # the loop's node feed (``latest``); started by ``build_server``'s caller, ``stop`` at the end
 
 
 def connect(address: str | None, gpus: str, data_dir: Path) -> RaySetup:
@@ -61,7 +72,8 @@ def connect(address: str | None, gpus: str, data_dir: Path) -> RaySetup:
     if not nodes:
         raise TesseraError("the Ray cluster declares no GPUs (tessera/<UUID> resources): see docs/ray.md")
     pool = pool_of(nodes)
-    return RaySetup(backend, pool, SimulatedProbe([d for devs in pool.devices for d in devs]), notice)
+    probe = SimulatedProbe([d for devs in pool.devices for d in devs])
+    return RaySetup(backend, pool, probe, notice, NodeWatch(backend, pool_nodes(nodes)))
 
 
 def gpu_nodes(backend: RayBackend, wait_s: float) -> list[RayNode]:
@@ -76,15 +88,64 @@ def gpu_nodes(backend: RayBackend, wait_s: float) -> list[RayNode]:
 
 def pool_of(nodes: list[RayNode]) -> Pool:
     """One pool node per Ray node with GPUs: its CPUs, memory and GPUs as the cluster declares them."""
-    specs: list[NodeSpec] = []
-    devices: list[list[GpuDevice]] = []
+    both = pool_nodes(nodes)
+    return Pool([node.spec for node in both], [node.devices for node in both])
+
+
+def pool_nodes(nodes: Sequence[RayNode]) -> list[PoolNode]:
+    """The Ray nodes with GPUs as the server's pool nodes (the others get no work: they are not in the pool)."""
+    out: list[PoolNode] = []
     for node in nodes:
-        assert node.gpu_model is not None
+        if not node.gpu_uuids or node.gpu_model is None:
+            continue
         model = resolve_model(node.gpu_model)
-        gpus = [
+        gpus = tuple(
             GpuDevice(i, uuid, model.name, model.mem_mib, uuid.startswith(SIMULATED_UUID_PREFIX), node.name)
             for i, uuid in enumerate(node.gpu_uuids)
-        ]
-        specs.append(NodeSpec(node.name, node.cpu_milli, node.mem_mib, len(gpus), model.name))
-        devices.append(gpus)
-    return Pool(specs, devices)
+        )
+        out.append(PoolNode(NodeSpec(node.name, node.cpu_milli, node.mem_mib, len(gpus), model.name), gpus))
+    return out
+
+
+class NodeWatch:
+    """Reads the cluster's nodes every ``interval_s`` on its own thread; ``latest`` (the loop's ``NodeFeed``) hands
+    the nodes over once each time they changed, without waiting. A failed read is logged and the last nodes kept: a
+    node leaves the pool only when the cluster says it is gone."""
+
+    def __init__(self, backend: RayBackend, nodes: list[PoolNode], interval_s: float = NODES_POLL_S) -> None:
+        self.backend, self.interval_s = backend, interval_s
+        self._seen = nodes  # what the pool was made of
+        self._news: list[PoolNode] | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="tessera-ray-nodes", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def latest(self) -> list[PoolNode] | None:
+        with self._lock:
+            news, self._news = self._news, None
+        return news
+
+    def read(self) -> None:
+        """One read of the cluster's nodes (the thread's step; tests call it to skip the wait)."""
+        try:
+            nodes = pool_nodes(self.backend.inventory())
+        except Exception as error:  # a cluster that does not answer, a node declared wrong: keep the last nodes
+            log.warning("reading the Ray cluster's nodes failed (%s); keeping the last known nodes", error)
+            return
+        with self._lock:
+            if nodes != self._seen:
+                self._seen, self._news = nodes, nodes
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.read()

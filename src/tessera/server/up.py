@@ -40,6 +40,7 @@ from tessera.server.loop import SchedulerLoop
 from tessera.server.loop_values import LoopConfig
 from tessera.server.metrics import ServerMetrics
 from tessera.server.model_cache import ModelCacheKeeper
+from tessera.server.node_sync import NodeFollower
 from tessera.server.pool import HostResources, Pool, detect_host
 from tessera.server.ray_up import connect as connect_ray
 from tessera.server.records import unlimited_queue
@@ -96,6 +97,7 @@ class Server:
     backend: Backend
     stopping: threading.Event = field(default_factory=threading.Event)
     notice: str = ""  # what the operator is told about the backend at start ("" for the local one)
+    closers: list[Callable[[], None]] = field(default_factory=list)  # called once the loop has stopped
 
 
 def build_server(
@@ -106,7 +108,7 @@ def build_server(
     host: HostResources | None = None,
     clock: Callable[[], float] = time.time,
 ) -> Server:
-    notice, ray_pool = "", None
+    notice, ray_pool, setup = "", None, None
     if backend is None and config.backend == "ray":
         setup = connect_ray(config.ray_address, config.gpus, config.data_dir)
         backend, probe, ray_pool, notice = setup.backend, setup.probe, setup.pool, setup.notice
@@ -130,7 +132,12 @@ def build_server(
     if not pool.simulated:
         metrics.register(GpuUsageCollector(probe))
     ctx = ServerContext(store, loop, pool, metrics, clock)
-    return Server(ctx, create_app(ctx), runner, notice=notice)
+    server = Server(ctx, create_app(ctx), runner, notice=notice)
+    if setup is not None:  # the Ray cluster's nodes join and leave while the server runs (server.node_sync)
+        NodeFollower(setup.watch.latest, loop).attach()
+        setup.watch.start()
+        server.closers.append(setup.watch.stop)
+    return server
 
 
 def _memory_probe(probe: GpuProbe, pool: Pool) -> ProcessMemoryProbe | None:
@@ -240,6 +247,8 @@ def serve(
     finally:
         server.stopping.set()
         thread.join(timeout=30)
+        for close in server.closers:
+            close()
         if demo:
             stop_tenant_workloads(server, DEMO_TENANT)
         server.backend.close()

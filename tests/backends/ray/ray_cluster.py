@@ -28,6 +28,9 @@ from tessera.backends.ray.nodes import declare_node  # noqa: E402
 
 WORKERS = {"w1": "2xA100-80GB", "w2": "2xA100-80GB"}
 TIMEOUT_S = 60.0
+# A removed node is declared dead after about period x threshold (Ray's defaults: 3 s x 5, 15 s); the lost-node
+# tests wait for that, so it is shortened, with a timeout generous enough for a loaded 2-core machine.
+HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_timeout_ms": 3000, "health_check_failure_threshold": 4}
 
 
 def loopback_only() -> bool:
@@ -59,7 +62,12 @@ def local_cluster() -> Iterator[Any]:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 1, "num_gpus": 0, "labels": {"tessera.io/node": "head"}},
+        head_node_args={
+            "num_cpus": 1,
+            "num_gpus": 0,
+            "labels": {"tessera.io/node": "head"},
+            "_system_config": HEALTH_CHECKS,
+        },
     )
     try:
         for name, spec in WORKERS.items():

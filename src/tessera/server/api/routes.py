@@ -256,6 +256,8 @@ def nodes_out(ctx: ServerContext, tenant: str | None = None) -> list[NodeOut]:
         shown = {w for w, owner in ctx.store.tenants_of(on_gpus).items() if owner == tenant}
     out: list[NodeOut] = []
     for n, node in enumerate(ctx.pool.nodes):
+        if n in ctx.pool.gone or n >= len(snap.cpu_free_milli):  # left, or joined after this snapshot
+            continue
         gpus = [
             GpuOut(
                 index=g,
