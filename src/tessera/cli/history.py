@@ -90,24 +90,23 @@ def _print_history(rows: list[dict[str, Any]]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    tenants = len({r["tenant"] for r in rows}) > 1  # a tenant's own history needs no tenant column
     table = Table(box=None, header_style="bold")
-    for column in ("ID", "NAME", "TENANT", "QUEUE", "STATE", "EXIT", "START", "END", "ELAPSED", "WAIT", "GPUS"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("GPU-H", justify="right", no_wrap=True)
-    table.add_column("WHERE", overflow="fold")
+    columns = ["ID", "NAME", *(["TENANT"] if tenants else []), "QUEUE", "STATE", "EXIT", "START"]
+    for column in (*columns, "ELAPSED", "WAIT", "GPU-H", "WHERE"):  # the end, GPUs and UUIDs: --json
+        flexible = column in ("NAME", "WHERE", "TENANT", "QUEUE")
+        table.add_column(column, no_wrap=not flexible, overflow="fold", min_width=6 if flexible else len(column))
     for r in rows:
         table.add_row(
             str(r["id"]),
             escape(r["name"] or "-"),
-            escape(r["tenant"]),
+            *([escape(r["tenant"])] if tenants else []),
             escape(r["queue"]),
             r["state"],
             "-" if r["exit_code"] is None else str(r["exit_code"]),
             _stamp(r["started_at"]),
-            _stamp(r["ended_at"]),
             duration(r["elapsed_s"]) if r["started_at"] is not None else "-",
             duration(r["wait_s"]) if r["wait_s"] is not None else "-",
-            f"{r['gpus']:g}",
             f"{r['gpu_hours']:.3f}",
             escape("; ".join(r["where"]) or "-"),
         )
@@ -146,4 +145,4 @@ def duration(seconds: float) -> str:
 
 
 def _stamp(at: float | None) -> str:
-    return "-" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    return "-" if at is None else time.strftime("%m-%d %H:%M", time.localtime(at))
