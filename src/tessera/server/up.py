@@ -208,8 +208,9 @@ def serve(
     announce(f"dashboard: {config.url}/ui  API docs: {config.url}/docs")
     if server.notice:
         announce(f"backend: Ray; {server.notice}")
-    if secret is not None:
-        announce(f"admin token (shown once, stored hashed): {secret}")
+    for line in (admin_token_notice(secret, config.admin_token), pool.split_notice()):
+        if line:
+            announce(line)
     thread = start_loop(server)
     server.ctx.logs.keep_rotating(server.stopping.is_set, lambda: tuple(server.ctx.loop.running))
     front = serving(server.ctx) if serving is not None else ServingFront()
@@ -236,6 +237,20 @@ def serve(
             stop_tenant_workloads(server, DEMO_TENANT)
         server.backend.close()
         front.close()
+
+
+def admin_token_notice(generated: str | None, given: str | None) -> str | None:
+    """What ``tessera up`` says about the admin token: the generated one (shown once), or, on a later start of the
+    same store without one given, how to get one (the stored one is kept as a hash and cannot be shown)."""
+    if generated is not None:
+        return f"admin token (shown once, stored hashed): {generated}"
+    if given is None:
+        return (
+            "admin token: the one made at this store's first start is kept (stored hashed, not shown again); to use a "
+            "new one, restart with TESSERA_ADMIN_TOKEN=<token> or --admin-token-file FILE (make one with: "
+            "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'); earlier admin tokens are then revoked"
+        )
+    return None
 
 
 def check_port_free(host: str, port: int) -> None:
