@@ -58,8 +58,11 @@ def test_kueue_words_become_queue_bodies(tmp_path: Path) -> None:
     ("text", "line", "field"),
     [
         ("queues:\n  - name: a\n    nominal: {gpus: 1}\n", 3, "queues[0].nominal"),  # the API's word, not Kueue's
-        ("queues:\n  - name: a\n    flavors:\n      - name: '*'\n        nominalQuota: {gpu: 1}\n", 5,
-         "queues[0].flavors[0].nominalQuota.gpu"),
+        (
+            "queues:\n  - name: a\n    flavors:\n      - name: '*'\n        nominalQuota: {gpu: 1}\n",
+            5,
+            "queues[0].flavors[0].nominalQuota.gpu",
+        ),
         ("queues:\n  - tenant: a\n", 2, "queues[0].name"),
         ("queues:\n  - name: a\n  - name: a\n", 3, "name"),
         ("queue:\n  - name: a\n", 1, "queue"),

@@ -50,8 +50,12 @@ def test_the_demo_serves_its_model_through_the_printed_example_and_cleans_up(tmp
         )
         wid = json.loads(submitted.stdout)["id"]
         show = [*cli, "show", str(wid), "--json"]
-        state = lambda: json.loads(subprocess.run(show, capture_output=True, text=True, env=env).stdout)["state"]  # noqa: E731
-        assert wait_for(lambda: state() in ("succeeded", "failed") and state(), timeout_s=30) == "succeeded"
+
+        def ended() -> str | None:
+            state = str(json.loads(subprocess.run(show, capture_output=True, text=True, env=env).stdout)["state"])
+            return state if state in ("succeeded", "failed") else None
+
+        assert wait_for(ended, timeout_s=30) == "succeeded"
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)

@@ -119,7 +119,7 @@ def _instructions(url: str, token: str, ids: list[int], waiting: int) -> str:
             "  .venv/bin/tessera nodes           # per-GPU allocation (simulated GPUs are labelled)",
             f"  .venv/bin/tessera show {waiting}          # why this one waits",
             f"  .venv/bin/tessera logs {ids[0]} -f       # a replica's output as it comes",
-            f"  .venv/bin/tessera submit --gpu-fraction {SUGGESTED_SHARE} -- python3 -c 'print(42)'   # fits beside them",
+            f"  .venv/bin/tessera submit --gpu-fraction {SUGGESTED_SHARE} -- python3 -c 'print(42)'  # fits beside",
             "  .venv/bin/tessera history         # accounting: start, end, wait, GPU-hours, where it ran",
             "  .venv/bin/tessera models          # the demo's model: two sim-engine replicas on GPU shares",
             f"  curl -s {url}/openai/v1/chat/completions -H 'Authorization: Bearer {token}' \\",
