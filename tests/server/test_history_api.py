@@ -147,3 +147,21 @@ def test_the_logs_route_never_cuts_a_character(make_harness: MakeHarness) -> Non
     assert got == text
     tail = h.http.get(f"/v1/workloads/{wid}/logs", params={"tail": 1}, headers=h.as_(ADMIN)).json()
     assert tail["data"] == "last\n" and tail["offset"] == len(text.encode()) - 5
+
+
+def test_why_pending_names_quota_or_capacity(make_harness: MakeHarness) -> None:
+    """The reason a workload waits says which limit stops it: its queue's quota, or no free GPU (also for a second
+    workload of a shape already refused in the step)."""
+    h = make_harness("2xA100-80GB")
+    body = {"name": "q1", "tenant": "default", "nominal": {"*": {"gpus": 1}}}
+    assert h.http.post("/v1/queues", json=body, headers=h.as_(ADMIN)).status_code == 201
+    first = h.submit(gpus=1, queue="q1")["id"]
+    over_quota = [h.submit(gpus=1, queue="q1")["id"] for _ in range(2)]
+    h.step()
+    fills = h.submit(gpus=1, queue="default")["id"]
+    no_gpu = h.submit(gpus=1, queue="default")["id"]
+    h.step()
+    assert h.get(first)["state"] == "running" and h.get(fills)["state"] == "running"
+    for wid in over_quota:
+        assert h.get(wid)["reason"] == "queue q1 has no quota left for 1 GPU", h.get(wid)
+    assert h.get(no_gpu)["reason"] == "no node has 1 free GPU"
