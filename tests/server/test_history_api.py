@@ -165,3 +165,17 @@ def test_why_pending_names_quota_or_capacity(make_harness: MakeHarness) -> None:
     for wid in over_quota:
         assert h.get(wid)["reason"] == "queue q1 has no quota left for 1 GPU", h.get(wid)
     assert h.get(no_gpu)["reason"] == "no node has 1 free GPU"
+
+
+def test_replacing_a_queue_with_the_same_body_changes_nothing(make_harness: MakeHarness) -> None:
+    """What ``tessera queues apply`` relies on to be idempotent: the row, creation time included, stays the same."""
+    h = make_harness("1xA100-80GB")
+    body = {"name": "lab", "tenant": "lab", "cohort": "c", "nominal": {"*": {"gpus": 1}}, "borrowing_limit": {}}
+    first = h.http.post("/v1/queues", json=body, headers=h.as_(ADMIN)).json()
+    created = h.server.ctx.store.queue("lab")
+    assert created is not None
+    h.clock.advance(60)
+    again = h.http.post("/v1/queues", json=body, headers=h.as_(ADMIN)).json()
+    assert again == first
+    kept = h.server.ctx.store.queue("lab")
+    assert kept is not None and kept.created_at == created.created_at

@@ -139,7 +139,8 @@ def router(ctx: ServerContext) -> APIRouter:
     @api.post("/queues", status_code=201, response_model=QueueOut, responses=ADMIN_ONLY, tags=["queues"])
     def put_queue(body: QueueIn, caller: Caller) -> QueueOut:
         admin_only(caller)
-        row = ctx.store.put_queue(queue_row(body, ctx.clock()))
+        existing = ctx.store.queue(body.name)  # a replaced queue keeps its creation time: re-applying changes nothing
+        row = ctx.store.put_queue(queue_row(body, existing.created_at if existing else ctx.clock()))
         return queue_out(row, ctx, ctx.store.count_by_state_and_queue())
 
     @api.post("/tokens", status_code=201, response_model=TokenOut, responses=ADMIN_ONLY, tags=["tokens"])
