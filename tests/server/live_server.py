@@ -39,6 +39,7 @@ class LiveServer:
     env: dict[str, str] = field(default_factory=dict)  # added to the server's environment (e.g. TESSERA_CRASH_AT)
     run_as: str = "server"
     prefix: tuple[str, ...] = ()  # e.g. setpriv ... -- to run the server as another user
+    args: tuple[str, ...] = ()  # more options of tessera up (e.g. --log-max-size)
 
     @property
     def url(self) -> str:
@@ -60,6 +61,7 @@ class LiveServer:
             *(["--db", self.db_url] if self.db_url else []),
             "--run-as",
             self.run_as,
+            *self.args,
         ]
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = (self.data_dir / "server.log").open("ab")

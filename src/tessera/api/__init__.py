@@ -1,9 +1,11 @@
 """The wire types of Tessera's HTTP API, shared by the server (``tessera.server.api``) and the SDK
-(``tessera.client``): the pydantic request and response bodies (``schemas``) and ``API_VERSION``.
+(``tessera.client``): the pydantic request and response bodies (``schemas``, ``serving``, ``accounting``) and
+``API_VERSION``.
 
 Imports only pydantic (and may use ``tessera.core``): no FastAPI, no server, no HTTP client.
 """
 
+from tessera.api.accounting import HistoryOut, UsageOut
 from tessera.api.schemas import (
     ErrorOut,
     EventOut,
@@ -30,6 +32,7 @@ __all__ = [
     "EventOut",
     "GpuOut",
     "Health",
+    "HistoryOut",
     "LogChunk",
     "ModelDeploy",
     "ModelOut",
@@ -41,6 +44,7 @@ __all__ = [
     "TokenIn",
     "TokenInfo",
     "TokenOut",
+    "UsageOut",
     "WorkloadOut",
     "WorkloadSpec",
 ]

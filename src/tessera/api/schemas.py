@@ -76,7 +76,9 @@ class WorkloadSpec(BaseModel):
     cpu: Cpu | None = Field(None, description="CPU cores: 4, 0.5 or '500m'")
     mem: Memory | None = Field(None, description="host memory: MiB, or '16GiB'")
     priority: StrictInt | Annotated[str, Field(max_length=50)] | None = Field(
-        None, description="a number (larger first) or a priority class: inference-critical, training, best-effort"
+        None,
+        description="a number (larger first) or a priority class: inference-critical (1000), training (500), "
+        "best-effort (100); default: training",
     )
     queue: QueueName | None = Field(None, description="default: the tenant's queue")
     env: dict[Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], Text] = Field(

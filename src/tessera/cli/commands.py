@@ -1,5 +1,6 @@
-"""The CLI over the API: ``tessera submit``, ``jobs``, ``show``, ``logs``, ``cancel``, ``nodes``, ``queues`` and
-``token create|list|revoke``. Registered on the main typer app by ``tessera.cli.main``; every failure is one
+"""The CLI over the API: ``tessera submit``, ``jobs``, ``show``, ``cancel``, ``nodes`` and ``token
+create|list|revoke`` here; ``logs`` (``cli/logs.py``), ``history`` (``cli/history.py``) and ``queues``
+(``cli/queues.py``) registered with them. Registered on the main typer app by ``tessera.cli.main``; every failure is one
 ``error:`` line, exit 2.
 """
 
@@ -16,13 +17,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tessera.cli.history import history
 from tessera.cli.job_control import register as register_job_control
+from tessera.cli.logs import logs
 from tessera.cli.models import models_app
 from tessera.cli.options import JsonOption, TokenOption, UrlOption, client_for
+from tessera.cli.queues import queues_app
 from tessera.cli.specfile import SpecFile, load_spec_file
 from tessera.cli.submit_flags import job_options, with_defaults
 from tessera.cli.terminal import one_line_errors
-from tessera.client.http import ApiError
+from tessera.client.errors import ApiError
 
 token_app = typer.Typer(help="Manage API tokens (admin).", no_args_is_help=True)
 
@@ -37,7 +41,15 @@ def submit(
     gpu_type: Annotated[str | None, typer.Option("--gpu-type", help="Allowed GPU types, e.g. A100,H100.")] = None,
     cpu: Annotated[str | None, typer.Option("--cpu", help="CPU cores, e.g. 4 or 500m.")] = None,
     mem: Annotated[str | None, typer.Option("--mem", help="Host memory, e.g. 16GiB.")] = None,
-    priority: Annotated[str | None, typer.Option("--priority", help="A number or a priority class.")] = None,
+    priority: Annotated[
+        str | None,
+        typer.Option(
+            "--priority",
+            help="A number (larger first) or a class: inference-critical (1000), training (500), best-effort (100). "
+            "Default: training.",
+            show_default=False,
+        ),
+    ] = None,
     queue: Annotated[str | None, typer.Option("--queue", help="Queue (default: your tenant's).")] = None,
     name: Annotated[str | None, typer.Option("--name", help="A name to recognise it by.")] = None,
     kind: Annotated[str | None, typer.Option("--kind", help="batch (default) or service.")] = None,
@@ -178,27 +190,6 @@ def show(
             console.print(f"  {stamp} {event['kind']}: {escape(event['message'])}")
 
 
-def logs(
-    workload_id: Annotated[int, typer.Argument(help="Workload id.")],
-    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing until the workload ends.")] = False,
-    url: UrlOption = None,
-    token: TokenOption = None,
-) -> None:
-    """A workload's output (stdout and stderr)."""
-    with one_line_errors(), client_for(url, token) as client:
-        if follow:
-            for text in client.follow_logs(workload_id):
-                typer.echo(text, nl=False)
-        else:
-            offset = 0
-            while True:
-                chunk = client.logs(workload_id, offset)
-                typer.echo(chunk["data"], nl=False)
-                if chunk["next_offset"] == offset:
-                    break
-                offset = chunk["next_offset"]
-
-
 def nodes(url: UrlOption = None, token: TokenOption = None, as_json: JsonOption = False) -> None:
     """Nodes and per-GPU allocation."""
     with one_line_errors(), client_for(url, token) as client:
@@ -221,31 +212,6 @@ def nodes(url: UrlOption = None, token: TokenOption = None, as_json: JsonOption 
                     f"workloads {on}  {escape(gpu['uuid'])}",
                     soft_wrap=True,
                 )
-
-
-def queues(url: UrlOption = None, token: TokenOption = None, as_json: JsonOption = False) -> None:
-    """Queues, their quotas and what they use now."""
-    with one_line_errors(), client_for(url, token) as client:
-        found = client.queues()
-        if as_json:
-            typer.echo(json.dumps(found))
-            return
-        table = Table(box=None, header_style="bold")
-        for column in ("QUEUE", "TENANT", "COHORT", "NOMINAL GPUS", "USED GPUS", "RUNNING", "PENDING"):
-            table.add_column(column)
-        for q in found:
-            nominal = ", ".join(f"{f}={v['gpu_milli'] / 1000:g}" for f, v in q["nominal"].items() if "gpu_milli" in v)
-            used = sum(u["gpu_milli"] for u in q["usage"].values()) / 1000
-            table.add_row(
-                q["name"],
-                q["tenant"],
-                q["cohort"] or "-",
-                nominal or "unlimited",
-                f"{used:g}",
-                str(q["running"]),
-                str(q["pending"]),
-            )
-        Console().print(table)
 
 
 @token_app.command("create")
@@ -307,8 +273,9 @@ def register(app: typer.Typer) -> None:
     for command in commands:
         app.command(command.__name__)(command)
     register_job_control(app)  # cancel, hold, release
-    for command in (nodes, queues):
+    for command in (nodes, history):
         app.command(command.__name__)(command)
+    app.add_typer(queues_app, name="queues")
     app.add_typer(token_app, name="token")
     app.add_typer(models_app, name="models")
 

@@ -6,13 +6,16 @@ touched is an ``error:`` line on stderr, the others are still done, and the exit
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from tessera.cli.options import TokenOption, UrlOption, client_for
 from tessera.cli.terminal import EXIT_BAD_INPUT, fail, one_line_errors
-from tessera.client.http import ApiError, TesseraClient
+from tessera.client.errors import ApiError
+
+if TYPE_CHECKING:  # httpx loads only when a command calls the server (tests/cli/test_startup.py)
+    from tessera.client.http import TesseraClient
 
 ACTIVE = ("pending", "running")
 Ids = Annotated[list[int] | None, typer.Argument(help="Workload ids.", show_default=False)]

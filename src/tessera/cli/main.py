@@ -31,22 +31,19 @@ from tessera.cli.serving import register as register_serving_command
 from tessera.cli.settings import DEFAULT_PORT
 from tessera.cli.terminal import one_line_errors
 from tessera.core.errors import InvalidRequestError
-from tessera.core.placement import FGD_STUDY_POLICIES
-from tessera.core.presets import PRESETS
 
-# The simulator (matplotlib) and the server (FastAPI, SQLAlchemy) load only in the commands that use them, so that
-# the API commands (tessera jobs, submit, ...) start quickly.
+# The simulator (matplotlib), the placement policies (scipy), the presets and the server (FastAPI, SQLAlchemy) load
+# only in the commands that use them, so that the API commands (tessera jobs, submit, ...) start quickly: importing
+# tessera.core.placement alone costs about 0.7 s (scipy.optimize). tests/cli/test_startup.py keeps it that way.
 if TYPE_CHECKING:
     from tessera.sim.placement_study.inputs import ExperimentInputs
     from tessera.sim.placement_study.sweep import RunResult
     from tessera.sim.reports.placement_study import PolicySummary, ReportFiles
 
-ALL_POLICIES = ",".join((*FGD_STUDY_POLICIES, "tessera"))  # the study's six and Tessera's own
-
 app = typer.Typer(
     help="Tessera: fractional, fragmentation-aware GPU scheduling and its trace-driven simulator.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # tessera --install-completion (bash, zsh, fish, PowerShell); docs/cli.md
     pretty_exceptions_enable=False,
 )
 simulate_app = typer.Typer(help="Run simulation experiments.", no_args_is_help=True)
@@ -73,19 +70,25 @@ def simulate_fgd(
     nodes: NodesOption = None,
     pods: PodsOption = None,
     policies: Annotated[
-        str, typer.Option("--policies", help="Comma-separated placement policies (default: the study's six, tessera).")
-    ] = ALL_POLICIES,
+        str | None,
+        typer.Option(
+            "--policies",
+            help="Comma-separated placement policies (default: the FGD study's six and tessera).",
+            show_default=False,
+        ),
+    ] = None,
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds: a range 42-51, a list 42,43,50 or one.")] = "42-51",
     inflate: InflateOption = 1.3,
     jobs: Annotated[int | None, typer.Option("--jobs", help="Worker processes (default: the number of CPUs).")] = None,
 ) -> None:
     """The FGD paper's arrival-inflation experiment: unallocated GPU % per policy, mean over seeds."""
+    from tessera.core.placement import FGD_STUDY_POLICIES
     from tessera.sim.placement_study.inputs import load_inputs
     from tessera.sim.placement_study.sweep import check_inflate, parse_policies, parse_seeds
     from tessera.sim.reports.placement_study import format_seeds, summarize, write_report
 
     with one_line_errors():
-        policy_names = parse_policies(policies)
+        policy_names = parse_policies(policies if policies is not None else ",".join((*FGD_STUDY_POLICIES, "tessera")))
         seed_list = parse_seeds(seeds)
         check_inflate(inflate)
         workers = jobs if jobs is not None else (os.cpu_count() or 1)
@@ -162,7 +165,12 @@ def simulate_timeline(
     gpu_scale: Annotated[
         float | None, typer.Option("--gpu-scale", help="Share of the node list's GPUs to keep (openb).")
     ] = None,
-    policies: Annotated[str, typer.Option("--policies", help="Comma-separated timeline policies.")] = ",".join(PRESETS),
+    policies: Annotated[
+        str | None,
+        typer.Option(
+            "--policies", help="Comma-separated timeline policies (default: every preset).", show_default=False
+        ),
+    ] = None,
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds of the generated workloads.")] = "0",
     traces: Annotated[
         Path | None, typer.Option("--traces", help="Folder with gavel/, philly/, pai/ for the training workload.")
@@ -176,7 +184,7 @@ def simulate_timeline(
 ) -> None:
     """Replay a workload over time: arrivals, queueing, departures; JCT, waiting and GPU allocation per policy."""
     from tessera.cli.sim_tables import queue_table, timeline_table
-    from tessera.core.presets import resolve_preset
+    from tessera.core.presets import PRESETS, resolve_preset
     from tessera.sim.placement_study.sweep import parse_seeds
     from tessera.sim.replay.timeline import run_timeline
     from tessera.sim.reports.placement_study import format_seeds
@@ -185,7 +193,8 @@ def simulate_timeline(
     from tessera.sim.workloads.inputs import timeline_inputs
 
     with one_line_errors():
-        names = [resolve_preset(n.strip(), "--policies").name for n in policies.split(",") if n.strip()]
+        chosen = policies if policies is not None else ",".join(PRESETS)
+        names = [resolve_preset(n.strip(), "--policies").name for n in chosen.split(",") if n.strip()]
         seed_list = parse_seeds(seeds)
         console = Console()
         results = []
@@ -296,12 +305,20 @@ def up(
         str | None,
         typer.Option("--ray-address", help="With --backend ray: the cluster (host:port); default: start a local one."),
     ] = None,
+    log_max_size: Annotated[
+        str,
+        typer.Option(
+            "--log-max-size",
+            help="Rotate a workload's log past this size (one rotated copy kept; 0: never), e.g. 64MiB, 1GiB.",
+        ),
+    ] = "64MiB",
 ) -> None:
     """Start the control plane: HTTP API, scheduler loop and local backend in one process."""
     from tessera.cli.gateway_up import serving_front
     from tessera.cli.up_secrets import admin_token_of, database_url, tenant_users
     from tessera.core.placement import make_policy
     from tessera.core.presets import resolve_preset
+    from tessera.server.logfiles import parse_size_bytes
     from tessera.server.loop_values import LoopConfig
     from tessera.server.up import UpConfig, serve
 
@@ -315,7 +332,10 @@ def up(
         users = tenant_users(tenant_user or [])
         if demo and run_as == "auto":  # the demo's workloads run this interpreter, which tenant users may not reach
             run_as = "server"
-        config = UpConfig(host, port, data_dir, url, gpus, token, loop, run_as, users, homes_dir, backend, ray_address)
+        log_max_bytes = parse_size_bytes(log_max_size, "--log-max-size")
+        config = UpConfig(
+            host, port, data_dir, url, gpus, token, loop, run_as, users, homes_dir, backend, ray_address, log_max_bytes
+        )
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for chatty in ("httpx", "alembic"):
             logging.getLogger(chatty).setLevel(logging.WARNING)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tessera.cli.settings import resolve_settings
-from tessera.client.http import TesseraClient
+
+if TYPE_CHECKING:  # httpx and the wire types load when a command calls the server, not for --help
+    from tessera.client.http import TesseraClient
 
 UrlOption = Annotated[str | None, typer.Option("--url", help="Server address (default: $TESSERA_URL, config file).")]
 TokenOption = Annotated[
@@ -17,5 +19,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 
 def client_for(url: str | None, token: str | None) -> TesseraClient:
+    from tessera.client.http import TesseraClient
+
     settings = resolve_settings(url, token)
     return TesseraClient(settings.url, settings.token)

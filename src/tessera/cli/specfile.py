@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from tessera.client.http import ApiError
+from tessera.client.errors import ApiError
 from tessera.errors import InputFileError, TesseraError
 
 

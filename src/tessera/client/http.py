@@ -14,17 +14,12 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from tessera.api import Health, LogChunk
-from tessera.errors import TesseraError
+from tessera.client.errors import ApiError
+
+__all__ = ["ApiError", "TesseraClient", "wait_healthy"]
 
 Body = TypeVar("Body", bound=BaseModel)
-
-
-class ApiError(TesseraError):
-    def __init__(self, status: int, detail: str, field: str | None = None) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.field = field
+HISTORY_PAGE = 1000  # records per page of GET /v1/history (its largest limit)
 
 
 class TesseraClient:
@@ -130,22 +125,34 @@ class TesseraClient:
         result: dict[str, Any] = self._call("POST", f"/v1/workloads/{workload_id}/release")
         return result
 
-    def logs(self, workload_id: int, offset: int = 0) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", f"/v1/workloads/{workload_id}/logs", params={"offset": offset})
+    def logs(self, workload_id: int, offset: int = 0, *, tail: int | None = None) -> dict[str, Any]:
+        """One chunk of the log (``LogChunk``'s fields) from ``offset``, or from the start of its last ``tail``
+        lines. A chunk holds whole UTF-8 characters: its bytes go from ``offset`` to ``next_offset``."""
+        params: dict[str, Any] = {"offset": offset}
+        if tail is not None:
+            params["tail"] = tail
+        result: dict[str, Any] = self._call("GET", f"/v1/workloads/{workload_id}/logs", params=params)
         return result
 
-    def follow_logs(self, workload_id: int, poll_s: float = 0.5) -> Iterator[str]:
-        """Log text as it is written, until the workload has ended and everything was read."""
-        offset = 0
+    def read_logs(self, workload_id: int, *, tail: int | None = None) -> Iterator[str]:
+        """The log as it is now (from its last ``tail`` lines when given), chunk by chunk, without waiting."""
+        chunk = self._parse(LogChunk, self.logs(workload_id, tail=tail))
+        while chunk.data:
+            yield chunk.data
+            chunk = self._parse(LogChunk, self.logs(workload_id, chunk.next_offset))
+
+    def follow_logs(self, workload_id: int, poll_s: float = 0.5, *, tail: int | None = None) -> Iterator[str]:
+        """Log text as it is written, until the workload has ended and everything was read (from its last ``tail``
+        lines when given)."""
+        chunk = self._parse(LogChunk, self.logs(workload_id, tail=tail))
         while True:
-            chunk = self._parse(LogChunk, self.logs(workload_id, offset))
             if chunk.data:
                 yield chunk.data
-            offset = chunk.next_offset
-            if chunk.next_offset == chunk.offset:
-                if chunk.finished:
-                    return
+            elif chunk.finished:
+                return
+            else:
                 time.sleep(poll_s)
+            chunk = self._parse(LogChunk, self.logs(workload_id, chunk.next_offset))
 
     def nodes(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", "/v1/nodes")
@@ -156,7 +163,56 @@ class TesseraClient:
         return result
 
     def put_queue(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create or replace a queue (admin only; ``QueueIn``'s fields)."""
         result: dict[str, Any] = self._call("POST", "/v1/queues", json=body)
+        return result
+
+    def delete_queue(self, name: str) -> dict[str, Any]:
+        """Delete a queue (admin only); refused (409) while workloads wait or run in it. Returns what it was."""
+        result: dict[str, Any] = self._call("DELETE", f"/v1/queues/{name}")
+        return result
+
+    def history(
+        self,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        states: list[str] | None = None,
+        queue: str | None = None,
+        tenant: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Accounting records (``HistoryOut``), oldest first, paged through: the workloads whose life (submitted to
+        ended, or now) overlaps ``since``..``until`` (seconds since the epoch), of ``states``, ``queue``, ``tenant``
+        (an admin's filter; a tenant sees only its own)."""
+        params: dict[str, Any] = {k: v for k, v in (("since", since), ("until", until)) if v is not None}
+        if states:
+            params["state"] = states
+        if queue:
+            params["queue"] = queue
+        if tenant:
+            params["tenant"] = tenant
+        out: list[dict[str, Any]] = []
+        after = 0
+        while True:
+            page: list[dict[str, Any]] = self._call("GET", "/v1/history", params={**params, "after": after})
+            out.extend(page)
+            if len(page) < HISTORY_PAGE:
+                return out
+            after = page[-1]["id"]
+
+    def usage(
+        self,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        queue: str | None = None,
+        tenant: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Per-tenant totals (``UsageOut``: workloads, GPU-hours, ...) of what ``history`` lists for the same
+        filters."""
+        given = (("since", since), ("until", until), ("queue", queue), ("tenant", tenant))
+        params = {k: v for k, v in given if v is not None}
+        result: list[dict[str, Any]] = self._call("GET", "/v1/history/totals", params=params)
         return result
 
     def create_token(self, tenant: str, label: str = "") -> dict[str, Any]:

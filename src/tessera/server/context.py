@@ -1,10 +1,11 @@
-"""``ServerContext``: what the API's routes read of one running server (store, loop, pool, metrics, clock)."""
+"""``ServerContext``: what the API's routes read of one running server (store, loop, pool, metrics, clock, logs)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tessera.server.logfiles import LogFiles
 from tessera.server.loop import SchedulerLoop
 from tessera.server.metrics import ServerMetrics
 from tessera.server.pool import Pool
@@ -18,6 +19,7 @@ class ServerContext:
     pool: Pool
     metrics: ServerMetrics
     clock: Callable[[], float]
+    logs: LogFiles
     ready: bool = False  # the store is migrated and running workloads are re-adopted
     # The HTTP server is shutting down (``up.serve`` sets it from uvicorn): long responses such as the event stream
     # end then, since uvicorn waits for open responses before it stops.

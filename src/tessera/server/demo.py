@@ -16,6 +16,7 @@ import httpx
 
 DEMO_TENANT = "demo"
 DEMO_RUNTIME_S = 600  # every demo workload ends by itself after this long
+SUGGESTED_SHARE = 0.2  # the share of the submission the demo suggests: it fits beside the mix
 DEMO_MODEL: dict[str, Any] = {
     "name": "demo-chat",
     "engine": "sim",
@@ -42,7 +43,9 @@ _TRAIN = (
 def demo_mix(gpus: int) -> list[dict[str, Any]]:
     """Bodies for ``POST /v1/workloads``; sized so that on ``gpus`` GPUs the last one waits for room."""
     mix: list[dict[str, Any]] = [
-        {"name": "finetune", "gpus": 1, "gpu_fraction": 0.5, "command": _python(_TRAIN), "priority": "training"},
+        # 0.3 beside the model's two 0.25 replicas: 0.2 of that GPU stays free for the submission the demo suggests
+        # (SUGGESTED_SHARE), too little for a third replica or for eval-waits' 0.6.
+        {"name": "finetune", "gpus": 1, "gpu_fraction": 0.3, "command": _python(_TRAIN), "priority": "training"},
         {"name": "preprocess", "cpu": 0.5, "command": _python(_TRAIN.replace("step", "shard"))},
     ]
     mix += [
@@ -116,7 +119,8 @@ def _instructions(url: str, token: str, ids: list[int], waiting: int) -> str:
             "  .venv/bin/tessera nodes           # per-GPU allocation (simulated GPUs are labelled)",
             f"  .venv/bin/tessera show {waiting}          # why this one waits",
             f"  .venv/bin/tessera logs {ids[0]} -f       # a replica's output as it comes",
-            "  .venv/bin/tessera submit --gpu-fraction 0.2 -- python3 -c 'print(42)'",
+            f"  .venv/bin/tessera submit --gpu-fraction {SUGGESTED_SHARE} -- python3 -c 'print(42)'  # fits beside",
+            "  .venv/bin/tessera history         # accounting: start, end, wait, GPU-hours, where it ran",
             "  .venv/bin/tessera models          # the demo's model: two sim-engine replicas on GPU shares",
             f"  curl -s {url}/openai/v1/chat/completions -H 'Authorization: Bearer {token}' \\",
             f'    -H \'Content-Type: application/json\' -d \'{{"model": "{DEMO_MODEL["name"]}", '

@@ -86,6 +86,18 @@ class Pool:
     def simulated(self) -> bool:
         return any(d.simulated for devs in self.devices for d in devs)
 
+    def split_notice(self) -> str | None:
+        """A line for the operator when a host's GPUs of several models became several nodes, each with a part of
+        the host's CPUs and memory (a workload then gets at most its node's part), else None."""
+        parts = [n for n in self.nodes if "/" in n.name]
+        if not parts:
+            return None
+        shown = ", ".join(f"{n.name} ({n.gpu_count} GPU, {n.cpu_milli / 1000:g} CPUs, {n.mem_mib} MiB)" for n in parts)
+        return (
+            f"mixed GPU models on one host are scheduled as one node per model, each with a share of the host's CPUs "
+            f"and memory in proportion to its GPUs: {shown}; a workload can use at most its node's share"
+        )
+
     def device(self, node: int, gpu: int) -> GpuDevice:
         return self.devices[node][gpu]
 

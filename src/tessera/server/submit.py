@@ -153,9 +153,12 @@ def _gpu_types(names: list[str]) -> frozenset[str]:
         raise InvalidRequestError("gpu_types", exc.message) from None
 
 
+DEFAULT_PRIORITY_CLASS = "training"  # a plain submit: above best-effort work, below inference-critical
+
+
 def _priority(value: int | str | None) -> tuple[int, str, bool]:
     if value is None:
-        return 0, "", True
+        value = DEFAULT_PRIORITY_CLASS
     if isinstance(value, int):
         if abs(value) > 1_000_000:
             raise InvalidRequestError("priority", f"must be within +-1000000, got {value}")

@@ -36,6 +36,7 @@ from tessera.server.auth import create_tenant_token, ensure_admin_token, token_k
 from tessera.server.context import ServerContext
 from tessera.server.demo import DEMO_TENANT, submit_demo
 from tessera.server.host import isolation_notice, make_private, run_as_mode, tenant_accounts
+from tessera.server.logfiles import DEFAULT_LOG_MAX_BYTES, LogFiles
 from tessera.server.loop import SchedulerLoop
 from tessera.server.loop_values import LoopConfig
 from tessera.server.metrics import ServerMetrics
@@ -71,6 +72,7 @@ class UpConfig:
     homes_dir: Path | None = None  # the tenant users' homes; None: data_dir/homes
     backend: str = "local"  # BACKENDS: where workloads run
     ray_address: str | None = None  # --backend ray: the cluster to join; None: start a local one (server.ray_up)
+    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES  # a workload's log is rotated past this size (0: never)
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -131,7 +133,7 @@ def build_server(
     loop.on_start = lambda row, waited: metrics.pending_seconds.labels(row.queue).observe(waited)
     if not pool.simulated:
         metrics.register(GpuUsageCollector(probe))
-    ctx = ServerContext(store, loop, pool, metrics, clock)
+    ctx = ServerContext(store, loop, pool, metrics, clock, LogFiles(loop.log_path, config.log_max_bytes))
     server = Server(ctx, create_app(ctx), runner, notice=notice)
     if setup is not None:  # the Ray cluster's nodes join and leave while the server runs (server.node_sync)
         NodeFollower(setup.watch.latest, loop).attach()
@@ -221,9 +223,11 @@ def serve(
     announce(f"dashboard: {config.url}/ui  API docs: {config.url}/docs")
     if server.notice:
         announce(f"backend: Ray; {server.notice}")
-    if secret is not None:
-        announce(f"admin token (shown once, stored hashed): {secret}")
+    for line in (admin_token_notice(secret, config.admin_token), pool.split_notice()):
+        if line:
+            announce(line)
     thread = start_loop(server)
+    server.ctx.logs.keep_rotating(server.stopping.is_set, lambda: tuple(server.ctx.loop.running))
     front = serving(server.ctx) if serving is not None else ServingFront()
     for collector in front.collectors:
         server.ctx.metrics.register(collector)
@@ -253,6 +257,20 @@ def serve(
             stop_tenant_workloads(server, DEMO_TENANT)
         server.backend.close()
         front.close()
+
+
+def admin_token_notice(generated: str | None, given: str | None) -> str | None:
+    """What ``tessera up`` says about the admin token: the generated one (shown once), or, on a later start of the
+    same store without one given, how to get one (the stored one is kept as a hash and cannot be shown)."""
+    if generated is not None:
+        return f"admin token (shown once, stored hashed): {generated}"
+    if given is None:
+        return (
+            "admin token: the one made at this store's first start is kept (stored hashed, not shown again); to use a "
+            "new one, restart with TESSERA_ADMIN_TOKEN=<token> or --admin-token-file FILE (make one with: "
+            "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'); earlier admin tokens are then revoked"
+        )
+    return None
 
 
 def check_port_free(host: str, port: int) -> None:

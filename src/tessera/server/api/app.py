@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tessera.api import API_VERSION, ErrorOut, Health
 from tessera.errors import InvalidRequestError
-from tessera.server.api import models_routes, routes, stream_routes, web
+from tessera.server.api import history_routes, models_routes, routes, stream_routes, web
 from tessera.server.api.errors import CatchAll, invalid_body, json_safe
 from tessera.server.api.limits import BodyLimit
 from tessera.server.auth import principal_for
@@ -80,6 +80,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
     }
     app.include_router(routes.router(ctx), prefix="/v1", responses=errors)
     app.include_router(models_routes.router(ctx), prefix="/v1", responses=errors)
+    app.include_router(history_routes.router(ctx), prefix="/v1", responses=errors)
     app.include_router(stream_routes.router(ctx), prefix="/v1", responses=errors)
     web.mount(app)  # /ui (the dashboard) and /docs
     return app

@@ -4,7 +4,6 @@ and alone manages queues and tokens."""
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
@@ -147,18 +146,19 @@ def router(ctx: ServerContext) -> APIRouter:
         caller: Caller,
         offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_LOG_CHUNK)] = 65536,
+        tail: Annotated[
+            int | None, Query(ge=0, le=1_000_000, description="start at the last N lines instead of at offset")
+        ] = None,
     ) -> LogChunk:
+        """Up to ``limit`` bytes of the log from ``offset``, ending on a whole UTF-8 character (an incomplete one
+        waits for the next chunk), or from the start of its last ``tail`` lines. Offsets count every byte the
+        workload wrote, also those rotated away; ``offset`` in the answer is where ``data`` begins."""
         row = visible(workload_id, caller)
-        path = ctx.loop.log_path(workload_id)
-        data = b""
-        if path.exists():
-            with path.open("rb") as f:
-                if offset < os.fstat(f.fileno()).st_size:  # seeking past the file system's limit fails (EINVAL)
-                    f.seek(offset)
-                    data = f.read(limit)
         finished = row.state in TERMINAL_STATES
-        text = data.decode("utf-8", errors="replace")
-        return LogChunk(data=text, offset=offset, next_offset=offset + len(data), finished=finished)
+        start = ctx.logs.tail_offset(workload_id, tail) if tail is not None else offset
+        read = ctx.logs.read(workload_id, start, limit, finished)
+        text = read.data.decode("utf-8", errors="replace")
+        return LogChunk(data=text, offset=read.offset, next_offset=read.next_offset, finished=finished)
 
     @api.get("/nodes", response_model=list[NodeOut], tags=["cluster"])
     def nodes(caller: Caller) -> list[NodeOut]:
@@ -172,7 +172,8 @@ def router(ctx: ServerContext) -> APIRouter:
     @api.post("/queues", status_code=201, response_model=QueueOut, responses=ADMIN_ONLY, tags=["queues"])
     def put_queue(body: QueueIn, caller: Caller) -> QueueOut:
         admin_only(caller)
-        row = ctx.store.put_queue(queue_row(body, ctx.clock()))
+        existing = ctx.store.queue(body.name)  # a replaced queue keeps its creation time: re-applying changes nothing
+        row = ctx.store.put_queue(queue_row(body, existing.created_at if existing else ctx.clock()))
         return queue_out(row, ctx, ctx.store.count_by_state_and_queue())
 
     @api.post("/tokens", status_code=201, response_model=TokenOut, responses=ADMIN_ONLY, tags=["tokens"])

@@ -1,0 +1,66 @@
+"""Every command starts fast: building the command line and printing an API command's help loads none of the heavy
+packages (scipy through the placement policies, numpy, the server's FastAPI and SQLAlchemy, matplotlib, the
+simulator, even httpx). Before, ``tessera jobs --help`` imported tessera.core.placement and so scipy.optimize,
+about 0.7 s of its 1.2 s. Checked by module, not by time: the suite's machine is shared and timings vary."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = (
+    "scipy",
+    "numpy",
+    "matplotlib",
+    "sqlalchemy",
+    "fastapi",
+    "httpx",
+    "tessera.core.placement",
+    "tessera.server",
+    "tessera.sim",
+    "tessera.client.http",
+)
+PROBE = """
+import json, sys
+sys.argv = ["tessera", *sys.argv[1:]]
+from tessera.cli.main import app
+try:
+    app()
+except SystemExit:
+    pass
+print(json.dumps([m for m in {heavy!r} if m in sys.modules]), file=sys.stderr)
+"""
+
+
+def loaded_by(*args: str) -> list[str]:
+    env = {**os.environ, "COLUMNS": "100"}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(heavy=HEAVY), *args], capture_output=True, text=True, env=env, timeout=60
+    )
+    result: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
+    return result
+
+
+@pytest.mark.parametrize("args", [("jobs", "--help"), ("--help",), ("logs", "--help"), ("history", "--help")])
+def test_help_loads_no_heavy_package(args: tuple[str, ...]) -> None:
+    assert loaded_by(*args) == []
+
+
+def test_an_api_command_loads_only_its_client() -> None:
+    """``tessera jobs`` against no server: httpx and the wire types load, the scheduler and the server do not."""
+    loaded = loaded_by("jobs", "--url", "http://127.0.0.1:9")
+    assert "tessera.client.http" in loaded and "httpx" in loaded
+    assert not {"scipy", "numpy", "sqlalchemy", "fastapi", "tessera.core.placement", "tessera.server"} & set(loaded)
+
+
+def test_shell_completion_is_offered() -> None:
+    from typer.testing import CliRunner
+
+    from tessera.cli.main import app
+
+    result = CliRunner().invoke(app, ["--help"])
+    assert "--install-completion" in result.output and "--show-completion" in result.output

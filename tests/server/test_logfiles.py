@@ -1,0 +1,130 @@
+"""Workload logs as the API reads them (``server/logfiles.py``): chunks end on whole UTF-8 characters whatever the
+chunk size, ``--tail`` finds the last lines, and rotation caps the disk while offsets keep counting every byte."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tessera.errors import InvalidRequestError
+from tessera.server.logfiles import LogFiles, complete_utf8, parse_size_bytes
+
+TEXT = "aé€😀\n" * 50 + "last line without newline é"
+
+
+def files(tmp_path: Path, max_bytes: int = 0) -> LogFiles:
+    return LogFiles(lambda wid: tmp_path / f"{wid}.log", max_bytes)
+
+
+def read_all(logs: LogFiles, wid: int, limit: int, finished: bool = True, offset: int = 0) -> tuple[bytes, int]:
+    out = b""
+    while True:
+        got = logs.read(wid, offset, limit, finished)
+        if got.next_offset == offset:
+            return out, offset
+        out += got.data
+        offset = got.next_offset
+
+
+def test_complete_utf8_holds_back_only_an_unfinished_character() -> None:
+    euro = "€".encode()  # 3 bytes
+    assert complete_utf8(b"ab" + euro) == 5
+    assert complete_utf8(b"ab" + euro[:1]) == 2
+    assert complete_utf8(b"ab" + euro[:2]) == 2
+    assert complete_utf8("😀".encode()[:3]) == 0
+    assert complete_utf8(b"\x80\x80") == 2  # stray continuation bytes are not waited for
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 5, 7, 64])
+def test_every_chunk_decodes_to_whole_characters(tmp_path: Path, limit: int) -> None:
+    """The old route decoded each raw chunk with errors="replace": a character cut by the chunk size became two
+    replacement characters. Now each chunk is valid UTF-8 and the chunks put together are the file."""
+    (tmp_path / "1.log").write_bytes(TEXT.encode())
+    logs = files(tmp_path)
+    offset, text = 0, ""
+    while True:
+        got = logs.read(1, offset, limit, finished=True)  # 4 bytes at least: one character fits
+        if got.next_offset == offset:
+            break
+        text += got.data.decode("utf-8")  # strict: raises on a cut character
+        offset = got.next_offset
+    assert text == TEXT
+
+
+def test_a_running_workload_s_half_written_character_waits_and_a_finished_log_s_last_byte_comes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "1.log"
+    path.write_bytes(b"ok " + "€".encode()[:2])
+    logs = files(tmp_path)
+    got = logs.read(1, 0, 100, finished=False)
+    assert got.data == b"ok " and got.next_offset == 3
+    assert logs.read(1, 3, 100, finished=False).data == b""  # still waiting for the last byte
+    assert logs.read(1, 3, 100, finished=True).data == "€".encode()[:2]  # ended: no more will come
+
+
+@pytest.mark.parametrize(
+    ("content", "lines", "expected"),
+    [
+        (b"a\nb\nc\n", 2, b"b\nc\n"),
+        (b"a\nb\nc", 2, b"b\nc"),
+        (b"a\nb\nc\n", 10, b"a\nb\nc\n"),
+        (b"a\nb\nc\n", 0, b""),
+        (b"", 3, b""),
+    ],
+)
+def test_tail_offset_starts_at_the_last_lines(tmp_path: Path, content: bytes, lines: int, expected: bytes) -> None:
+    (tmp_path / "1.log").write_bytes(content)
+    logs = files(tmp_path)
+    start = logs.tail_offset(1, lines)
+    assert read_all(logs, 1, 100, offset=start)[0] == expected
+
+
+def test_tail_across_a_long_log(tmp_path: Path) -> None:
+    lines = [f"line {i} é\n".encode() for i in range(30_000)]  # several of the tail's 64 KiB blocks
+    (tmp_path / "1.log").write_bytes(b"".join(lines))
+    logs = files(tmp_path)
+    assert read_all(logs, 1, 1 << 20, offset=logs.tail_offset(1, 12_345))[0] == b"".join(lines[-12_345:])
+
+
+def test_rotation_caps_the_file_and_offsets_keep_counting(tmp_path: Path) -> None:
+    path = tmp_path / "7.log"
+    logs = files(tmp_path, max_bytes=1000)
+    written = b""
+    reader_offset, seen = 0, b""
+    with path.open("ab") as writer:  # O_APPEND, as the workload's stdout
+        for round_ in range(10):
+            chunk = f"{round_:02d}".encode() * 300  # 600 bytes a round
+            writer.write(chunk)
+            writer.flush()
+            written += chunk
+            got = logs.read(7, reader_offset, 1 << 20, finished=False)  # a follower, reading as it goes
+            assert got.offset == reader_offset
+            seen += got.data
+            reader_offset = got.next_offset
+            logs.rotate([7])
+            assert path.stat().st_size <= 1000
+    assert seen == written  # the follower missed nothing and saw nothing twice
+    assert (tmp_path / "7.log.1").exists()
+    assert int((tmp_path / "7.log.base").read_text()) + path.stat().st_size == len(written)
+    # Reading from 0 starts at the oldest byte kept: the rotated copy, then the current file.
+    kept, end = read_all(logs, 7, 256)
+    assert end == len(written) and written.endswith(kept) and len(kept) < len(written)
+    assert logs.read(7, 0, 10, finished=True).offset == len(written) - len(kept)
+    assert read_all(logs, 7, 100, offset=logs.tail_offset(7, 1))[0] == kept  # one line: all that is kept
+
+
+def test_no_cap_never_rotates(tmp_path: Path) -> None:
+    (tmp_path / "1.log").write_bytes(b"x" * 5000)
+    assert files(tmp_path, max_bytes=0).rotate([1]) == []
+    assert files(tmp_path, max_bytes=10_000).rotate([1, 2]) == []  # 2 has no log yet
+    assert files(tmp_path, max_bytes=4096).rotate([1]) == [1]
+
+
+def test_sizes_of_the_log_cap() -> None:
+    assert parse_size_bytes("64MiB", "--log-max-size") == 64 * 1024 * 1024
+    assert parse_size_bytes("1G", "--log-max-size") == 1_000_000_000
+    assert parse_size_bytes("0", "--log-max-size") == 0
+    with pytest.raises(InvalidRequestError, match="--log-max-size"):
+        parse_size_bytes("lots", "--log-max-size")
