@@ -51,11 +51,13 @@ class Up:
     def output(self) -> str:
         return (self.data_dir / "server.log").read_text()
 
-    def cli(self, *args: str) -> str:
-        """``tessera ARGS`` against this server; its standard output."""
+    def cli(self, *args: str, exit_code: int = 0) -> str:
+        """``tessera ARGS`` against this server, which must exit with ``exit_code``; its standard output."""
         env = {**os.environ, "TESSERA_URL": f"http://127.0.0.1:{self.port}", "TESSERA_TOKEN": ADMIN}
         command = [sys.executable, "-m", "tessera.cli", *args]
-        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=True).stdout
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == exit_code, (done.returncode, done.stderr)
+        return done.stdout
 
     def client(self) -> TesseraClient:
         return TesseraClient(f"http://127.0.0.1:{self.port}", ADMIN)
@@ -94,7 +96,7 @@ def test_tessera_up_backend_ray_end_to_end_with_a_restart(up: Up, tmp_path: Path
         quick = int(client.submit({"command": ["sh", "-c", "echo cvd=$CUDA_VISIBLE_DEVICES; exit 3"], "gpus": 1})["id"])
         long = f"echo $$ >> {runs}; echo up; while [ ! -e {tmp_path}/go ]; do sleep 0.1; done"
         kept = int(client.submit({"command": ["sh", "-c", long], "gpus": 1, "gpu_fraction": 0.5})["id"])
-        follow = up.cli("logs", "-f", str(quick))  # returns once the workload has ended and its log was read
+        follow = up.cli("logs", "-f", str(quick), exit_code=3)  # once it has ended: with the workload's exit code
         assert "cvd=SIM-local-A100-80GB-" in follow
         assert state(client, quick) == "failed"  # exit code 3
         wait_until(lambda: state(client, kept) == "running" and runs.exists(), 90, "the long workload to run")
