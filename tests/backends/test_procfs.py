@@ -39,9 +39,10 @@ def test_one_scan_lists_the_live_members_of_each_group_and_no_zombie(groups: lis
     two_live = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30"], start_new_session=True)
     groups += [with_zombie, two_live]
 
-    def settled() -> bool:
-        zombies = [p for p in _members_any_state(with_zombie.pid) if p != with_zombie.pid]
-        return len(zombies) == 1 and len(procfs.live_members_of_groups({two_live.pid}).get(two_live.pid, [])) == 3
+    def settled() -> bool:  # the child has exited (a zombie now, not merely started) and the other group is up
+        others = [p for p in _members_any_state(with_zombie.pid) if p != with_zombie.pid]
+        zombies = [p for p in others if (stat := procfs.read_proc_stat(p)) is not None and stat.state == "Z"]
+        return len(others) == 1 and len(zombies) == 1 and len(procfs.live_members_of_groups({two_live.pid}).get(two_live.pid, [])) == 3
 
     _wait_for(settled)
     found = procfs.live_members_of_groups({with_zombie.pid, two_live.pid, 2**22 + 1})
