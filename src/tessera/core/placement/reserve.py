@@ -25,6 +25,7 @@ from tessera.core.placement.base import NO_GPU_CHOICE
 from tessera.core.workload import MILLI_PER_GPU, Request
 
 BigShape = tuple[int, int, int, frozenset[str]]  # (GPUs, CPU milli, memory MiB, GPU types)
+MAX_SHAPE_BITS = 62  # lost_bits packs the shapes into one int64 per node
 
 
 class ShapeReserve:
@@ -44,6 +45,8 @@ class ShapeReserve:
         self._gpus = self._cpu = self._mem = np.zeros(0, dtype=np.int64)  # per shape
         self._count_of_shape = np.zeros(0)  # requests seen per shape
         self._host_count = np.zeros(0, dtype=np.int64)  # per shape: how many nodes can host it now
+        self._bit_index = np.arange(MAX_SHAPE_BITS, dtype=np.int64)
+        self._bit = np.left_shift(1, self._bit_index)
 
     def observe(self, request: Request) -> None:
         self._requests_seen += 1
@@ -70,7 +73,7 @@ class ShapeReserve:
         free = state.gpu_free_milli[nodes]
         whole = (free == MILLI_PER_GPU).sum(axis=1)
         cpu, mem = state.cpu_free_milli[nodes], state.mem_free_mib[nodes]
-        taken = self._whole_gpus_taken(request, free, need_milli, gpu)
+        taken = self.whole_gpus_taken(request, free, need_milli, gpu)
         lost = self._room_for(whole, cpu, mem) & ~self._room_for(
             whole - taken, cpu - request.cpu_milli, mem - request.mem_mib
         )
@@ -116,6 +119,65 @@ class ShapeReserve:
             final[rest] = score[rest] - self.charge(state, request, nodes[rest], need_milli[rest], gpu[rest])
         return final
 
+    @property
+    def shapes(self) -> int:
+        return len(self._shapes)
+
+    def lost_bits(
+        self,
+        state: ClusterState,
+        request: Request,
+        nodes: IntArray,
+        taken: IntArray | int,
+        free: IntArray | None = None,
+    ) -> IntArray | None:
+        """For each of ``nodes``, the shapes it would stop hosting if ``request`` took ``taken`` whole GPUs there,
+        as bits (shape ``s`` is bit ``s``); ``None`` when there are more shapes than bits. It depends only on the
+        nodes' states, so a caller may keep it per node version and charge with ``charge_bits`` later."""
+        if len(self._shapes) > MAX_SHAPE_BITS:
+            return None
+        if not self._shapes:
+            return np.zeros(nodes.size, dtype=np.int64)
+        if self._allowed is None or self._state is not state:
+            self._refresh(state)
+        assert self._allowed is not None
+        if free is None:
+            free = state.gpu_free_milli[nodes]
+        whole = (free == MILLI_PER_GPU).sum(axis=1)
+        if not (whole >= self.min_gpus).any():  # no room for any shape now: nothing to lose
+            return np.zeros(nodes.size, dtype=np.int64)
+        cpu, mem = state.cpu_free_milli[nodes], state.mem_free_mib[nodes]
+        lost = self._room_for(whole, cpu, mem) & ~self._room_for(
+            whole - taken, cpu - request.cpu_milli, mem - request.mem_mib
+        )
+        lost &= self._allowed[:, state.model_idx[nodes]] & ~state.drained[nodes]
+        return np.asarray((lost * self._bit[: len(self._shapes), None]).sum(axis=0), dtype=np.int64)
+
+    def charge_bits(self, state: ClusterState, bits: IntArray) -> FloatArray:
+        """``charge`` of nodes whose lost shapes are ``bits`` (from ``lost_bits`` on their current states)."""
+        if not bits.any():
+            return np.zeros(bits.size)
+        self._refresh(state)
+        lost = (bits[None, :] >> self._bit_index[: len(self._shapes), None]) & 1
+        share = self._count_of_shape / self._requests_seen
+        per_host = share * MILLI_PER_GPU * self._gpus / np.maximum(self._host_count, 1)
+        return np.asarray(self.weight * np.einsum("s,sn->n", per_host, lost.astype(np.float64)), dtype=np.float64)
+
+    def adjust_best_bits(self, state: ClusterState, bits: IntArray, score: FloatArray) -> FloatArray:
+        """``adjust_best`` with the nodes' lost shapes known (``lost_bits``): the same final scores."""
+        top = np.flatnonzero(score == score.max())
+        top_bits = bits[top]
+        if not top_bits.any():
+            return score
+        final = score.copy()
+        final[top] = score[top] - self.charge_bits(state, top_bits)
+        bar = final[top].max()
+        rest = np.flatnonzero(score >= bar)
+        rest = rest[score[rest] != score[top[0]]]  # the top is charged already
+        if rest.size:
+            final[rest] = score[rest] - self.charge_bits(state, bits[rest])
+        return final
+
     def _room_for(self, whole: IntArray, cpu: IntArray, mem: IntArray) -> npt.NDArray[np.bool_]:
         """``[shape, node]``: whether nodes with ``whole`` free GPUs, ``cpu`` and ``mem`` free have room for each
         shape (``ClusterState.feasible`` for whole-GPU requests, without the GPU-model check, for all shapes at
@@ -126,7 +188,7 @@ class ShapeReserve:
             & (mem[None, :] >= self._mem[:, None])
         )
 
-    def _whole_gpus_taken(self, request: Request, free: IntArray, need_milli: IntArray, gpu: IntArray) -> IntArray:
+    def whole_gpus_taken(self, request: Request, free: IntArray, need_milli: IntArray, gpu: IntArray) -> IntArray:
         if request.num_gpus != 1:
             return np.full(free.shape[0], request.num_gpus, dtype=np.int64)
         sharing = need_milli < MILLI_PER_GPU
@@ -155,6 +217,7 @@ class ShapeReserve:
             self._hosts = np.zeros((len(self._shapes), state.num_nodes), dtype=np.bool_)
             self._host_count = np.zeros(len(self._shapes), dtype=np.int64)
             self._state = state
+            self._seen_version = seen = np.full(state.num_nodes, -1, dtype=np.int64)
         else:
             stale = np.flatnonzero(seen != state.version)
         hosts, allowed = self._hosts, self._allowed
@@ -165,5 +228,5 @@ class ShapeReserve:
             now = allowed[:, state.model_idx[stale]] & room & ~state.drained[stale]
             self._host_count += now.sum(axis=1) - hosts[:, stale].sum(axis=1)
             hosts[:, stale] = now
-            self._seen_version = state.version.copy()
+            seen[stale] = state.version[stale]
         return hosts

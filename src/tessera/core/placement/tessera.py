@@ -48,6 +48,7 @@ from tessera.core.fragmentation import (
     typical_pods_from_counts,
 )
 from tessera.core.gap_prices import typical_gap_waste
+from tessera.core.placement import tessera_scores
 from tessera.core.placement.base import NodeScores
 from tessera.core.placement.fgd import FgdPolicy
 from tessera.core.placement.reserve import ShapeReserve
@@ -219,10 +220,8 @@ class TesseraPolicy(FgdPolicy):
         # cached=False scores every node afresh on every decision: the reference the caches must agree with.
         self.cached = cached
         self.node_local = cached
-        # frag_now's per-node F, valid for the node versions in _frag_at (-1: not known) of _frag_state.
-        self._frag_state: ClusterState | None = None
-        self._frag_at = np.zeros(0, dtype=np.int64)
-        self._frag_of = np.zeros(0)
+        self._known = tessera_scores.NodeFrag()  # F of each node as it is now, shared by every request shape
+        self._lost = tessera_scores.LostShapes()  # per request and node: the reserve's shapes it would stop hosting
         self.online = online
         self._model_names = tuple(model_names)
         self._seen: Counter[Shape] = Counter()
@@ -247,27 +246,44 @@ class TesseraPolicy(FgdPolicy):
             score = score - type_charge
         if not self.cached:
             return score - self.reserve.charge(state, request, nodes, need_milli, scored.gpu)
-        return self.reserve.adjust_best(state, request, nodes, need_milli, score, scored.gpu)
+        if not self.reserve.weight or not self.reserve.shapes or nodes.size == 0:
+            return score
+        bits = self._lost_bits(state, request, nodes, need_milli, scored.gpu)
+        if bits is None:
+            return self.reserve.adjust_best(state, request, nodes, need_milli, score, scored.gpu)
+        return self.reserve.adjust_best_bits(state, bits, score)
 
-    def frag_now(
-        self, state: ClusterState, nodes: IntArray, cpu: IntArray, free: IntArray, models: IntArray, mem: IntArray
-    ) -> FloatArray:
-        """``F`` of ``nodes`` now, kept per node version: every request shape scores against the same ``F`` of a
-        node, so a node that changed is measured once, not once per shape (``node_frag`` is exact row by row)."""
+    def _lost_bits(
+        self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray, gpu: IntArray
+    ) -> IntArray | None:
+        """The reserve's lost shapes of ``nodes`` (kept by ``score_nodes``), completed for shapes learnt since."""
+        bits, shapes_known = self._lost.arrays(state, request)
+        behind = np.flatnonzero(shapes_known[nodes] != self.reserve.shapes)
+        if behind.size:
+            at = nodes[behind]
+            free = state.gpu_free_milli[at]
+            taken = self.reserve.whole_gpus_taken(request, free, need_milli[behind], gpu[behind])
+            fresh = self.reserve.lost_bits(state, request, at, taken)
+            if fresh is None:
+                return None
+            bits[at] = fresh
+            shapes_known[at] = self.reserve.shapes
+        return bits[nodes]
+
+    def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
         if not self.cached:
-            return super().frag_now(state, nodes, cpu, free, models, mem)
-        if self._frag_state is not state or self._frag_at.size != state.num_nodes:
-            self._frag_state = state
-            self._frag_at = np.full(state.num_nodes, -1, dtype=np.int64)
-            self._frag_of = np.zeros(state.num_nodes)
-        stale = self._frag_at[nodes] != state.version[nodes]
-        if stale.any():
-            changed = nodes[stale]
-            self._frag_of[changed] = super().frag_now(
-                state, changed, cpu[stale], free[stale], models[stale], mem[stale]
-            )
-            self._frag_at[changed] = state.version[changed]
-        return self._frag_of[nodes]
+            return super().score_nodes(state, request, nodes, need_milli)
+        with_reserve = self.reserve.weight > 0
+        return tessera_scores.score_nodes(
+            self.frag,
+            self._known,
+            state,
+            request,
+            nodes,
+            need_milli,
+            self.reserve if with_reserve else None,
+            self._lost if with_reserve else None,
+        )
 
     def observe(self, request: Request) -> None:
         self.reserve.observe(request)
@@ -282,7 +298,7 @@ class TesseraPolicy(FgdPolicy):
             pods = typical_pods_from_counts(self._seen, self.params.coverage, self._seen_mem)
             self.frag = TesseraFragmentation(pods, self._model_names, self.params)
             self.model_version += 1
-            self._frag_state = None  # F changed with the model
+            self._known = tessera_scores.NodeFrag()  # F changed with the model
 
     def _due_for_refit(self, seen: int) -> bool:
         first, every = self.params.first_refit, self.params.refit_every
