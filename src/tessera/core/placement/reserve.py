@@ -26,6 +26,7 @@ from tessera.core.workload import MILLI_PER_GPU, Request
 
 BigShape = tuple[int, int, int, frozenset[str]]  # (GPUs, CPU milli, memory MiB, GPU types)
 MAX_SHAPE_BITS = 62  # lost_bits packs the shapes into one int64 per node
+FEW = 4  # up to this many nodes, plain Python beats a dozen NumPy calls on tiny arrays
 
 
 class ShapeReserve:
@@ -47,6 +48,9 @@ class ShapeReserve:
         self._host_count = np.zeros(0, dtype=np.int64)  # per shape: how many nodes can host it now
         self._bit_index = np.arange(MAX_SHAPE_BITS, dtype=np.int64)
         self._bit = np.left_shift(1, self._bit_index)
+        self._host_bits = np.zeros(0, dtype=np.int64)  # per node: the shapes it can host now, as bits
+        self._allowed_bits: list[int] = []  # per GPU model: the shapes that may run on it, as bits
+        self._shape_needs: list[tuple[int, int, int]] = []  # per shape: (GPUs, CPU milli, memory MiB)
 
     def observe(self, request: Request) -> None:
         self._requests_seen += 1
@@ -138,20 +142,40 @@ class ShapeReserve:
             return None
         if not self._shapes:
             return np.zeros(nodes.size, dtype=np.int64)
-        if self._allowed is None or self._state is not state:
-            self._refresh(state)
-        assert self._allowed is not None
+        self._refresh(state, nodes)
+        hosted = self._host_bits[nodes]
+        if not hosted.any():  # hosts no shape now: nothing to lose
+            return hosted
         if free is None:
             free = state.gpu_free_milli[nodes]
+        if nodes.size <= FEW:
+            return self._lost_few(state, request, nodes, hosted, taken, free)
         whole = (free == MILLI_PER_GPU).sum(axis=1)
-        if not (whole >= self.min_gpus).any():  # no room for any shape now: nothing to lose
-            return np.zeros(nodes.size, dtype=np.int64)
         cpu, mem = state.cpu_free_milli[nodes], state.mem_free_mib[nodes]
-        lost = self._room_for(whole, cpu, mem) & ~self._room_for(
-            whole - taken, cpu - request.cpu_milli, mem - request.mem_mib
-        )
-        lost &= self._allowed[:, state.model_idx[nodes]] & ~state.drained[nodes]
-        return np.asarray((lost * self._bit[: len(self._shapes), None]).sum(axis=0), dtype=np.int64)
+        room_after = self._room_for(whole - taken, cpu - request.cpu_milli, mem - request.mem_mib)
+        return np.asarray(hosted & ~(room_after * self._bit[: len(self._shapes), None]).sum(axis=0), dtype=np.int64)
+
+    def _lost_few(
+        self,
+        state: ClusterState,
+        request: Request,
+        nodes: IntArray,
+        hosted: IntArray,
+        taken: IntArray | int,
+        free: IntArray,
+    ) -> IntArray:
+        """``lost_bits`` of a few nodes in plain Python."""
+        lost = hosted.tolist()
+        takes = taken.tolist() if isinstance(taken, np.ndarray) else [taken] * nodes.size
+        for i, node in enumerate(nodes.tolist()):
+            if lost[i]:
+                whole = free[i].tolist().count(MILLI_PER_GPU) - takes[i]
+                cpu = int(state.cpu_free_milli[node]) - request.cpu_milli
+                mem = int(state.mem_free_mib[node]) - request.mem_mib
+                for bit, (g, c, m) in enumerate(self._shape_needs):
+                    if whole >= g and cpu >= c and mem >= m:
+                        lost[i] &= ~(1 << bit)
+        return np.array(lost, dtype=np.int64)
 
     def charge_bits(self, state: ClusterState, bits: IntArray) -> FloatArray:
         """``charge`` of nodes whose lost shapes are ``bits`` (from ``lost_bits`` on their current states)."""
@@ -201,8 +225,31 @@ class ShapeReserve:
         takes_whole = np.where(gpu != NO_GPU_CHOICE, chosen == MILLI_PER_GPU, partly == 0)
         return np.where(sharing, takes_whole.astype(np.int64), 1)
 
-    def _refresh(self, state: ClusterState) -> npt.NDArray[np.bool_]:
-        """``[shape, node]``: can host the shape now, brought up to date for the nodes that changed."""
+    def _refresh_one(
+        self, state: ClusterState, node: int, hosts: npt.NDArray[np.bool_], allowed: npt.NDArray[np.bool_]
+    ) -> None:
+        """``_refresh`` of one node in plain Python: for a node or two, a dozen NumPy calls cost more than this."""
+        now = 0
+        if not state.drained[node]:
+            whole = state.gpu_free_milli[node].tolist().count(MILLI_PER_GPU)
+            cpu, mem = int(state.cpu_free_milli[node]), int(state.mem_free_mib[node])
+            may = self._allowed_bits[int(state.model_idx[node])]
+            for bit, (g, c, m) in enumerate(self._shape_needs):
+                if whole >= g and cpu >= c and mem >= m:
+                    now |= 1 << bit
+            now &= may
+        before = int(self._host_bits[node])
+        if now != before:
+            changed = now ^ before
+            for bit in range(len(self._shapes)):
+                if changed >> bit & 1:
+                    self._host_count[bit] += 1 if now >> bit & 1 else -1
+                    hosts[bit, node] = bool(now >> bit & 1)
+            self._host_bits[node] = now
+
+    def _refresh(self, state: ClusterState, nodes: IntArray | None = None) -> npt.NDArray[np.bool_]:
+        """``[shape, node]``: can host the shape now, brought up to date for the nodes that changed (of ``nodes``
+        only, when given: each node's entry and its part of the host counts are its own)."""
         seen = self._seen_version
         if self._hosts is None or self._state is not state or seen is None or seen.size != state.num_nodes:
             stale = np.arange(state.num_nodes)
@@ -214,19 +261,35 @@ class ShapeReserve:
                     for g, c, m, t in self._shapes
                 ]
             )
+            self._allowed_bits = [
+                sum(1 << s for s in range(len(self._shapes)) if self._allowed[s, model])
+                for model in range(self._allowed.shape[1])
+            ]
+            self._shape_needs = [(g, c, m) for g, c, m, _ in self._shapes]
             self._hosts = np.zeros((len(self._shapes), state.num_nodes), dtype=np.bool_)
+            self._host_bits = np.zeros(state.num_nodes, dtype=np.int64)
             self._host_count = np.zeros(len(self._shapes), dtype=np.int64)
             self._state = state
             self._seen_version = seen = np.full(state.num_nodes, -1, dtype=np.int64)
         else:
-            stale = np.flatnonzero(seen != state.version)
+            stale = (
+                (seen != state.version).nonzero()[0]
+                if nodes is None
+                else nodes[(seen[nodes] != state.version[nodes]).nonzero()[0]]
+            )
         hosts, allowed = self._hosts, self._allowed
         assert hosts is not None and allowed is not None
-        if stale.size:
+        if 0 < stale.size <= FEW and len(self._shapes) <= MAX_SHAPE_BITS:
+            for node in stale.tolist():
+                self._refresh_one(state, node, hosts, allowed)
+            seen[stale] = state.version[stale]
+        elif stale.size:
             whole = (state.gpu_free_milli[stale] == MILLI_PER_GPU).sum(axis=1)
             room = self._room_for(whole, state.cpu_free_milli[stale], state.mem_free_mib[stale])
             now = allowed[:, state.model_idx[stale]] & room & ~state.drained[stale]
             self._host_count += now.sum(axis=1) - hosts[:, stale].sum(axis=1)
             hosts[:, stale] = now
+            if len(self._shapes) <= MAX_SHAPE_BITS:
+                self._host_bits[stale] = (now * self._bit[: len(self._shapes), None]).sum(axis=0)
             seen[stale] = state.version[stale]
         return hosts

@@ -106,6 +106,9 @@ class TesseraFragmentation(FragmentationModel):
         # that one sum over a node's GPUs gives all three (fields of 16, 16 and 32 bits).
         fits = free >= self._thresholds[None, :]
         self._fit_packed = self._fit_counts | (fits.astype(np.int64) << 16) | (np.where(fits, free, 0) << 32)
+        # The same per typical pod (its share's column), and what the fit field must reach for the pod's GPUs.
+        self._fit_packed_pod = np.ascontiguousarray(self._fit_packed[:, self._pod_threshold])
+        self._gpus_field = self._pod_gpus << 16
         self._cpu_each = np.maximum(self._pod_cpu, 1)
         self._mem_each = np.maximum(self._pod_mem, 1)
         self._mem_known = self._pod_mem > 0
@@ -147,11 +150,13 @@ class TesseraFragmentation(FragmentationModel):
         # with the joint term's idle part (w_j idle sum_m p_m) folded into the per-node constant.
         idle_int = gpu_free.sum(axis=1)
         idle = idle_int.astype(np.float64)
+        idle_col, cpu_col = idle_int[:, None], cpu_free[:, None]
         allowed = self._allowed[model_idx]
-        packed = self._fit_packed[gpu_free].sum(axis=1)[:, self._pod_threshold]  # K x M
-        cpu_fit = cpu_free[:, None] // self._cpu_each
-        fits = (((packed >> 16) & 0xFFFF) >= self._pod_gpus) & (cpu_free[:, None] >= self._pod_cpu) & allowed
-        per_pod = np.where(fits, idle_int[:, None] - (packed >> 32), idle_int[:, None])
+        packed = self._fit_packed_pod[gpu_free].sum(axis=1)  # K x M
+        cpu_fit = cpu_col // self._cpu_each
+        # (packed & 0xFFFF0000) is the fit field alone: at least the pod's GPUs fit its share.
+        fits = ((packed & 0xFFFF0000) >= self._gpus_field) & (cpu_col >= self._pod_cpu) & allowed
+        per_pod = idle_col - np.where(fits, packed >> 32, 0)
         fed = cpu_fit
         if mem_free is not None and p.memory:
             by_mem = mem_free[:, None] // self._mem_each
@@ -160,7 +165,7 @@ class TesseraFragmentation(FragmentationModel):
                 if self._all_mem_known
                 else np.where(self._mem_known, np.minimum(cpu_fit, by_mem), cpu_fit)
             )
-        extra = p.cpu_stranding_weight * np.maximum(idle_int[:, None] - fed * self._gpu_each_int, 0)
+        extra = p.cpu_stranding_weight * np.maximum(idle_col - fed * self._gpu_each_int, 0)
         if p.joint_weight:
             used = np.minimum((packed & 0xFFFF) // self._pod_gpus, cpu_fit) * self._gpu_each_int
             extra = extra - p.joint_weight * used
