@@ -16,6 +16,8 @@ for nodes whose version changed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 
@@ -187,19 +189,28 @@ class ShapeReserve:
         per_host = share * MILLI_PER_GPU * self._gpus / np.maximum(self._host_count, 1)
         return np.asarray(self.weight * np.einsum("s,sn->n", per_host, lost.astype(np.float64)), dtype=np.float64)
 
-    def adjust_best_bits(self, state: ClusterState, bits: IntArray, score: FloatArray) -> FloatArray:
-        """``adjust_best`` with the nodes' lost shapes known (``lost_bits``): the same final scores."""
-        top = np.flatnonzero(score == score.max())
-        top_bits = bits[top]
+    def adjust_best_bits(
+        self, state: ClusterState, lost_of: Callable[[IntArray], IntArray | None], score: FloatArray
+    ) -> FloatArray | None:
+        """``adjust_best`` with the nodes' lost shapes known: ``lost_of(positions)`` gives them (``lost_bits``) for
+        those positions of ``score``, or ``None`` when there are more shapes than bits (then this returns ``None``).
+        The same final scores; only the positions that can reach the best are looked up."""
+        top = (score == score.max()).nonzero()[0]
+        top_bits = lost_of(top)
+        if top_bits is None:
+            return None
         if not top_bits.any():
             return score
         final = score.copy()
         final[top] = score[top] - self.charge_bits(state, top_bits)
         bar = final[top].max()
-        rest = np.flatnonzero(score >= bar)
+        rest = (score >= bar).nonzero()[0]
         rest = rest[score[rest] != score[top[0]]]  # the top is charged already
         if rest.size:
-            final[rest] = score[rest] - self.charge_bits(state, bits[rest])
+            rest_bits = lost_of(rest)
+            if rest_bits is None:
+                return None
+            final[rest] = score[rest] - self.charge_bits(state, rest_bits)
         return final
 
     def _room_for(self, whole: IntArray, cpu: IntArray, mem: IntArray) -> npt.NDArray[np.bool_]:

@@ -253,27 +253,29 @@ class TesseraPolicy(FgdPolicy):
             return score - self.reserve.charge(state, request, nodes, need_milli, scored.gpu)
         if not self.reserve.weight or not self.reserve.shapes or nodes.size == 0:
             return score
-        bits = self._lost_bits(state, request, nodes, need_milli, scored.gpu)
-        if bits is None:
-            return self.reserve.adjust_best(state, request, nodes, need_milli, score, scored.gpu)
-        return self.reserve.adjust_best_bits(state, bits, score)
-
-    def _lost_bits(
-        self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray, gpu: IntArray
-    ) -> IntArray | None:
-        """The reserve's lost shapes of ``nodes`` (kept by ``score_nodes``), completed for shapes learnt since."""
         bits, shapes_known = self._lost.arrays(state, request)
-        behind = np.flatnonzero(shapes_known[nodes] != self.reserve.shapes)
-        if behind.size:
-            at = nodes[behind]
-            free = state.gpu_free_milli[at]
-            taken = self.reserve.whole_gpus_taken(request, free, need_milli[behind], gpu[behind])
-            fresh = self.reserve.lost_bits(state, request, at, taken)
-            if fresh is None:
-                return None
-            bits[at] = fresh
-            shapes_known[at] = self.reserve.shapes
-        return bits[nodes]
+
+        def lost_of(which: IntArray) -> IntArray | None:
+            """The reserve's lost shapes of ``nodes[which]`` (kept by ``score_nodes``), completed for shapes
+            learnt since."""
+            at = nodes[which]
+            behind = (shapes_known[at] != self.reserve.shapes).nonzero()[0]
+            if behind.size:
+                late, pos = at[behind], which[behind]
+                taken = self.reserve.whole_gpus_taken(
+                    request, state.gpu_free_milli[late], need_milli[pos], scored.gpu[pos]
+                )
+                fresh = self.reserve.lost_bits(state, request, late, taken)
+                if fresh is None:
+                    return None
+                bits[late] = fresh
+                shapes_known[late] = self.reserve.shapes
+            return bits[at]
+
+        final = self.reserve.adjust_best_bits(state, lost_of, score)
+        if final is None:  # more shapes than bits
+            return self.reserve.adjust_best(state, request, nodes, need_milli, score, scored.gpu)
+        return final
 
     def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
         if not self.cached:
