@@ -146,12 +146,13 @@ class ShapeReserve:
             return np.zeros(nodes.size, dtype=np.int64)
         self._refresh(state, nodes)
         hosted = self._host_bits[nodes]
-        if not hosted.any():  # hosts no shape now: nothing to lose
+        hosting = hosted.nonzero()[0]
+        if not hosting.size:  # hosts no shape now: nothing to lose
             return hosted
         if free is None:
             free = state.gpu_free_milli[nodes]
-        if nodes.size <= FEW:
-            return self._lost_few(state, request, nodes, hosted, taken, free)
+        if hosting.size <= FEW:
+            return self._lost_few(state, request, nodes, hosted, hosting, taken, free)
         whole = (free == MILLI_PER_GPU).sum(axis=1)
         cpu, mem = state.cpu_free_milli[nodes], state.mem_free_mib[nodes]
         room_after = self._room_for(whole - taken, cpu - request.cpu_milli, mem - request.mem_mib)
@@ -163,21 +164,23 @@ class ShapeReserve:
         request: Request,
         nodes: IntArray,
         hosted: IntArray,
+        hosting: IntArray,
         taken: IntArray | int,
         free: IntArray,
     ) -> IntArray:
-        """``lost_bits`` of a few nodes in plain Python."""
-        lost = hosted.tolist()
-        takes = taken.tolist() if isinstance(taken, np.ndarray) else [taken] * nodes.size
-        for i, node in enumerate(nodes.tolist()):
-            if lost[i]:
-                whole = free[i].tolist().count(MILLI_PER_GPU) - takes[i]
-                cpu = int(state.cpu_free_milli[node]) - request.cpu_milli
-                mem = int(state.mem_free_mib[node]) - request.mem_mib
-                for bit, (g, c, m) in enumerate(self._shape_needs):
-                    if whole >= g and cpu >= c and mem >= m:
-                        lost[i] &= ~(1 << bit)
-        return np.array(lost, dtype=np.int64)
+        """``lost_bits`` in plain Python when only a few of ``nodes`` (``hosting``, positions) host a shape."""
+        lost = hosted.copy()
+        for i in hosting.tolist():
+            node = int(nodes[i])
+            whole = free[i].tolist().count(MILLI_PER_GPU) - int(taken if isinstance(taken, int) else taken[i])
+            cpu = int(state.cpu_free_milli[node]) - request.cpu_milli
+            mem = int(state.mem_free_mib[node]) - request.mem_mib
+            bits = int(hosted[i])
+            for bit, (g, c, m) in enumerate(self._shape_needs):
+                if bits >> bit & 1 and whole >= g and cpu >= c and mem >= m:
+                    bits &= ~(1 << bit)
+            lost[i] = bits
+        return lost
 
     def charge_bits(self, state: ClusterState, bits: IntArray) -> FloatArray:
         """``charge`` of nodes whose lost shapes are ``bits`` (from ``lost_bits`` on their current states)."""
