@@ -16,6 +16,8 @@ for nodes whose version changed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 
@@ -25,6 +27,8 @@ from tessera.core.placement.base import NO_GPU_CHOICE
 from tessera.core.workload import MILLI_PER_GPU, Request
 
 BigShape = tuple[int, int, int, frozenset[str]]  # (GPUs, CPU milli, memory MiB, GPU types)
+MAX_SHAPE_BITS = 62  # lost_bits packs the shapes into one int64 per node
+FEW = 4  # up to this many nodes, plain Python beats a dozen NumPy calls on tiny arrays
 
 
 class ShapeReserve:
@@ -44,6 +48,11 @@ class ShapeReserve:
         self._gpus = self._cpu = self._mem = np.zeros(0, dtype=np.int64)  # per shape
         self._count_of_shape = np.zeros(0)  # requests seen per shape
         self._host_count = np.zeros(0, dtype=np.int64)  # per shape: how many nodes can host it now
+        self._bit_index = np.arange(MAX_SHAPE_BITS, dtype=np.int64)
+        self._bit = np.left_shift(1, self._bit_index)
+        self._host_bits = np.zeros(0, dtype=np.int64)  # per node: the shapes it can host now, as bits
+        self._allowed_bits: list[int] = []  # per GPU model: the shapes that may run on it, as bits
+        self._shape_needs: list[tuple[int, int, int]] = []  # per shape: (GPUs, CPU milli, memory MiB)
 
     def observe(self, request: Request) -> None:
         self._requests_seen += 1
@@ -70,7 +79,7 @@ class ShapeReserve:
         free = state.gpu_free_milli[nodes]
         whole = (free == MILLI_PER_GPU).sum(axis=1)
         cpu, mem = state.cpu_free_milli[nodes], state.mem_free_mib[nodes]
-        taken = self._whole_gpus_taken(request, free, need_milli, gpu)
+        taken = self.whole_gpus_taken(request, free, need_milli, gpu)
         lost = self._room_for(whole, cpu, mem) & ~self._room_for(
             whole - taken, cpu - request.cpu_milli, mem - request.mem_mib
         )
@@ -116,6 +125,97 @@ class ShapeReserve:
             final[rest] = score[rest] - self.charge(state, request, nodes[rest], need_milli[rest], gpu[rest])
         return final
 
+    @property
+    def shapes(self) -> int:
+        return len(self._shapes)
+
+    def lost_bits(
+        self,
+        state: ClusterState,
+        request: Request,
+        nodes: IntArray,
+        taken: IntArray | int,
+        free: IntArray | None = None,
+    ) -> IntArray | None:
+        """For each of ``nodes``, the shapes it would stop hosting if ``request`` took ``taken`` whole GPUs there,
+        as bits (shape ``s`` is bit ``s``); ``None`` when there are more shapes than bits. It depends only on the
+        nodes' states, so a caller may keep it per node version and charge with ``charge_bits`` later."""
+        if len(self._shapes) > MAX_SHAPE_BITS:
+            return None
+        if not self._shapes:
+            return np.zeros(nodes.size, dtype=np.int64)
+        self._refresh(state, nodes)
+        hosted = self._host_bits[nodes]
+        hosting = hosted.nonzero()[0]
+        if not hosting.size:  # hosts no shape now: nothing to lose
+            return hosted
+        if free is None:
+            free = state.gpu_free_milli[nodes]
+        if hosting.size <= FEW:
+            return self._lost_few(state, request, nodes, hosted, hosting, taken, free)
+        whole = (free == MILLI_PER_GPU).sum(axis=1)
+        cpu, mem = state.cpu_free_milli[nodes], state.mem_free_mib[nodes]
+        room_after = self._room_for(whole - taken, cpu - request.cpu_milli, mem - request.mem_mib)
+        return np.asarray(hosted & ~(room_after * self._bit[: len(self._shapes), None]).sum(axis=0), dtype=np.int64)
+
+    def _lost_few(
+        self,
+        state: ClusterState,
+        request: Request,
+        nodes: IntArray,
+        hosted: IntArray,
+        hosting: IntArray,
+        taken: IntArray | int,
+        free: IntArray,
+    ) -> IntArray:
+        """``lost_bits`` in plain Python when only a few of ``nodes`` (``hosting``, positions) host a shape."""
+        lost = hosted.copy()
+        for i in hosting.tolist():
+            node = int(nodes[i])
+            whole = free[i].tolist().count(MILLI_PER_GPU) - int(taken if isinstance(taken, int) else taken[i])
+            cpu = int(state.cpu_free_milli[node]) - request.cpu_milli
+            mem = int(state.mem_free_mib[node]) - request.mem_mib
+            bits = int(hosted[i])
+            for bit, (g, c, m) in enumerate(self._shape_needs):
+                if bits >> bit & 1 and whole >= g and cpu >= c and mem >= m:
+                    bits &= ~(1 << bit)
+            lost[i] = bits
+        return lost
+
+    def charge_bits(self, state: ClusterState, bits: IntArray) -> FloatArray:
+        """``charge`` of nodes whose lost shapes are ``bits`` (from ``lost_bits`` on their current states)."""
+        if not bits.any():
+            return np.zeros(bits.size)
+        self._refresh(state)
+        lost = (bits[None, :] >> self._bit_index[: len(self._shapes), None]) & 1
+        share = self._count_of_shape / self._requests_seen
+        per_host = share * MILLI_PER_GPU * self._gpus / np.maximum(self._host_count, 1)
+        return np.asarray(self.weight * np.einsum("s,sn->n", per_host, lost.astype(np.float64)), dtype=np.float64)
+
+    def adjust_best_bits(
+        self, state: ClusterState, lost_of: Callable[[IntArray], IntArray | None], score: FloatArray
+    ) -> FloatArray | None:
+        """``adjust_best`` with the nodes' lost shapes known: ``lost_of(positions)`` gives them (``lost_bits``) for
+        those positions of ``score``, or ``None`` when there are more shapes than bits (then this returns ``None``).
+        The same final scores; only the positions that can reach the best are looked up."""
+        top = (score == score.max()).nonzero()[0]
+        top_bits = lost_of(top)
+        if top_bits is None:
+            return None
+        if not top_bits.any():
+            return score
+        final = score.copy()
+        final[top] = score[top] - self.charge_bits(state, top_bits)
+        bar = final[top].max()
+        rest = (score >= bar).nonzero()[0]
+        rest = rest[score[rest] != score[top[0]]]  # the top is charged already
+        if rest.size:
+            rest_bits = lost_of(rest)
+            if rest_bits is None:
+                return None
+            final[rest] = score[rest] - self.charge_bits(state, rest_bits)
+        return final
+
     def _room_for(self, whole: IntArray, cpu: IntArray, mem: IntArray) -> npt.NDArray[np.bool_]:
         """``[shape, node]``: whether nodes with ``whole`` free GPUs, ``cpu`` and ``mem`` free have room for each
         shape (``ClusterState.feasible`` for whole-GPU requests, without the GPU-model check, for all shapes at
@@ -126,7 +226,7 @@ class ShapeReserve:
             & (mem[None, :] >= self._mem[:, None])
         )
 
-    def _whole_gpus_taken(self, request: Request, free: IntArray, need_milli: IntArray, gpu: IntArray) -> IntArray:
+    def whole_gpus_taken(self, request: Request, free: IntArray, need_milli: IntArray, gpu: IntArray) -> IntArray:
         if request.num_gpus != 1:
             return np.full(free.shape[0], request.num_gpus, dtype=np.int64)
         sharing = need_milli < MILLI_PER_GPU
@@ -139,8 +239,31 @@ class ShapeReserve:
         takes_whole = np.where(gpu != NO_GPU_CHOICE, chosen == MILLI_PER_GPU, partly == 0)
         return np.where(sharing, takes_whole.astype(np.int64), 1)
 
-    def _refresh(self, state: ClusterState) -> npt.NDArray[np.bool_]:
-        """``[shape, node]``: can host the shape now, brought up to date for the nodes that changed."""
+    def _refresh_one(
+        self, state: ClusterState, node: int, hosts: npt.NDArray[np.bool_], allowed: npt.NDArray[np.bool_]
+    ) -> None:
+        """``_refresh`` of one node in plain Python: for a node or two, a dozen NumPy calls cost more than this."""
+        now = 0
+        if not state.drained[node]:
+            whole = state.gpu_free_milli[node].tolist().count(MILLI_PER_GPU)
+            cpu, mem = int(state.cpu_free_milli[node]), int(state.mem_free_mib[node])
+            may = self._allowed_bits[int(state.model_idx[node])]
+            for bit, (g, c, m) in enumerate(self._shape_needs):
+                if whole >= g and cpu >= c and mem >= m:
+                    now |= 1 << bit
+            now &= may
+        before = int(self._host_bits[node])
+        if now != before:
+            changed = now ^ before
+            for bit in range(len(self._shapes)):
+                if changed >> bit & 1:
+                    self._host_count[bit] += 1 if now >> bit & 1 else -1
+                    hosts[bit, node] = bool(now >> bit & 1)
+            self._host_bits[node] = now
+
+    def _refresh(self, state: ClusterState, nodes: IntArray | None = None) -> npt.NDArray[np.bool_]:
+        """``[shape, node]``: can host the shape now, brought up to date for the nodes that changed (of ``nodes``
+        only, when given: each node's entry and its part of the host counts are its own)."""
         seen = self._seen_version
         if self._hosts is None or self._state is not state or seen is None or seen.size != state.num_nodes:
             stale = np.arange(state.num_nodes)
@@ -152,18 +275,35 @@ class ShapeReserve:
                     for g, c, m, t in self._shapes
                 ]
             )
+            self._allowed_bits = [
+                sum(1 << s for s in range(len(self._shapes)) if self._allowed[s, model])
+                for model in range(self._allowed.shape[1])
+            ]
+            self._shape_needs = [(g, c, m) for g, c, m, _ in self._shapes]
             self._hosts = np.zeros((len(self._shapes), state.num_nodes), dtype=np.bool_)
+            self._host_bits = np.zeros(state.num_nodes, dtype=np.int64)
             self._host_count = np.zeros(len(self._shapes), dtype=np.int64)
             self._state = state
+            self._seen_version = seen = np.full(state.num_nodes, -1, dtype=np.int64)
         else:
-            stale = np.flatnonzero(seen != state.version)
+            stale = (
+                (seen != state.version).nonzero()[0]
+                if nodes is None
+                else nodes[(seen[nodes] != state.version[nodes]).nonzero()[0]]
+            )
         hosts, allowed = self._hosts, self._allowed
         assert hosts is not None and allowed is not None
-        if stale.size:
+        if 0 < stale.size <= FEW and len(self._shapes) <= MAX_SHAPE_BITS:
+            for node in stale.tolist():
+                self._refresh_one(state, node, hosts, allowed)
+            seen[stale] = state.version[stale]
+        elif stale.size:
             whole = (state.gpu_free_milli[stale] == MILLI_PER_GPU).sum(axis=1)
             room = self._room_for(whole, state.cpu_free_milli[stale], state.mem_free_mib[stale])
             now = allowed[:, state.model_idx[stale]] & room & ~state.drained[stale]
             self._host_count += now.sum(axis=1) - hosts[:, stale].sum(axis=1)
             hosts[:, stale] = now
-            self._seen_version = state.version.copy()
+            if len(self._shapes) <= MAX_SHAPE_BITS:
+                self._host_bits[stale] = (now * self._bit[: len(self._shapes), None]).sum(axis=0)
+            seen[stale] = state.version[stale]
         return hosts

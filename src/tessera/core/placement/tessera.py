@@ -48,6 +48,7 @@ from tessera.core.fragmentation import (
     typical_pods_from_counts,
 )
 from tessera.core.gap_prices import typical_gap_waste
+from tessera.core.placement import tessera_scores
 from tessera.core.placement.base import NodeScores
 from tessera.core.placement.fgd import FgdPolicy
 from tessera.core.placement.reserve import ShapeReserve
@@ -105,6 +106,9 @@ class TesseraFragmentation(FragmentationModel):
         # that one sum over a node's GPUs gives all three (fields of 16, 16 and 32 bits).
         fits = free >= self._thresholds[None, :]
         self._fit_packed = self._fit_counts | (fits.astype(np.int64) << 16) | (np.where(fits, free, 0) << 32)
+        # The same per typical pod (its share's column), and what the fit field must reach for the pod's GPUs.
+        self._fit_packed_pod = np.ascontiguousarray(self._fit_packed[:, self._pod_threshold])
+        self._gpus_field = self._pod_gpus << 16
         self._cpu_each = np.maximum(self._pod_cpu, 1)
         self._mem_each = np.maximum(self._pod_mem, 1)
         self._mem_known = self._pod_mem > 0
@@ -146,11 +150,13 @@ class TesseraFragmentation(FragmentationModel):
         # with the joint term's idle part (w_j idle sum_m p_m) folded into the per-node constant.
         idle_int = gpu_free.sum(axis=1)
         idle = idle_int.astype(np.float64)
+        idle_col, cpu_col = idle_int[:, None], cpu_free[:, None]
         allowed = self._allowed[model_idx]
-        packed = self._fit_packed[gpu_free].sum(axis=1)[:, self._pod_threshold]  # K x M
-        cpu_fit = cpu_free[:, None] // self._cpu_each
-        fits = (((packed >> 16) & 0xFFFF) >= self._pod_gpus) & (cpu_free[:, None] >= self._pod_cpu) & allowed
-        per_pod = np.where(fits, idle_int[:, None] - (packed >> 32), idle_int[:, None])
+        packed = self._fit_packed_pod[gpu_free].sum(axis=1)  # K x M
+        cpu_fit = cpu_col // self._cpu_each
+        # (packed & 0xFFFF0000) is the fit field alone: at least the pod's GPUs fit its share.
+        fits = ((packed & 0xFFFF0000) >= self._gpus_field) & (cpu_col >= self._pod_cpu) & allowed
+        per_pod = idle_col - np.where(fits, packed >> 32, 0)
         fed = cpu_fit
         if mem_free is not None and p.memory:
             by_mem = mem_free[:, None] // self._mem_each
@@ -159,7 +165,7 @@ class TesseraFragmentation(FragmentationModel):
                 if self._all_mem_known
                 else np.where(self._mem_known, np.minimum(cpu_fit, by_mem), cpu_fit)
             )
-        extra = p.cpu_stranding_weight * np.maximum(idle_int[:, None] - fed * self._gpu_each_int, 0)
+        extra = p.cpu_stranding_weight * np.maximum(idle_col - fed * self._gpu_each_int, 0)
         if p.joint_weight:
             used = np.minimum((packed & 0xFFFF) // self._pod_gpus, cpu_fit) * self._gpu_each_int
             extra = extra - p.joint_weight * used
@@ -219,10 +225,8 @@ class TesseraPolicy(FgdPolicy):
         # cached=False scores every node afresh on every decision: the reference the caches must agree with.
         self.cached = cached
         self.node_local = cached
-        # frag_now's per-node F, valid for the node versions in _frag_at (-1: not known) of _frag_state.
-        self._frag_state: ClusterState | None = None
-        self._frag_at = np.zeros(0, dtype=np.int64)
-        self._frag_of = np.zeros(0)
+        self._known = tessera_scores.NodeFrag()  # F of each node as it is now, shared by every request shape
+        self._lost = tessera_scores.LostShapes()  # per request and node: the reserve's shapes it would stop hosting
         self.online = online
         self._model_names = tuple(model_names)
         self._seen: Counter[Shape] = Counter()
@@ -247,27 +251,46 @@ class TesseraPolicy(FgdPolicy):
             score = score - type_charge
         if not self.cached:
             return score - self.reserve.charge(state, request, nodes, need_milli, scored.gpu)
-        return self.reserve.adjust_best(state, request, nodes, need_milli, score, scored.gpu)
+        if not self.reserve.weight or not self.reserve.shapes or nodes.size == 0:
+            return score
+        bits, shapes_known = self._lost.arrays(state, request)
 
-    def frag_now(
-        self, state: ClusterState, nodes: IntArray, cpu: IntArray, free: IntArray, models: IntArray, mem: IntArray
-    ) -> FloatArray:
-        """``F`` of ``nodes`` now, kept per node version: every request shape scores against the same ``F`` of a
-        node, so a node that changed is measured once, not once per shape (``node_frag`` is exact row by row)."""
+        def lost_of(which: IntArray) -> IntArray | None:
+            """The reserve's lost shapes of ``nodes[which]`` (kept by ``score_nodes``), completed for shapes
+            learnt since."""
+            at = nodes[which]
+            behind = (shapes_known[at] != self.reserve.shapes).nonzero()[0]
+            if behind.size:
+                late, pos = at[behind], which[behind]
+                taken = self.reserve.whole_gpus_taken(
+                    request, state.gpu_free_milli[late], need_milli[pos], scored.gpu[pos]
+                )
+                fresh = self.reserve.lost_bits(state, request, late, taken)
+                if fresh is None:
+                    return None
+                bits[late] = fresh
+                shapes_known[late] = self.reserve.shapes
+            return bits[at]
+
+        final = self.reserve.adjust_best_bits(state, lost_of, score)
+        if final is None:  # more shapes than bits
+            return self.reserve.adjust_best(state, request, nodes, need_milli, score, scored.gpu)
+        return final
+
+    def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
         if not self.cached:
-            return super().frag_now(state, nodes, cpu, free, models, mem)
-        if self._frag_state is not state or self._frag_at.size != state.num_nodes:
-            self._frag_state = state
-            self._frag_at = np.full(state.num_nodes, -1, dtype=np.int64)
-            self._frag_of = np.zeros(state.num_nodes)
-        stale = self._frag_at[nodes] != state.version[nodes]
-        if stale.any():
-            changed = nodes[stale]
-            self._frag_of[changed] = super().frag_now(
-                state, changed, cpu[stale], free[stale], models[stale], mem[stale]
-            )
-            self._frag_at[changed] = state.version[changed]
-        return self._frag_of[nodes]
+            return super().score_nodes(state, request, nodes, need_milli)
+        with_reserve = self.reserve.weight > 0
+        return tessera_scores.score_nodes(
+            self.frag,
+            self._known,
+            state,
+            request,
+            nodes,
+            need_milli,
+            self.reserve if with_reserve else None,
+            self._lost if with_reserve else None,
+        )
 
     def observe(self, request: Request) -> None:
         self.reserve.observe(request)
@@ -282,7 +305,7 @@ class TesseraPolicy(FgdPolicy):
             pods = typical_pods_from_counts(self._seen, self.params.coverage, self._seen_mem)
             self.frag = TesseraFragmentation(pods, self._model_names, self.params)
             self.model_version += 1
-            self._frag_state = None  # F changed with the model
+            self._known = tessera_scores.NodeFrag()  # F changed with the model
 
     def _due_for_refit(self, seen: int) -> bool:
         first, every = self.params.first_refit, self.params.refit_every
