@@ -42,7 +42,8 @@ def test_one_scan_lists_the_live_members_of_each_group_and_no_zombie(groups: lis
     def settled() -> bool:  # the child has exited (a zombie now, not merely started) and the other group is up
         others = [p for p in _members_any_state(with_zombie.pid) if p != with_zombie.pid]
         zombies = [p for p in others if (stat := procfs.read_proc_stat(p)) is not None and stat.state == "Z"]
-        return len(others) == 1 and len(zombies) == 1 and len(procfs.live_members_of_groups({two_live.pid}).get(two_live.pid, [])) == 3
+        live = procfs.live_members_of_groups({two_live.pid}).get(two_live.pid, [])
+        return len(others) == 1 and len(zombies) == 1 and len(live) == 3
 
     _wait_for(settled)
     found = procfs.live_members_of_groups({with_zombie.pid, two_live.pid, 2**22 + 1})
