@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from tessera.cli.commands import register as register_client_commands
@@ -111,6 +110,8 @@ def simulate_fgd(
 def _sweep_with_progress(
     inputs: ExperimentInputs, policies: Sequence[str], seeds: Sequence[int], inflate: float, jobs: int
 ) -> list[RunResult]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from tessera.sim.placement_study.sweep import run_sweep
 
     progress = Progress(

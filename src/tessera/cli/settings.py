@@ -8,8 +8,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from tessera.errors import InputFileError
 
 DEFAULT_PORT = 8470  # tessera up's default port
@@ -41,6 +39,8 @@ def resolve_settings(url: str | None, token: str | None, environ: Mapping[str, s
 
 
 def _read_config(path: Path) -> dict[str, str]:
+    import yaml  # only when there is a config file to read: every command starts faster without it
+
     try:
         loaded = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
