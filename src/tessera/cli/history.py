@@ -90,27 +90,34 @@ def _print_history(rows: list[dict[str, Any]]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    console = Console()
     tenants = len({r["tenant"] for r in rows}) > 1  # a tenant's own history needs no tenant column
+    wide = console.width >= 110  # a narrow terminal leaves out the exit code and the wait (--json has them)
+    cells: dict[str, Any] = {
+        "ID": lambda r: str(r["id"]),
+        "NAME": lambda r: escape(r["name"] or "-"),
+        "TENANT": lambda r: escape(r["tenant"]),
+        "QUEUE": lambda r: escape(r["queue"]),
+        "STATE": lambda r: r["state"],
+        "EXIT": lambda r: "-" if r["exit_code"] is None else str(r["exit_code"]),
+        "START": lambda r: _stamp(r["started_at"]),
+        "ELAPSED": lambda r: duration(r["elapsed_s"]) if r["started_at"] is not None else "-",
+        "WAIT": lambda r: duration(r["wait_s"]) if r["wait_s"] is not None else "-",
+        "GPU-H": lambda r: f"{r['gpu_hours']:.3f}",
+        "WHERE": lambda r: escape("; ".join(r["where"]) or "-"),
+    }
+    shown = [c for c in cells if (c != "TENANT" or tenants) and (wide or c not in ("EXIT", "WAIT"))]
     table = Table(box=None, header_style="bold")
-    columns = ["ID", "NAME", *(["TENANT"] if tenants else []), "QUEUE", "STATE", "EXIT", "START"]
-    for column in (*columns, "ELAPSED", "WAIT", "GPU-H", "WHERE"):  # the end, GPUs and UUIDs: --json
-        flexible = column in ("NAME", "WHERE", "TENANT", "QUEUE")
-        table.add_column(column, no_wrap=not flexible, overflow="fold", min_width=6 if flexible else len(column))
+    for column in shown:  # the end, GPUs and UUIDs: --json
+        if column == "WHERE":  # the one column that may take several lines
+            table.add_column(column, overflow="fold", min_width=10)
+        elif column in ("NAME", "TENANT", "QUEUE"):  # cut short with an ellipsis in a narrow terminal
+            table.add_column(column, overflow="ellipsis", min_width=4, max_width=20)
+        else:
+            table.add_column(column, no_wrap=True, min_width=len(column))
     for r in rows:
-        table.add_row(
-            str(r["id"]),
-            escape(r["name"] or "-"),
-            *([escape(r["tenant"])] if tenants else []),
-            escape(r["queue"]),
-            r["state"],
-            "-" if r["exit_code"] is None else str(r["exit_code"]),
-            _stamp(r["started_at"]),
-            duration(r["elapsed_s"]) if r["started_at"] is not None else "-",
-            duration(r["wait_s"]) if r["wait_s"] is not None else "-",
-            f"{r['gpu_hours']:.3f}",
-            escape("; ".join(r["where"]) or "-"),
-        )
-    Console().print(table)
+        table.add_row(*(cells[c](r) for c in shown))
+    console.print(table)
 
 
 def _print_totals(rows: list[dict[str, Any]]) -> None:
