@@ -29,9 +29,13 @@ for start in range(0, len(data), 4099):
 sys.exit(3)
 """
 EXPECTED = (("é€😀" * 33_334)[:100_000] + "\nsecond line\nlast line\n").encode()
-# About 5 MiB of numbered lines over about 5 s: the log passes the 1 MiB cap several times while it runs.
+# About 5 MiB of numbered lines over about 5 s: the log passes the 1 MiB cap several times while it runs. It first
+# says it is ready and waits for the go file (argv[1]), so that the follower is attached before the first rotation.
 CHATTY = """
-import sys, time
+import os, sys, time
+print("ready", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
 for i in range(50):
     sys.stdout.write("".join(f"line {i:02d}-{j:04d} " + "x" * 90 + "\\n" for j in range(1000)))
     sys.stdout.flush()
@@ -49,13 +53,23 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     live.stop()
 
 
-def tessera(server: LiveServer, *args: str, token: str = ADMIN) -> subprocess.CompletedProcess[bytes]:
+def cli_env(server: LiveServer, token: str = ADMIN) -> dict[str, str]:
     env = {"TESSERA_URL": server.url, "TESSERA_TOKEN": token, "PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}
     env["LANG"] = "C"  # the bytes must come back whatever the locale
     paths = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if paths:
         env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def tessera(server: LiveServer, *args: str, token: str = ADMIN) -> subprocess.CompletedProcess[bytes]:
+    env = cli_env(server, token)
     return subprocess.run([sys.executable, "-m", "tessera.cli", *args], capture_output=True, env=env, timeout=120)
+
+
+def tessera_popen(server: LiveServer, *args: str) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "tessera.cli", *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(server))
 
 
 def submit(server: LiveServer, *args: str) -> int:
@@ -85,11 +99,19 @@ def test_multibyte_output_comes_back_byte_identical_and_logs_f_exits_with_the_jo
     assert totals[0]["tenant"] == "default" and totals[0]["gpu_hours"] > 0
 
 
-def test_a_log_over_the_cap_is_rotated_while_it_is_followed(server: LiveServer) -> None:
-    wid = submit(server, "--", sys.executable, "-c", CHATTY)
-    followed = tessera(server, "logs", str(wid), "-f")
-    assert followed.returncode == 0, followed.stderr
-    lines = followed.stdout.decode().splitlines()
+def test_a_log_over_the_cap_is_rotated_while_it_is_followed(server: LiveServer, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    wid = submit(server, "--", sys.executable, "-c", CHATTY, str(go))
+    # Started before the job writes (on a loaded machine a follower started after the submission could come in
+    # after two rotations, and the lines before them are gone by design).
+    with tessera_popen(server, "logs", str(wid), "-f") as follower:
+        assert follower.stdout is not None
+        assert follower.stdout.readline() == b"ready\n"  # the follower is attached
+        go.touch()
+        rest, err = follower.communicate(timeout=120)
+    assert follower.returncode == 0, err
+    followed = b"ready\n" + rest
+    lines = followed.decode().splitlines()
     # The follower saw every line in order (rotation may lose the bytes of one instant: allow a line or two).
     assert lines[-1] == "the end" and len(lines) >= 50_000 - 2
     logs = server.data_dir / "logs"
@@ -97,7 +119,7 @@ def test_a_log_over_the_cap_is_rotated_while_it_is_followed(server: LiveServer) 
     on_disk = (logs / f"{wid}.log").stat().st_size + (logs / f"{wid}.log.1").stat().st_size
     assert on_disk < 5 * LOG_CAP  # of about 5 MiB written
     kept = tessera(server, "logs", str(wid)).stdout
-    assert followed.stdout.endswith(kept) and 0 < len(kept) < len(followed.stdout)
+    assert followed.endswith(kept) and 0 < len(kept) < len(followed)
     assert tessera(server, "logs", str(wid), "--tail", "1").stdout == b"the end\n"
 
 
