@@ -260,6 +260,10 @@ def test_a_wrong_token_is_refused_at_sign_in(browsing: Browsing, cluster: Cluste
 
 
 def test_the_models_and_queues_views(browsing: Browsing, cluster: Cluster) -> None:
+    with cluster.server.client() as admin:  # the server's history of the queues' usage, from before the page opens
+        served = {q["queue"]: q["points"] for q in admin.queue_usage()["queues"]}
+    assert any(p["gpu_milli"] == 500 and p["borrowed_milli"] == 250 for p in served["team-a"]), served
+    opened = time.time()
     page = sign_in(browsing, cluster, hash_="#/models")
     row = page.locator('tr[data-model="chat"]')
     expect(row).to_contain_text("ready")
@@ -273,6 +277,15 @@ def test_the_models_and_queues_views(browsing: Browsing, cluster: Cluster) -> No
     expect(team_a.locator(".badge.borrowing")).to_be_visible()
     expect(team_b).to_contain_text("0.25 GPU")
     expect(team_b.locator(".badge.borrowing")).to_have_count(0)
+    # Usage over time: drawn from the server's samples, which go back to before the page opened, then appended live.
+    spark = team_a.locator("svg.spark")
+    expect(spark).to_have_attribute("data-server-points", re.compile(r"^[1-9][0-9]*$"))
+    assert float(spark.get_attribute("data-first-at") or "inf") < opened
+    assert spark.locator("polyline.used").get_attribute("points") and spark.locator("polyline.nominal").count() == 1
+    drawn = int(spark.get_attribute("data-points") or 0)
+    with cluster.server.client(cluster.tokens["team-b"]) as b:
+        b.submit({"name": "nudge", "command": ["true"]})  # an event: the view is fetched again, a point appended
+    wait_for(lambda: int(spark.get_attribute("data-points") or 0) > drawn, timeout_s=10)
     written(browsing.shot("queues"))
 
 
