@@ -10,6 +10,8 @@ from pydantic import BaseModel, Field
 class HistoryOut(BaseModel):
     id: int
     name: str
+    command: list[str] = Field(default_factory=list, description="what it ran (argv)")
+    array_index: int | None = Field(default=None, description="its index, for a task of an array")
     tenant: str
     queue: str
     state: str

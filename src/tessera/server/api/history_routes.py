@@ -164,6 +164,8 @@ def history_out(row: WorkloadRow, now: float) -> HistoryOut:
     return HistoryOut(
         id=row.id,
         name=row.name,
+        command=list(row.command),
+        array_index=row.array_index,
         tenant=row.tenant,
         queue=row.queue,
         state=row.state,
