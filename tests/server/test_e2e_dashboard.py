@@ -348,6 +348,7 @@ def test_the_demo_as_its_tenant_sees_it(browser: Browser, tmp_path: Path, reques
             running = wait_for(lambda: demo.workloads(["running"]), timeout_s=30)
         seen = Browsing(context.new_page(), recorder(request))
         seen.page.on("request", lambda request: seen.requested.append(request.url))
+        seen.page.on("pageerror", lambda error: seen.errors.append(str(error)))
         page = seen.page
         page.goto(url.group(1))
         page.fill("#token", token.group(1))
@@ -362,6 +363,7 @@ def test_the_demo_as_its_tenant_sees_it(browser: Browser, tmp_path: Path, reques
             expect(page.locator(f'tr[data-workload="{w["id"]}"]')).to_be_visible()
         written(seen.shot("demo-workloads"))
         assert all(urlsplit(u).hostname == "127.0.0.1" for u in seen.requested if not u.startswith("data:"))
+        assert not seen.errors, f"errors in the page: {seen.errors}"
     finally:
         context.close()
         os.killpg(process.pid, signal.SIGTERM)
