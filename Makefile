@@ -17,6 +17,7 @@ help:
 	@echo "               (make run PROMETHEUS=1 also starts Prometheus on 127.0.0.1:$(PROMETHEUS_PORT), scraping it)"
 	@echo "make simulate - simulate the FGD study on the embedded synthetic cluster (report in $(OUT))"
 	@echo "make test   - ruff, mypy, import-linter contracts, the test suite and the core coverage gate"
+	@echo "               (the dashboard's browser tests keep their screenshots in .tessera/test-screenshots/)"
 	@echo "make test-engines - real engines on the CPU: makes .venv-vllm (scripts/engines.sh), runs their e2e tests"
 	@echo "make lint   - ruff (lint and format check), mypy and import-linter only"
 	@echo "make bench  - placement speed of fgd and bestfit (openb trace when ../shared is there)"
@@ -44,6 +45,9 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# The dashboard's browser tests (tests/server/test_e2e_dashboard.py) write their screenshots to
+# .tessera/test-screenshots/ (git-ignored; TESSERA_SCREENSHOTS=DIR picks another folder), replacing the last run's;
+# the run ends with a line naming the folder and the files.
 # scripts/test-packages.sh installs the Debian packages some tests use (the MPS control daemon); without them those
 # tests skip and say why.
 # The suite runs against a throw-away PostgreSQL server (scripts/test-postgres.sh installs it with apt-get when

@@ -61,9 +61,9 @@ install_chromium() {
 install_mps
 install_chromium
 
-# prometheus        promtool, which tests/deploy/test_prometheus.py runs on the shipped alert rules (check and unit
-#                   tests) and configuration, and the Prometheus server that `make run PROMETHEUS=1` starts and the
-#                   scrape test runs against the demo (Debian bookworm: 2.42).
+# prometheus        promtool, which tests/server/test_monitoring_deploy.py runs on the shipped alert rules (check
+#                   and unit tests) and configuration, and the Prometheus server that `make run PROMETHEUS=1` starts
+#                   and the scrape test runs against the demo (Debian bookworm: 2.42).
 install_prometheus() {
     command -v promtool >/dev/null && command -v prometheus >/dev/null && return 0
     command -v apt-get >/dev/null || { warn "no apt-get: the Prometheus rule and scrape tests will skip"; return 0; }

@@ -2,7 +2,9 @@
 CI machines are shared and a slow example is not a failure).
 
 The API fuzz tests (tests/server/test_api_fuzz.py) record the requests they sent on their reports; the session ends
-with one line that sums them (from every xdist worker) and counts the responses >= 500.
+with one line that sums them (from every xdist worker) and counts the responses >= 500. The browser tests
+(tests/server/test_e2e_dashboard.py) record the screenshots they wrote; the session ends with a line that says how
+many and in which folder.
 
 PostgreSQL: `make test` starts a throw-away server (scripts/test-postgres.sh) and exports its SQLAlchemy URL in
 TESSERA_TEST_PG_URL; the `postgres_url` fixture gives each test a fresh database on it, and skips without it."""
@@ -24,7 +26,9 @@ settings.load_profile("tessera")
 
 PG_URL_ENV = "TESSERA_TEST_PG_URL"
 FUZZ_PROPERTY = "fuzz-statuses"  # test_api_fuzz.FUZZ_PROPERTY: {"<role> <status>": count} per test
+SCREENSHOT_PROPERTY = "screenshot"  # test_e2e_dashboard.SCREENSHOT_PROPERTY: the path of a screenshot written
 _fuzz_sent: Counter[str] = Counter()
+_screenshots: set[str] = set()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -32,9 +36,17 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         for name, value in report.user_properties:
             if name == FUZZ_PROPERTY and isinstance(value, dict):
                 _fuzz_sent.update(value)
+            elif name == SCREENSHOT_PROPERTY and isinstance(value, str):
+                _screenshots.add(value)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    by_folder: dict[str, list[str]] = {}
+    for path in sorted(_screenshots):
+        folder, _, name = path.rpartition(os.sep)
+        by_folder.setdefault(folder, []).append(name)
+    for folder, names in by_folder.items():
+        terminalreporter.write_line(f"screenshots: {len(names)} written to {folder}{os.sep} ({', '.join(names)})")
     if not _fuzz_sent:
         return
     by_role: Counter[str] = Counter()

@@ -19,6 +19,7 @@ from tessera.backends.base import ExitStatus, Handle, LaunchSpec
 from tessera.backends.launch_intent import NONCE_ENV, Intent, names_exit_file, write_intent
 from tessera.backends.local import SUPERVISOR_MODULE, LocalBackend
 from tessera.backends.procfs import read_cmdline
+from tessera.backends.supervisor import CommandSpec, permission_denied
 from tessera.core.errors import InvalidRequestError
 
 pytestmark = pytest.mark.e2e
@@ -153,6 +154,24 @@ def test_a_file_that_is_not_executable_gives_126(backend: LocalBackend, tmp_path
     script.write_text("#!/bin/sh\nexit 0\n")  # no execute bit
     backend.launch(LaunchSpec("x", (str(script),), log_path=tmp_path / "x.log"))
     assert wait_for_exit(backend, "x").exit_code == 126
+
+
+def test_a_refused_start_names_the_file_where_it_links_and_the_user_who_must_reach_it(tmp_path: Path) -> None:
+    interpreter = tmp_path / "home" / "python3.11"  # as a virtualenv's python links to one in the server's home
+    interpreter.parent.mkdir()
+    interpreter.write_text("")
+    interpreter.chmod(0o755)
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(interpreter)
+    on_path = CommandSpec(env={"PATH": str(venv)})
+    said = permission_denied("python", "python", on_path)
+    assert said == f"permission denied ({venv / 'python'} -> {os.path.realpath(interpreter)})"
+    nobody = pwd.getpwnam("nobody").pw_uid
+    said = permission_denied("python", "python", CommandSpec(env={"PATH": str(venv)}, uid=nobody))
+    assert "the workload runs as user nobody, who must be able to reach the program" in said
+    assert "tessera up --run-as server" in said
+    assert permission_denied("./x.sh", None, CommandSpec()) == "permission denied (not an executable file)"
 
 
 def test_processes_left_behind_by_the_command_are_killed(backend: LocalBackend, tmp_path: Path) -> None:

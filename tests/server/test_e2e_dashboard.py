@@ -4,8 +4,9 @@
 One server for the module, on one simulated A100 that three workloads share (team-a's training job, team-b's job and
 a served model's replica), with a whole-GPU job pending behind them. Every page a test opens records the URLs the
 browser asked for, and each test checks that all of them were on 127.0.0.1 (nothing is fetched from elsewhere).
-Screenshots go to ``$TESSERA_SCREENSHOTS`` when set (CI can keep them), else to the test's ``tmp_path``; the tests
-check that each was written.
+Screenshots go to ``.tessera/test-screenshots/`` in the repository (git-ignored; ``$TESSERA_SCREENSHOTS`` picks
+another folder), each named after what it shows and replaced by the next run; the tests check that each was written,
+and the session ends with a line that says where they are (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -36,6 +37,8 @@ CHROMIUM = os.environ.get("TESSERA_CHROMIUM", "/usr/bin/chromium")
 TICKER = "import time\nfor i in range(100000):\n    print('tick', i, flush=True)\n    time.sleep(0.3)"
 SLEEP = "import time; time.sleep(3600)"
 MARKUP = "<img src=x onerror=window.pwned=1>late"  # a workload name that would run script if shown as HTML
+SCREENSHOTS = Path(os.environ.get("TESSERA_SCREENSHOTS") or Path(__file__).parents[2] / ".tessera" / "test-screenshots")
+SCREENSHOT_PROPERTY = "screenshot"  # conftest.SCREENSHOT_PROPERTY: the path of each one, on the test's report
 
 
 @dataclass
@@ -47,17 +50,24 @@ class Cluster:
 
 @dataclass
 class Browsing:
-    """A page with the URLs it requested; ``shot`` saves a screenshot and returns its path."""
+    """A page with the URLs it requested; ``shot`` saves a screenshot into ``SCREENSHOTS``, records its path on the
+    test's report (``record``) and returns it."""
 
     page: Page
-    out: Path
+    record: Callable[[Path], None]
     requested: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # uncaught errors of the page's scripts
 
     def shot(self, name: str) -> Path:
-        path = self.out / f"{name}.png"
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        path = SCREENSHOTS / f"{name}.png"
         self.page.screenshot(path=str(path), full_page=True)
+        self.record(path)
         return path
+
+
+def recorder(request: pytest.FixtureRequest) -> Callable[[Path], None]:
+    return lambda path: request.node.user_properties.append((SCREENSHOT_PROPERTY, str(path.resolve())))
 
 
 @pytest.fixture(scope="module")
@@ -113,12 +123,10 @@ def job(name: str, program: str, **share: float) -> dict[str, object]:
 
 
 @pytest.fixture
-def browsing(browser: Browser, cluster: Cluster, tmp_path: Path) -> Iterator[Browsing]:
-    out = Path(os.environ.get("TESSERA_SCREENSHOTS") or tmp_path)
-    out.mkdir(parents=True, exist_ok=True)
+def browsing(browser: Browser, cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Browsing]:
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
-    seen = Browsing(page, out)
+    seen = Browsing(page, recorder(request))
     page.on("request", lambda request: seen.requested.append(request.url))
     page.on("pageerror", lambda error: seen.errors.append(str(error)))
     yield seen
@@ -252,6 +260,10 @@ def test_a_wrong_token_is_refused_at_sign_in(browsing: Browsing, cluster: Cluste
 
 
 def test_the_models_and_queues_views(browsing: Browsing, cluster: Cluster) -> None:
+    with cluster.server.client() as admin:  # the server's history of the queues' usage, from before the page opens
+        served = {q["queue"]: q["points"] for q in admin.queue_usage()["queues"]}
+    assert any(p["gpu_milli"] == 500 and p["borrowed_milli"] == 250 for p in served["team-a"]), served
+    opened = time.time()
     page = sign_in(browsing, cluster, hash_="#/models")
     row = page.locator('tr[data-model="chat"]')
     expect(row).to_contain_text("ready")
@@ -265,6 +277,15 @@ def test_the_models_and_queues_views(browsing: Browsing, cluster: Cluster) -> No
     expect(team_a.locator(".badge.borrowing")).to_be_visible()
     expect(team_b).to_contain_text("0.25 GPU")
     expect(team_b.locator(".badge.borrowing")).to_have_count(0)
+    # Usage over time: drawn from the server's samples, which go back to before the page opened, then appended live.
+    spark = team_a.locator("svg.spark")
+    expect(spark).to_have_attribute("data-server-points", re.compile(r"^[1-9][0-9]*$"))
+    assert float(spark.get_attribute("data-first-at") or "inf") < opened
+    assert spark.locator("polyline.used").get_attribute("points") and spark.locator("polyline.nominal").count() == 1
+    drawn = int(spark.get_attribute("data-points") or 0)
+    with cluster.server.client(cluster.tokens["team-b"]) as b:
+        b.submit({"name": "nudge", "command": ["true"]})  # an event: the view is fetched again, a point appended
+    wait_for(lambda: int(spark.get_attribute("data-points") or 0) > drawn, timeout_s=10)
     written(browsing.shot("queues"))
 
 
@@ -310,7 +331,7 @@ def test_an_open_event_stream_does_not_hold_up_a_shutdown(tmp_path: Path) -> Non
     assert lines[-1] == "", lines  # the stream ended cleanly, not cut off
 
 
-def test_the_demo_as_its_tenant_sees_it(browser: Browser, tmp_path: Path) -> None:
+def test_the_demo_as_its_tenant_sees_it(browser: Browser, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """``make run`` (``tessera up --demo``): the printed dashboard URL, signed in with the printed tenant token, shows
     the demo's workloads and the GPUs they run on."""
     port, out = free_port(), tmp_path / "out.log"
@@ -325,8 +346,9 @@ def test_the_demo_as_its_tenant_sees_it(browser: Browser, tmp_path: Path) -> Non
         assert url and token, printed
         with TesseraClient(url.group(1).removesuffix("/ui"), token.group(1)) as demo:
             running = wait_for(lambda: demo.workloads(["running"]), timeout_s=30)
-        seen = Browsing(context.new_page(), Path(os.environ.get("TESSERA_SCREENSHOTS") or tmp_path))
+        seen = Browsing(context.new_page(), recorder(request))
         seen.page.on("request", lambda request: seen.requested.append(request.url))
+        seen.page.on("pageerror", lambda error: seen.errors.append(str(error)))
         page = seen.page
         page.goto(url.group(1))
         page.fill("#token", token.group(1))
@@ -341,6 +363,7 @@ def test_the_demo_as_its_tenant_sees_it(browser: Browser, tmp_path: Path) -> Non
             expect(page.locator(f'tr[data-workload="{w["id"]}"]')).to_be_visible()
         written(seen.shot("demo-workloads"))
         assert all(urlsplit(u).hostname == "127.0.0.1" for u in seen.requested if not u.startswith("data:"))
+        assert not seen.errors, f"errors in the page: {seen.errors}"
     finally:
         context.close()
         os.killpg(process.pid, signal.SIGTERM)

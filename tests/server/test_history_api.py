@@ -9,6 +9,8 @@ from typing import Any
 
 from server_harness import ADMIN, Harness, MakeHarness
 
+from tessera.cli.history import name_of
+
 
 def history(h: Harness, token: str = ADMIN, **params: Any) -> list[dict[str, Any]]:
     response = h.http.get("/v1/history", params=params, headers=h.as_(token))
@@ -179,3 +181,16 @@ def test_replacing_a_queue_with_the_same_body_changes_nothing(make_harness: Make
     assert again == first
     kept = h.server.ctx.store.queue("lab")
     assert kept is not None and kept.created_at == created.created_at
+
+
+def test_a_record_keeps_the_command_and_an_array_task_its_index(make_harness: MakeHarness) -> None:
+    h = make_harness("1xA100-80GB")
+    first = h.submit(command=["python", "sweep.py"], array="0-1")["id"]
+    records = {r["id"]: r for r in history(h)}
+    assert records[first]["command"] == ["python", "sweep.py"] and records[first]["name"] == ""
+    assert [records[first]["array_index"], records[first + 1]["array_index"]] == [0, 1]
+    plain = h.submit(name="plain")["id"]
+    assert {r["id"]: r for r in history(h)}[plain]["array_index"] is None
+    assert name_of({"name": "", "command": ["python", "sweep.py"], "array_index": 1}) == "python sweep.py[1]"
+    assert name_of({"name": "train", "command": ["python", "train.py"], "array_index": None}) == "train"
+    assert name_of({"name": ""}) == "-"  # a server from before the command was recorded

@@ -5,7 +5,7 @@
 Imports only pydantic (and may use ``tessera.core``): no FastAPI, no server, no HTTP client.
 """
 
-from tessera.api.accounting import HistoryOut, UsageOut
+from tessera.api.accounting import HistoryOut, QueueUsageHistory, QueueUsageOut, UsageOut, UsagePoint
 from tessera.api.schemas import (
     ErrorOut,
     EventOut,
@@ -40,11 +40,14 @@ __all__ = [
     "PlacementOut",
     "QueueIn",
     "QueueOut",
+    "QueueUsageHistory",
+    "QueueUsageOut",
     "QuotaIn",
     "TokenIn",
     "TokenInfo",
     "TokenOut",
     "UsageOut",
+    "UsagePoint",
     "WorkloadOut",
     "WorkloadSpec",
 ]

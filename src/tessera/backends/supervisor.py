@@ -27,6 +27,8 @@ import contextlib
 import json
 import logging
 import os
+import pwd
+import shutil
 import signal
 import subprocess
 import sys
@@ -152,6 +154,28 @@ def split_args(argv: Sequence[str]) -> tuple[Path, Path | None, list[str]]:
     return Path(options[1]), Path(options[3]) if len(options) == 4 else None, command
 
 
+def permission_denied(program: str, filename: str | None, spec: CommandSpec) -> str:
+    """What a refused start says: the file refused (a program found on CMD's PATH by its full path, and where a link
+    leads), and, when CMD runs as another user, that it is that user who must reach it (a virtualenv's python often
+    links to an interpreter in the server user's home, which other users cannot enter)."""
+    where = filename or "not an executable file"
+    if filename == program and os.sep not in program:
+        where = shutil.which(program, path=(spec.env if spec.env is not None else os.environ).get("PATH")) or where
+    if os.path.isabs(where) and os.path.realpath(where) != where:
+        where = f"{where} -> {os.path.realpath(where)}"
+    text = f"permission denied ({where})"
+    if spec.uid is not None and spec.uid != os.geteuid():
+        try:
+            user = pwd.getpwuid(spec.uid).pw_name
+        except KeyError:
+            user = f"uid {spec.uid}"
+        text += (
+            f"; the workload runs as user {user}, who must be able to reach the program, every directory above it "
+            "and the working directory (tessera up --run-as server runs workloads as the server's user)"
+        )
+    return text
+
+
 def run_command(command: list[str], relay: _SignalRelay, spec: CommandSpec | None = None) -> int:
     """Runs CMD to its end; its exit code (negative: killed by that signal; 127/126: could not be started)."""
     if relay.first_signal is not None:  # told to stop before CMD started: do not start it
@@ -173,7 +197,7 @@ def run_command(command: list[str], relay: _SignalRelay, spec: CommandSpec | Non
         logger.error("cannot run %r: %s", command[0], missing)
         return EXIT_NOT_FOUND
     except PermissionError as error:
-        logger.error("cannot run %r: permission denied (%s)", command[0], error.filename or "not an executable file")
+        logger.error("cannot run %r: %s", command[0], permission_denied(command[0], error.filename, spec))
         return EXIT_CANNOT_EXECUTE
     except OSError as error:
         logger.error("cannot run %r: %s", command[0], error.strerror or error)

@@ -95,7 +95,7 @@ def _print_history(rows: list[dict[str, Any]]) -> None:
     wide = console.width >= 110  # a narrow terminal leaves out the exit code and the wait (--json has them)
     cells: dict[str, Any] = {
         "ID": lambda r: str(r["id"]),
-        "NAME": lambda r: escape(r["name"] or "-"),
+        "NAME": lambda r: escape(name_of(r)),
         "TENANT": lambda r: escape(r["tenant"]),
         "QUEUE": lambda r: escape(r["queue"]),
         "STATE": lambda r: r["state"],
@@ -118,6 +118,14 @@ def _print_history(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         table.add_row(*(cells[c](r) for c in shown))
     console.print(table)
+
+
+def name_of(record: dict[str, Any]) -> str:
+    """A record's name as ``tessera jobs`` shows it: its name, else its command (cut at 30 characters), and
+    ``[index]`` for an array's task."""
+    name = record["name"] or " ".join(record.get("command") or [])[:30] or "-"
+    index = record.get("array_index")
+    return f"{name}[{index}]" if index is not None else name
 
 
 def _print_totals(rows: list[dict[str, Any]]) -> None:

@@ -172,6 +172,16 @@ class TesseraClient:
         result: dict[str, Any] = self._call("DELETE", f"/v1/queues/{name}")
         return result
 
+    def queue_usage(
+        self, *, queue: str | None = None, window_s: float | None = None, limit: int | None = None
+    ) -> dict[str, Any]:
+        """Each queue's GPU usage over time (``QueueUsageHistory``: ``{"now", "period_s", "window_s", "max_points",
+        "queues": [{"queue", "tenant", "points": [{"at", "gpu_milli", "borrowed_milli", "nominal_milli"}]}]}``),
+        sampled by the server; ``window_s``: only the last seconds; ``limit``: the newest N points per queue."""
+        params = {k: v for k, v in (("queue", queue), ("window_s", window_s), ("limit", limit)) if v is not None}
+        result: dict[str, Any] = self._call("GET", "/v1/queues/usage", params=params)
+        return result
+
     def history(
         self,
         *,

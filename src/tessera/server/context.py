@@ -1,4 +1,5 @@
-"""``ServerContext``: what the API's routes read of one running server (store, loop, pool, metrics, clock, logs)."""
+"""``ServerContext``: what the API's routes read of one running server (store, loop, pool, metrics, clock, logs,
+the queues' usage over time)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from tessera.server.loop import SchedulerLoop
 from tessera.server.metrics import ServerMetrics
 from tessera.server.pool import Pool
 from tessera.server.store.store import Store
+from tessera.server.usage_history import UsageHistory
 
 
 @dataclass
@@ -26,3 +28,5 @@ class ServerContext:
     closing: Callable[[], bool] = lambda: False
     # The tier of each served model by id ("hot", "warm", "cold"), kept by ``model_cache.ModelCacheKeeper``.
     model_tiers: dict[int, str] = field(default_factory=dict)
+    # Each queue's GPU usage over time (``GET /v1/queues/usage``), sampled after every step (``up.build_server``).
+    usage: UsageHistory = field(default_factory=UsageHistory)

@@ -38,7 +38,7 @@ from tessera.server.demo import DEMO_TENANT, submit_demo
 from tessera.server.host import isolation_notice, make_private, run_as_mode, tenant_accounts
 from tessera.server.logfiles import DEFAULT_LOG_MAX_BYTES, LogFiles
 from tessera.server.loop import SchedulerLoop
-from tessera.server.loop_values import LoopConfig
+from tessera.server.loop_values import LoopConfig, StepReport
 from tessera.server.metrics import ServerMetrics
 from tessera.server.model_cache import ModelCacheKeeper
 from tessera.server.node_sync import NodeFollower
@@ -129,11 +129,16 @@ def build_server(
     _ensure_default_queue(store, clock())
     loop = SchedulerLoop(store, runner, pool, loop_config, clock, memory_probe=_memory_probe(probe, pool))
     metrics = ServerMetrics(store, loop, clock, _usage_probe(probe, pool), runner.pids)
-    loop.on_step = lambda report: metrics.observe_step(report.duration_s, report.cpu_s)
     loop.on_start = lambda row, waited: metrics.pending_seconds.labels(row.queue).observe(waited)
     if not pool.simulated:
         metrics.register(GpuUsageCollector(probe))
     ctx = ServerContext(store, loop, pool, metrics, clock, LogFiles(loop.log_path, config.log_max_bytes))
+
+    def on_step(report: StepReport) -> None:
+        metrics.observe_step(report.duration_s, report.cpu_s)
+        ctx.usage.observe(clock(), loop.queue_specs, loop.snapshot.queue_usage)
+
+    loop.on_step = on_step
     server = Server(ctx, create_app(ctx), runner, notice=notice)
     if setup is not None:  # the Ray cluster's nodes join and leave while the server runs (server.node_sync)
         NodeFollower(setup.watch.latest, loop).attach()

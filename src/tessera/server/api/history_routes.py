@@ -1,6 +1,6 @@
-"""``GET /v1/history`` (accounting records, like Slurm's ``sacct``), ``GET /v1/history/totals`` (per tenant) and
-``DELETE /v1/queues/{name}``. A tenant sees only its own workloads and totals; an admin sees all of them and may
-narrow them to one tenant.
+"""``GET /v1/history`` (accounting records, like Slurm's ``sacct``), ``GET /v1/history/totals`` (per tenant),
+``GET /v1/queues/usage`` (each queue's GPU usage over time, ``server.usage_history``) and ``DELETE /v1/queues/{name}``.
+A tenant sees only its own workloads, totals and queues; an admin sees all of them and may narrow them to one tenant.
 
 A record is computed from the workload's row: wait = started - submitted, elapsed = ended - started (to now while
 it runs), GPUs = the sum over its workers of GPUs x share, GPU-hours = GPUs x elapsed. A workload that was
@@ -14,13 +14,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, status
 from fastapi import Path as PathParam
 
-from tessera.api import ErrorOut, HistoryOut, QueueOut, UsageOut
+from tessera.api import ErrorOut, HistoryOut, QueueOut, QueueUsageHistory, QueueUsageOut, UsageOut, UsagePoint
 from tessera.server.api.routes import ADMIN_ONLY, Caller, StateName, queue_out
 from tessera.server.context import ServerContext
 from tessera.server.store import accounting
 from tessera.server.store.models import WorkloadRow
 from tessera.server.store.store import TERMINAL_STATES
 from tessera.server.submit import Principal
+from tessera.server.usage_history import MAX_POINTS, WINDOW_S
 
 HISTORY_LIMIT = 1000
 Since = Annotated[float | None, Query(ge=0, description="seconds since the epoch: only workloads not ended before")]
@@ -82,6 +83,47 @@ def router(ctx: ServerContext) -> APIRouter:
                 return usage_totals(records)
             after = rows[-1].id
 
+    @api.get("/queues/usage", response_model=QueueUsageHistory, tags=["queues"])
+    def queue_usage(
+        caller: Caller,
+        queue: Annotated[str | None, Query(min_length=1, max_length=100, description="only this queue")] = None,
+        window_s: Annotated[
+            float | None, Query(gt=0, le=WINDOW_S, description="only the samples of the last window_s seconds")
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_POINTS, description="at most the newest N samples per queue")] = (
+            MAX_POINTS
+        ),
+    ) -> QueueUsageHistory:
+        """Each queue's GPU usage over time (in use, borrowed, nominal quota), sampled by the server when it
+        changes and at least every ``period_s``, kept in memory for ``window_s``. A tenant gets its own queues; a
+        queue that is not its own, or does not exist, is left out."""
+        now = ctx.clock()
+        rows = [q for q in ctx.store.queues() if caller.may_use(q) and (queue is None or q.name == queue)]
+        since = now - window_s if window_s is not None else None
+        samples = ctx.usage.read([q.name for q in rows], since, limit)
+        return QueueUsageHistory(
+            now=now,
+            period_s=ctx.usage.period_s,
+            window_s=ctx.usage.window_s,
+            max_points=ctx.usage.max_points,
+            queues=[
+                QueueUsageOut(
+                    queue=q.name,
+                    tenant=q.tenant,
+                    points=[
+                        UsagePoint(
+                            at=s.at,
+                            gpu_milli=s.gpu_milli,
+                            borrowed_milli=s.borrowed_milli,
+                            nominal_milli=s.nominal_milli,
+                        )
+                        for s in samples[q.name]
+                    ],
+                )
+                for q in rows
+            ],
+        )
+
     @api.delete("/queues/{name}", response_model=QueueOut, responses={**ADMIN_ONLY, **IN_USE}, tags=["queues"])
     def delete_queue(name: QueueName, caller: Caller) -> QueueOut:
         """Delete a queue. Refused (409) while workloads of it are pending or running (cancel them, or let them
@@ -122,6 +164,8 @@ def history_out(row: WorkloadRow, now: float) -> HistoryOut:
     return HistoryOut(
         id=row.id,
         name=row.name,
+        command=list(row.command),
+        array_index=row.array_index,
         tenant=row.tenant,
         queue=row.queue,
         state=row.state,

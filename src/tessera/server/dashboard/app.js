@@ -6,6 +6,8 @@
 // - Live updates: GET /v1/events/stream read with fetch (which, unlike EventSource, can send the token header).
 //   Each "changed" event re-fetches the current view; the page is never reloaded. A slow timer re-fetches too,
 //   since a tenant's stream does not tell it about other tenants' work that changes the GPUs' allocation.
+// - Queue usage over time: the server's samples of the last hour (GET /v1/queues/usage), fetched when the queue
+//   view opens, then the usage each refresh of the view reads appended (on the server's clock).
 // - Live logs: /v1/workloads/ID/logs polled with the byte offset the previous answer returned.
 // - Everything shown is built with textContent (never innerHTML), so names and logs cannot inject markup.
 "use strict";
@@ -15,7 +17,8 @@
   const STATES = ["pending", "running", "succeeded", "failed", "cancelled", "preempted"];
   const REFRESH_FALLBACK_MS = 15000;
   const LOG_POLL_MS = 1000;
-  const SPARK_POINTS = 120;
+  const USAGE_WINDOW_S = 3600; // the queue view's usage over time: the last hour
+  const USAGE_MAX_POINTS = 2000; // per queue, in the page
 
   const state = {
     token: sessionStorage.getItem(TOKEN_KEY),
@@ -25,7 +28,10 @@
     refreshAgain: false,
     fallbackTimer: null,
     log: null, // {id, offset, timer, finished}
-    usage: new Map(), // queue -> [gpu_milli samples], the queue view's usage over time (since the page opened)
+    usage: new Map(), // queue -> {points: [{at, gpu, nominal}], fromServer}: the queue view's usage over time
+    usageLoaded: false, // the server's history is fetched each time the queue view opens
+    clockSkew: 0, // the server's clock minus the browser's, in seconds
+    usagePeriod: null, // how often the server samples a queue's usage at the least, in seconds
     refreshes: 0,
   };
   window.tessera = state; // for the browser tests: what the page knows (no secrets beyond the tab's own token)
@@ -285,7 +291,7 @@
       h(
         "div.card",
         {},
-        h("h3", {}, "Placement ", w.simulated_gpus ? badge("simulated GPUs", "simulated") : null),
+        h("h3", {}, "Placement ", w.placement && w.simulated_gpus ? badge("simulated GPUs", "simulated") : null),
         placement,
       ),
       h(
@@ -298,16 +304,33 @@
   }
 
   async function queuesView() {
-    const queues = await api("/v1/queues");
-    const rows = queues.map((q) => {
+    const [queues, history] = await Promise.all([
+      api("/v1/queues"),
+      state.usageLoaded ? null : api(`/v1/queues/usage?window_s=${USAGE_WINDOW_S}`),
+    ]);
+    if (history) {
+      state.clockSkew = history.now - Date.now() / 1000;
+      state.usagePeriod = history.period_s;
+      state.usage = new Map(
+        history.queues.map((q) => [
+          q.queue,
+          { points: q.points.map((p) => ({ at: p.at, gpu: p.gpu_milli, nominal: p.nominal_milli })), fromServer: q.points.length },
+        ]),
+      );
+      state.usageLoaded = true;
+    }
+    const now = Date.now() / 1000 + state.clockSkew;
+    const seen = queues.map((q) => {
       const used = Object.values(q.usage).reduce((n, u) => n + (u.gpu_milli || 0), 0);
       // The GPU quota: null when there is none (an empty nominal is the whole pool; an entry may leave GPUs out).
       const entries = Object.values(q.nominal);
       const nominal = entries.length && entries.every((v) => v.gpu_milli !== undefined) ? entries.reduce((n, v) => n + v.gpu_milli, 0) : null;
-      const samples = state.usage.get(q.name) || [];
-      samples.push(used);
-      if (samples.length > SPARK_POINTS) samples.shift();
-      state.usage.set(q.name, samples);
+      return { q, used, nominal, series: appendUsage(q.name, { at: now, gpu: used, nominal }, now) };
+    });
+    // The time axis, shared by all queues: the last hour, or less while the server has not sampled that long.
+    const earliest = Math.min(now, ...seen.map(({ series }) => series.points[0].at));
+    const span = Math.min(USAGE_WINDOW_S, Math.max(10, now - earliest));
+    const rows = seen.map(({ q, used, nominal, series }) => {
       const borrowing = nominal !== null && used > nominal;
       const ratio = nominal ? Math.min(1, used / nominal) : 1;
       return h(
@@ -327,7 +350,7 @@
           nominal === null ? h("span.muted", {}, "(no GPU quota) ") : null,
           borrowing ? badge("borrowing", "borrowing") : null,
         ),
-        h("td", {}, sparkline(samples)),
+        h("td", {}, sparkline(series, now, span)),
         h("td", {}, String(q.running)),
         h("td", {}, String(q.pending)),
         h("td", {}, `${q.strategy}, weight ${q.weight}`),
@@ -338,26 +361,62 @@
       h(
         "table#queues",
         {},
-        h("thead", {}, h("tr", {}, ["queue", "tenant", "cohort", "nominal quota", "borrowing limit", "lending limit", "GPU in use", "use since page opened", "running", "pending", "order"].map((t) => h("th", {}, t)))),
+        h("thead", {}, h("tr", {}, ["queue", "tenant", "cohort", "nominal quota", "borrowing limit", "lending limit", "GPU in use", `GPU in use, last ${spanText(span)}`, "running", "pending", "order"].map((t) => h("th", {}, t)))),
         h("tbody", {}, rows),
       ),
+      h("p.muted", {}, `GPU in use over time: the server's samples (on each change, and every ${state.usagePeriod} s; kept for a day, the last hour shown), then what this page reads; dashed: the nominal quota.`),
     ];
   }
 
-  function sparkline(samples) {
-    const width = 120;
-    const height = 22;
-    const top = Math.max(1000, ...samples);
-    const step = samples.length > 1 ? width / (samples.length - 1) : 0;
+  // The queue's usage with `point` appended; points before the window go, but the last of them is kept (it says
+  // what the usage was when the window begins).
+  function appendUsage(queue, point, now) {
+    const series = state.usage.get(queue) || { points: [], fromServer: 0 };
+    series.points.push(point);
+    const start = now - USAGE_WINDOW_S;
+    while (series.points.length > 1 && (series.points[1].at <= start || series.points.length > USAGE_MAX_POINTS)) series.points.shift();
+    state.usage.set(queue, series);
+    return series;
+  }
+
+  const spanText = (s) => (s >= 3600 ? "hour" : s < 120 ? `${Math.round(s)} s` : `${Math.round(s / 60)} min`);
+
+  // A step line of GPU in use over the last `span` seconds (and the nominal quota, dashed), on a shared time axis.
+  function sparkline(series, now, span) {
+    const width = 160;
+    const height = 24;
+    const points = series.points;
+    const start = now - span;
+    const top = Math.max(1000, ...points.map((p) => Math.max(p.gpu, p.nominal || 0)));
+    const x = (at) => ((Math.max(0, at - start) / span) * width).toFixed(1);
     const y = (v) => (height - 1 - (v / top) * (height - 2)).toFixed(1);
-    const points = samples.length === 1 ? [`0,${y(samples[0])}`, `${width},${y(samples[0])}`] : samples.map((v, i) => `${(i * step).toFixed(1)},${y(v)}`);
+    const steps = (value) => {
+      const out = [];
+      points.forEach((p, i) => {
+        const v = value(p);
+        if (v === null) return;
+        const end = i + 1 < points.length ? points[i + 1].at : now;
+        out.push(`${x(p.at)},${y(v)}`, `${x(end)},${y(v)}`);
+      });
+      return out.join(" ");
+    };
     const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
     svg.setAttribute("class", "spark");
     svg.setAttribute("width", width);
     svg.setAttribute("height", height);
-    const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
-    line.setAttribute("points", points.join(" "));
-    svg.append(line);
+    svg.dataset.points = String(points.length);
+    svg.dataset.serverPoints = String(series.fromServer);
+    if (points.length) svg.dataset.firstAt = String(points[0].at);
+    const peak = Math.max(0, ...points.map((p) => p.gpu));
+    const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
+    title.textContent = `GPU in use over the last ${spanText(span)}: peak ${gpusOf(peak)}, now ${gpusOf(points.length ? points[points.length - 1].gpu : 0)} (${series.fromServer} samples from the server)`;
+    svg.append(title);
+    for (const [cls, value] of [["nominal", (p) => p.nominal], ["used", (p) => p.gpu]]) {
+      const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+      line.setAttribute("class", cls);
+      line.setAttribute("points", steps(value));
+      svg.append(line);
+    }
     return svg;
   }
 
@@ -454,6 +513,7 @@
 
   async function renderOnce() {
     const r = route();
+    if (r.view !== "queues") state.usageLoaded = false; // opening the queue view again fetches the history again
     for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.view === r.view);
     let content;
     try {
