@@ -2,7 +2,8 @@
 in process: ``build_server`` with ``--backend ray --ray-address``, its loop thread and node watch running, the API
 through a test client. Nodes that join get work while the server runs; a node lost with a workload on it ends that
 workload by the server's end policy, leaves no process and never runs it twice; a preemption's victim gets SIGTERM,
-its grace, then SIGKILL. One cluster and one server serve the module."""
+its grace, then SIGKILL. One server serves the module, on the cluster the ``ray`` tests share
+(``shared_ray_cluster``, ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from ray_cluster import add_worker, is_running, local_cluster, wait_until
+from ray_cluster import add_worker, is_running, wait_until
 
 from tessera.core.presets import PREEMPTION_MIN_RUNTIME_S
 from tessera.server.auth import ensure_admin_token
@@ -102,25 +103,29 @@ class Running:
 
 
 @pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    with local_cluster() as cluster:
-        data = tmp_path_factory.mktemp("data")
-        runs = tmp_path_factory.mktemp("runs")
-        loop = LoopConfig(run_dir=data, interval_s=0.1, stop_grace_s=GRACE_S)
-        config = UpConfig(data_dir=data, backend="ray", ray_address=cluster.address, loop=loop)
-        clock = Clock()
-        server = build_server(config, clock=clock)
-        ensure_admin_token(server.ctx.store, ADMIN, clock())
-        thread = start_loop(server)
-        try:
-            with TestClient(server.app) as http:
-                yield Running(server, http, cluster, runs, clock)
-        finally:
-            server.stopping.set()
-            thread.join(timeout=30)
-            for close in server.closers:
-                close()
-            server.backend.close()
+def cluster(shared_ray_cluster: Any) -> Any:
+    return shared_ray_cluster
+
+
+@pytest.fixture(scope="module")
+def running(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    data = tmp_path_factory.mktemp("data")
+    runs = tmp_path_factory.mktemp("runs")
+    loop = LoopConfig(run_dir=data, interval_s=0.1, stop_grace_s=GRACE_S)
+    config = UpConfig(data_dir=data, backend="ray", ray_address=cluster.address, loop=loop)
+    clock = Clock()
+    server = build_server(config, clock=clock)
+    ensure_admin_token(server.ctx.store, ADMIN, clock())
+    thread = start_loop(server)
+    try:
+        with TestClient(server.app) as http:
+            yield Running(server, http, cluster, runs, clock)
+    finally:
+        server.stopping.set()
+        thread.join(timeout=30)
+        for close in server.closers:
+            close()
+        server.backend.close()
 
 
 def test_a_node_that_joins_gets_work_and_a_lost_node_ends_its_workload_once(running: Running) -> None:
