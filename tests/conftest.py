@@ -7,7 +7,11 @@ with one line that sums them (from every xdist worker) and counts the responses 
 many and in which folder.
 
 PostgreSQL: `make test` starts a throw-away server (scripts/test-postgres.sh) and exports its SQLAlchemy URL in
-TESSERA_TEST_PG_URL; the `postgres_url` fixture gives each test a fresh database on it, and skips without it."""
+TESSERA_TEST_PG_URL; the `postgres_url` fixture gives each test a fresh database on it, and skips without it.
+
+Ray: `shared_ray_cluster` is the one real local Ray cluster the `ray` tests share (tests/backends/ray); the tests
+that use it run after the other collected tests, so that the `ray` tests that start their own cluster never run
+beside it."""
 
 import os
 import secrets
@@ -89,3 +93,22 @@ def postgres_url() -> Iterator[str]:
 def postgres_dsn(postgres_url: str) -> str:
     """The same fresh database as `postgres_url`, in the plain `postgresql://` form psycopg.connect takes."""
     return psycopg_url(postgres_url)
+
+
+SHARED_RAY_CLUSTER = "shared_ray_cluster"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests on the shared Ray cluster last (a stable sort: the others, and they among themselves, keep their
+    order), so the cluster is up only while they run."""
+    items.sort(key=lambda item: SHARED_RAY_CLUSTER in getattr(item, "fixturenames", ()))
+
+
+@pytest.fixture(scope="session")
+def shared_ray_cluster() -> Iterator[Any]:
+    """A head and nodes ``w1``, ``w2`` with declared GPUs (``ray_cluster.local_cluster``), started once, because
+    each start costs 10-20 s on two cores; the tests that take it must leave nothing running on it."""
+    from ray_cluster import local_cluster  # tests/backends/ray, on sys.path once its tests are collected
+
+    with local_cluster() as cluster:
+        yield cluster

@@ -2,11 +2,13 @@
 
 Ray moves off 127.0.0.1 when the machine has another interface, so the tests run only inside a network namespace
 that has nothing but loopback (``unshare --net sh -c 'ip link set lo up && ...'``, as ``make test`` runs them);
-elsewhere they skip and say so. ``RAY_TMPDIR`` is a fresh directory per cluster.
+elsewhere, or without the ``ray`` extra, they skip and say so, except under ``CI=true``, where they fail instead
+(``ray_skip.py``). ``RAY_TMPDIR`` is a fresh directory per cluster.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 import tempfile
@@ -16,12 +18,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
+from ray_skip import skip_ray_tests
 
 from tessera.backends.local_exec import package_root
 from tessera.gpu.gpus import GpuDevice, parse_gpu_spec
 
-ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'tessera[ray]')")
+try:
+    ray: Any = importlib.import_module("ray")
+except ImportError:
+    skip_ray_tests("the ray extra is not installed (pip install 'tessera[ray]')", module=True)
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from tessera.backends.ray.nodes import declare_node  # noqa: E402
@@ -40,7 +45,7 @@ def loopback_only() -> bool:
 
 def skip_unless_loopback_only() -> None:
     if not loopback_only():
-        pytest.skip("Ray tests run only in a loopback-only network namespace: unshare --net (see the Makefile)")
+        skip_ray_tests("Ray tests run only in a loopback-only network namespace: unshare --net (see the Makefile)")
 
 
 def worker_devices(name: str, spec: str) -> list[GpuDevice]:

@@ -1,11 +1,17 @@
-"""The whole control plane on a real local Ray cluster (a head and nodes ``w1``, ``w2`` of 2 simulated A100s each),
-in process: ``build_server`` with ``--backend ray --ray-address``, its loop thread and node watch running, the API
-through a test client. Nodes that join get work while the server runs; a node lost with a workload on it ends that
-workload by the server's end policy, leaves no process and never runs it twice; a preemption's victim gets SIGTERM,
-its grace, then SIGKILL. One cluster and one server serve the module."""
+"""The whole control plane on a real local Ray cluster (a head and nodes ``w1``, ``w2`` of 2 simulated A100s each).
+
+First, ``tessera up --backend ray --ray-address`` as its own process, driven with the CLI: several workloads outlive
+a ``kill -9`` of the server, are re-adopted by the restarted one and never launched twice, and ``tessera cancel``
+then ends them with their grace and leaves nothing. Then the server in process: ``build_server`` with ``--backend
+ray --ray-address``, its loop thread and node watch running, the API through a test client. Nodes that join get work
+while the server runs; a node lost with a workload on it ends that workload by the server's end policy, leaves no
+process and never runs it twice; a preemption's victim gets SIGTERM, its grace, then SIGKILL. The two servers use
+the cluster the ``ray`` tests share (``shared_ray_cluster``, ``tests/conftest.py``) one after the other, in file
+order (the in-process one is made at its first use)."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,7 +21,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from ray_cluster import add_worker, is_running, local_cluster, wait_until
+from ray_cluster import add_worker, is_running, wait_until
+from tessera_up import POLITE, Up, has_state, launches, processes_of
 
 from tessera.core.presets import PREEMPTION_MIN_RUNTIME_S
 from tessera.server.auth import ensure_admin_token
@@ -102,25 +109,88 @@ class Running:
 
 
 @pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    with local_cluster() as cluster:
-        data = tmp_path_factory.mktemp("data")
-        runs = tmp_path_factory.mktemp("runs")
-        loop = LoopConfig(run_dir=data, interval_s=0.1, stop_grace_s=GRACE_S)
-        config = UpConfig(data_dir=data, backend="ray", ray_address=cluster.address, loop=loop)
-        clock = Clock()
-        server = build_server(config, clock=clock)
-        ensure_admin_token(server.ctx.store, ADMIN, clock())
-        thread = start_loop(server)
-        try:
-            with TestClient(server.app) as http:
-                yield Running(server, http, cluster, runs, clock)
-        finally:
-            server.stopping.set()
-            thread.join(timeout=30)
-            for close in server.closers:
-                close()
-            server.backend.close()
+def cluster(shared_ray_cluster: Any) -> Any:
+    return shared_ray_cluster
+
+
+@pytest.fixture(scope="module")
+def running(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    """The in-process server, made at its first use: after the ``tessera up`` process test (first in this file), so
+    the two servers never share the cluster (same namespace, same workload ids)."""
+    data = tmp_path_factory.mktemp("data")
+    runs = tmp_path_factory.mktemp("runs")
+    loop = LoopConfig(run_dir=data, interval_s=0.1, stop_grace_s=GRACE_S)
+    config = UpConfig(data_dir=data, backend="ray", ray_address=cluster.address, loop=loop)
+    clock = Clock()
+    server = build_server(config, clock=clock)
+    ensure_admin_token(server.ctx.store, ADMIN, clock())
+    thread = start_loop(server)
+    try:
+        with TestClient(server.app) as http:
+            yield Running(server, http, cluster, runs, clock)
+    finally:
+        server.stopping.set()
+        thread.join(timeout=30)
+        for close in server.closers:
+            close()
+        server.backend.close()
+
+
+def test_tessera_up_ray_address_readopts_every_workload_after_kill_9_then_cancel_leaves_nothing(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """``tessera up --backend ray --ray-address`` (the CLI, its own process) on this cluster: three workloads on
+    three GPUs of both nodes outlive a ``kill -9`` of the server; the restarted server re-adopts each (same handle,
+    same processes, attempts 1, launched once), and ``tessera cancel`` then ends them with SIGTERM and their grace,
+    leaving no process (an end is reported only once its actor has gone)."""
+    up = Up(tmp_path / "data", ray_address=cluster.address)
+    up.data_dir.mkdir()
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    names = ("r0", "r1", "r2")
+    try:
+        start_s = time.monotonic()
+        up.start()
+        print(f"tessera up --ray-address: healthy after {time.monotonic() - start_s:.1f} s")
+        assert f"backend: Ray; joined the Ray cluster at {cluster.address}" in up.output()
+        with up.client() as client:
+            assert sorted(n["name"] for n in client.nodes()) == ["w1", "w2"]
+            ids = {
+                n: int(client.submit({"command": ["sh", "-c", POLITE.format(d=runs, name=n)], "gpus": 1})["id"])
+                for n in names
+            }
+            wait_until(lambda: all(launches(runs, n) for n in names), 90, "the three workloads to start")
+            placed = {(p["node"], p["uuids"][0]) for i in ids.values() for p in client.workload(i)["placement"]}
+            assert len(placed) == 3 and {node for node, _ in placed} == {"w1", "w2"}  # three GPUs, both nodes
+        processes = {n: processes_of(runs, n) for n in names}
+        handles = up.handles()
+        assert {handles[i]["data"]["actor"] for i in ids.values()} == {f"tessera-{i}" for i in ids.values()}
+
+        up.stop(signal.SIGKILL)  # the server dies; the workloads run on in Ray
+        assert all(is_running(pid) for pids in processes.values() for pid in pids)
+        start_s = time.monotonic()
+        up.start()
+        print(f"tessera up --ray-address: restarted, healthy after {time.monotonic() - start_s:.1f} s")
+        with up.client() as client:
+            for workload_id in ids.values():
+                workload = client.workload(workload_id)
+                assert (workload["state"], workload["attempts"]) == ("running", 1)
+            adopted = [f"adopted {i} (actor tessera-{i})" for i in ids.values()]
+            wait_until(lambda: all(line in up.output() for line in adopted), 30, "the server to say it adopted each")
+            assert up.handles() == handles  # re-adopted by the stored handles, none replaced
+            assert all(is_running(pid) for pids in processes.values() for pid in pids)  # the same processes
+
+            said = up.cli("cancel", *(str(i) for i in ids.values()))
+            assert said.count("stopping (running)") == 3
+            for name, workload_id in ids.items():
+                wait_until(partial(has_state, client, workload_id, "cancelled"), 60, f"{name} to end cancelled")
+                log = "".join(client.read_logs(workload_id))
+                assert "got TERM" in log and "cleaned up" in log  # SIGTERM, then its grace
+        every = [pid for pids in processes.values() for pid in pids]
+        wait_until(lambda: not [pid for pid in every if is_running(pid)], 10, "no process of them left")
+        assert all(len(launches(runs, name)) == 1 for name in names)  # none launched twice
+    finally:
+        up.stop(signal.SIGKILL)
 
 
 def test_a_node_that_joins_gets_work_and_a_lost_node_ends_its_workload_once(running: Running) -> None:

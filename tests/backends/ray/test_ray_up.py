@@ -1,71 +1,24 @@
-"""``tessera up --backend ray`` end to end: the CLI starts a local Ray cluster on 127.0.0.1 with the ``--gpus`` pool,
-says so, runs submitted workloads there (logs through ``tessera logs``, cancel with grace), and a server killed with
-``kill -9`` and started again re-adopts the running workload without launching it twice."""
+"""``tessera up --backend ray`` end to end with the CLI, on the local Ray cluster it starts on 127.0.0.1 with the
+``--gpus`` pool: it says so, runs submitted workloads there (logs through ``tessera logs -f``, the exit code), and
+``tessera cancel`` gives a running workload SIGTERM and its grace, ends it cancelled and leaves no process of it; the
+cluster outlives the server and a server of the same data directory joins it again. (A ``kill -9`` of the server
+and its restart with several workloads re-adopted, and ``--ray-address``: ``test_ray_server.py``.)"""
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ray_cluster import skip_unless_loopback_only, wait_until
+from ray_cluster import is_running, skip_unless_loopback_only, wait_until
+from tessera_up import POLITE, Up, has_state, launches, processes_of, state
 
-from tessera.backends.local_exec import package_root
-from tessera.backends.ray.local_cluster import stop_local_cluster
-from tessera.client.http import TesseraClient, wait_healthy
+from tessera.backends.ray.local_cluster import start_local_cluster, stop_local_cluster
+from tessera.gpu.gpus import parse_gpu_spec
 
 pytestmark = [pytest.mark.ray, pytest.mark.e2e]
-ADMIN = "ray-e2e-admin-token-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Up:
-    """A ``tessera up --backend ray`` process on a fixed port and data directory (so a restart finds both)."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir, self.port = data_dir, free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        command = [sys.executable, "-m", "tessera.cli", "up", "--backend", "ray", "--gpus", "2xA100-80GB"]
-        command += ["--port", str(self.port), "--data-dir", str(self.data_dir), "--run-as", "server"]
-        env = {**os.environ, "TESSERA_ADMIN_TOKEN": ADMIN, "PYTHONPATH": package_root()}
-        with (self.data_dir / "server.log").open("ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        try:
-            wait_healthy(f"http://127.0.0.1:{self.port}", 120.0, self.process.poll)
-        except (RuntimeError, TimeoutError) as error:
-            raise AssertionError(f"{error}: {self.output()[-3000:]}") from None
-
-    def output(self) -> str:
-        return (self.data_dir / "server.log").read_text()
-
-    def cli(self, *args: str, exit_code: int = 0) -> str:
-        """``tessera ARGS`` against this server, which must exit with ``exit_code``; its standard output."""
-        env = {**os.environ, "TESSERA_URL": f"http://127.0.0.1:{self.port}", "TESSERA_TOKEN": ADMIN}
-        command = [sys.executable, "-m", "tessera.cli", *args]
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-        assert done.returncode == exit_code, (done.returncode, done.stderr)
-        return done.stdout
-
-    def client(self) -> TesseraClient:
-        return TesseraClient(f"http://127.0.0.1:{self.port}", ADMIN)
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(sig)
-            self.process.wait(timeout=30)
 
 
 @pytest.fixture
@@ -80,32 +33,32 @@ def up(tmp_path: Path) -> Iterator[Up]:
         assert stop_local_cluster(server.data_dir), "the local Ray cluster's ray start process did not end"
 
 
-def state(client: TesseraClient, workload_id: int) -> str:
-    return str(client.workload(workload_id)["state"])
-
-
-def test_tessera_up_backend_ray_end_to_end_with_a_restart(up: Up, tmp_path: Path) -> None:
+def test_tessera_up_backend_ray_end_to_end_with_cancel(up: Up, tmp_path: Path) -> None:
     start_s = time.monotonic()
     up.start()
     print(f"tessera up --backend ray: healthy after {time.monotonic() - start_s:.1f} s (local Ray cluster started)")
     assert "started local Ray cluster at 127.0.0.1:" in up.output()
     runs = tmp_path / "runs"
+    runs.mkdir()
     with up.client() as client:
         nodes = client.nodes()
         assert [n["name"] for n in nodes] == ["local"]
         quick = int(client.submit({"command": ["sh", "-c", "echo cvd=$CUDA_VISIBLE_DEVICES; exit 3"], "gpus": 1})["id"])
-        long = f"echo $$ >> {runs}; echo up; while [ ! -e {tmp_path}/go ]; do sleep 0.1; done"
-        kept = int(client.submit({"command": ["sh", "-c", long], "gpus": 1, "gpu_fraction": 0.5})["id"])
+        polite = POLITE.format(d=runs, name="polite")
+        cancelled = int(client.submit({"command": ["sh", "-c", polite], "gpus": 1, "gpu_fraction": 0.5})["id"])
         follow = up.cli("logs", "-f", str(quick), exit_code=3)  # once it has ended: with the workload's exit code
         assert "cvd=SIM-local-A100-80GB-" in follow
         assert state(client, quick) == "failed"  # exit code 3
-        wait_until(lambda: state(client, kept) == "running" and runs.exists(), 90, "the long workload to run")
-    up.stop(signal.SIGKILL)  # the server dies; the workload runs on in Ray
-    up.start()
-    assert "joined the local Ray cluster" in up.output()
-    with up.client() as client:
-        assert state(client, kept) == "running"
-        (tmp_path / "go").touch()
-        wait_until(lambda: state(client, kept) == "succeeded", 60, "the re-adopted workload to end")
-        assert "up" in up.cli("logs", str(kept))
-    assert len(runs.read_text().split()) == 1  # launched once, re-adopted after the restart
+        wait_until(lambda: bool(launches(runs, "polite")), 90, "the workload to cancel to start")
+        processes = processes_of(runs, "polite")
+        assert all(is_running(pid) for pid in processes)
+        assert "stopping (running)" in up.cli("cancel", str(cancelled))
+        wait_until(lambda: has_state(client, cancelled, "cancelled"), 60, "the cancelled workload to end")
+        log = "".join(client.read_logs(cancelled))
+        assert "got TERM" in log and "cleaned up" in log  # SIGTERM, then a second of its grace used, not cut short
+        wait_until(lambda: not [p for p in processes if is_running(p)], 10, "the cancelled workload's processes to end")
+        assert len(launches(runs, "polite")) == 1
+    up.stop(signal.SIGKILL)  # the cluster outlives the server; the next server of this data directory joins it
+    address = up.output().split("started local Ray cluster at ", 1)[1].split()[0]
+    gpus = [(d.uuid, d.model) for d in parse_gpu_spec(up.gpus, node="local")]
+    assert start_local_cluster(up.data_dir, gpus) == (address, False)  # what a restarted `tessera up` does first
