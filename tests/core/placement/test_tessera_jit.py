@@ -6,7 +6,7 @@ module's plain Python functions, which is also what line coverage sees of them).
 """
 
 import dataclasses
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +19,7 @@ from tessera.core.workload import MILLI_PER_GPU, Request
 from tessera.sim.placement_study.inputs import default_inputs
 
 COMPILED = tessera_jit.compiled()
-UNCOMPILED = cast(tessera_jit.Kernels, tessera_jit)  # the plain functions, under the same names
+UNCOMPILED = tessera_jit.uncompiled()
 
 
 def _random_state(state: ClusterState, rng: np.random.Generator) -> None:
@@ -166,3 +166,77 @@ def test_gpu_counts_and_typed_pods_give_the_same_numbers(gpus: int) -> None:
                 for name, policy in policies.items()
             }
             assert got["compiled"] == got["numpy"] == got["python"]
+
+
+def test_a_large_batch_measures_each_distinct_state_once_with_the_same_numbers() -> None:
+    """From 64 rows on the loops look each state up in a hash table (many idle nodes are alike)."""
+    inputs = default_inputs()
+    state = ClusterState(inputs.nodes)
+    rng = np.random.default_rng(24)
+    policies = _policies(state)
+    for busy in (False, True):
+        if busy:  # half the nodes in random states, the others idle
+            idle = state.gpu_free_milli.copy()
+            _random_state(state, rng)
+            keep = rng.random(state.num_nodes) < 0.5
+            state.gpu_free_milli[keep] = idle[keep]
+        for request in (
+            Request(num_gpus=1, gpu_milli=300, cpu_milli=4000),
+            Request(num_gpus=2, gpu_milli=1000, cpu_milli=8000),
+        ):
+            need = state.milli_by_model(request)[state.model_idx]
+            every = np.arange(state.num_nodes)
+            feasible = every[state.feasible(request, every, need)]
+            assert feasible.size >= 64
+            got = {
+                name: policy.score_nodes(state, request, feasible, need[feasible]).score.tolist()
+                for name, policy in policies.items()
+            }
+            assert got["compiled"] == got["numpy"] == got["python"]
+
+
+def _tied_scores(rng: np.random.Generator, bits: np.ndarray, step: float) -> np.ndarray:
+    """Four levels ``step`` apart; the nodes that lose no shape far below (so the best ones all pay a charge)."""
+    levels = rng.integers(0, 4, bits.size) * step
+    return np.asarray(levels - np.where(bits == 0, 10 * step, 0.0), dtype=np.float64)
+
+
+def test_choosing_the_nodes_to_charge_in_loops_gives_adjust_best_bits_scores() -> None:
+    """Many tied scores, charges of the same order: the best ties, then the nodes that reach the best charged."""
+    inputs = default_inputs()
+    rng = np.random.default_rng(25)
+    state = ClusterState(inputs.nodes)
+    policy = _policies(state)["python"]
+    reserve = policy.reserve
+    small = Request(num_gpus=1, gpu_milli=1000, cpu_milli=8_000, mem_mib=16_384)
+    nodes = np.arange(state.num_nodes)
+    bits = reserve.lost_bits(state, small, nodes, 1)
+    assert bits is not None and bits.any()
+    known = np.full(state.num_nodes, reserve.shapes, dtype=np.int64)
+    step = float(reserve.charge_bits(state, bits[bits != 0]).min()) / 2  # every charge spans a step or more
+    charged = rest = 0
+    for _ in range(60):
+        score = _tied_scores(rng, bits, step)
+        want = reserve.adjust_best_bits(state, lambda which: bits[nodes[which]], score)
+        got = policy._adjust_compiled(UNCOMPILED, state, score, nodes, bits, known, lambda which: bits[nodes[which]])
+        assert want is not None and got.tolist() == want.tolist()
+        charged += int((got < score).any())
+        rest += int(((got < score) & (score < score.max())).any())
+    assert charged and rest  # the top was charged, and so were nodes below it
+    # Bits kept before the reserve's last shape are completed through lost_of, for the top and for the rest.
+    for top_behind in (True, False):
+        score = _tied_scores(rng, bits, step)
+        late = np.flatnonzero(score == score.max())[:1] if top_behind else np.flatnonzero(score < score.max())
+        behind = known.copy()
+        behind[nodes[late]] -= 1
+        completed: list[int] = []
+
+        def complete(which: np.ndarray, behind: np.ndarray = behind, completed: list[int] = completed) -> np.ndarray:
+            completed.extend(int(i) for i in which if behind[nodes[i]] != known[nodes[i]])
+            behind[nodes[which]] = known[nodes[which]]
+            return np.asarray(bits[nodes[which]])
+
+        want = reserve.adjust_best_bits(state, lambda which: bits[nodes[which]], score)
+        got = policy._adjust_compiled(UNCOMPILED, state, score, nodes, bits, behind, complete)
+        assert want is not None and got.tolist() == want.tolist()
+        assert completed

@@ -31,7 +31,7 @@ places on the first feasible node.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,7 +51,7 @@ from tessera.core.gap_prices import typical_gap_waste
 from tessera.core.placement import tessera_jit, tessera_scores
 from tessera.core.placement.base import NodeScores
 from tessera.core.placement.fgd import FgdPolicy
-from tessera.core.placement.reserve import ShapeReserve
+from tessera.core.placement.reserve import MAX_SHAPE_BITS, ShapeReserve
 from tessera.core.placement.type_pressure import TypePressure
 from tessera.core.workload import MILLI_PER_GPU, Request
 
@@ -305,10 +305,45 @@ class TesseraPolicy(FgdPolicy):
                 shapes_known[late] = self.reserve.shapes
             return bits[at]
 
+        if self.kernels is not None and self.reserve.shapes <= MAX_SHAPE_BITS:
+            return self._adjust_compiled(self.kernels, state, score, nodes, bits, shapes_known, lost_of)
         final = self.reserve.adjust_best_bits(state, lost_of, score)
         if final is None:  # more shapes than bits
             return self.reserve.adjust_best(state, request, nodes, need_milli, score, scored.gpu)
         return final
+
+    def _adjust_compiled(
+        self,
+        kernels: tessera_jit.Kernels,
+        state: ClusterState,
+        score: FloatArray,
+        nodes: IntArray,
+        bits: IntArray,
+        shapes_known: IntArray,
+        lost_of: Callable[[IntArray], IntArray | None],
+    ) -> FloatArray:
+        """``ShapeReserve.adjust_best_bits`` with the kept ``bits``, choosing the nodes to charge in compiled loops
+        (``reserve_jit.charge_candidates``); ``lost_of`` completes the bits of nodes kept before the reserve
+        learnt its last shapes (at most ``MAX_SHAPE_BITS`` shapes: it never returns ``None`` here)."""
+        shapes, no_top = self.reserve.shapes, tessera_scores.NO_POSITIONS
+        _, top, top_bits, status = kernels.charge_candidates(score, nodes, bits, shapes_known, shapes, no_top, score)
+        if status < 0:
+            top_bits = lost_of(top)
+            assert top_bits is not None
+            status = int(top_bits.any())
+        if status == 0:
+            return score
+        charge = self.reserve.charge_bits(state, top_bits)
+        final, rest, rest_bits, status = kernels.charge_candidates(
+            score, nodes, bits, shapes_known, shapes, top, charge
+        )
+        if status < 0:
+            rest_bits = lost_of(rest)
+            assert rest_bits is not None
+            status = int(rest_bits.any())
+        if status > 0:
+            final[rest] = score[rest] - self.reserve.charge_bits(state, rest_bits)
+        return np.asarray(final, dtype=np.float64)
 
     def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
         if not self.cached:

@@ -13,14 +13,13 @@ compiled calls:
   width, so a loop could not match it everywhere), one call;
 - ``finish_scores``: ``F`` of each row, the kept ``F`` of the nodes measured as they are, and the score and GPU
   of each node (first best GPU), with the whole GPUs the placement would take there (for the reserve);
-- ``refresh_hosts`` and ``lost_bits``: ``ShapeReserve``'s hosted shapes of the nodes that changed and the shapes a
-  placement would take away, as bits (integer arithmetic);
-- ``charge_terms``: the reserve's charge per host of each shape and the lost shapes as a 0/1 matrix, for NumPy's
-  ``einsum`` (again one call, so that the charge is rounded as before).
+- the reserve's part (``reserve_jit``): the hosted shapes of the nodes that changed, the shapes a placement would
+  take away, and which nodes to charge, as bits; the charge's sum stays NumPy's ``einsum`` too.
 
-The functions here are plain Python that numba compiles (``compiled()``, ``cache=True``: the machine code is kept
-in ``__pycache__`` and loaded in a fraction of a second by later processes); the tests run them uncompiled too.
-When numba is not installed, ``compiled()`` returns ``None`` and the NumPy code runs.
+The functions are plain Python that numba compiles (``compiled()``, ``cache=True``: the machine code is kept in
+``__pycache__`` and loaded in a fraction of a second by later processes; the first process after an install or a
+change of these files compiles, some seconds). The tests also run them uncompiled (``uncompiled()``). When numba is
+not installed, ``compiled()`` returns ``None`` and the NumPy code runs.
 """
 
 from __future__ import annotations
@@ -33,8 +32,11 @@ import numpy as np
 
 from tessera.core.cluster import IntArray
 from tessera.core.fragmentation import FloatArray
+from tessera.core.placement import reserve_jit
 
 MILLI = 1000  # MILLI_PER_GPU, as a literal the compiler folds
+DEDUP_ROWS = 64  # measure_rows measures each distinct state once in batches of at least this many rows
+HASH_MASK = (1 << 28) - 1  # keeps the states' hash small (no overflow, compiled or not)
 PAIRWISE_MAX = 128  # NumPy sums up to this many values per block (pairwise_sum): rows of more GPUs use NumPy
 
 # Rows of the per-pod integer table ``pods`` (TesseraFragmentation.kernel_tables):
@@ -114,6 +116,15 @@ def measure_rows(
     buf = np.empty(g, dtype=np.int64)
     stranding_w, joint_w, idle_w = weights[0], weights[1], weights[2]
     use_mem, all_mem_known = ask[ASK_USE_MEM] != 0, ask[ASK_ALL_MEM_KNOWN] != 0
+    # Many rows of a large batch are the same state (idle nodes of one kind above all): measure each distinct state
+    # once, found through a hash table of the states measured (open addressing); a row's numbers depend on its state
+    # alone, so a copy is exact.
+    dedup = rows >= DEDUP_ROWS
+    size = 1
+    while dedup and size < 2 * rows:
+        size *= 2
+    table = np.full(size, -1, dtype=np.int64)
+    state = np.empty((rows if dedup else 1, g + 3), dtype=np.int64)
     for r in range(rows):
         i = layout[r, 0]
         n = nodes[i]
@@ -133,10 +144,35 @@ def measure_rows(
                     if taken < num_gpus and buf[j] == MILLI:
                         buf[j] = 0
                         taken += 1
+        md = model_all[n]
+        if dedup:
+            h = (((c & HASH_MASK) * 31 + mm) & HASH_MASK) * 31 + md
+            for j in range(g):
+                h = ((h & HASH_MASK) * 31 + buf[j]) & HASH_MASK
+            slot = h & (size - 1)
+            copied = False
+            while table[slot] >= 0:
+                q = table[slot]
+                same = state[q, 0] == c and state[q, 1] == mm and state[q, 2] == md
+                for j in range(g):
+                    same = same and state[q, 3 + j] == buf[j]
+                if same:
+                    terms[r] = terms[q]
+                    parts[r] = parts[q]
+                    copied = True
+                    break
+                slot = (slot + 1) & (size - 1)
+            if copied:
+                continue
+            table[slot] = r
+            state[r, 0] = c
+            state[r, 1] = mm
+            state[r, 2] = md
+            for j in range(g):
+                state[r, 3 + j] = buf[j]
         idle_int = 0
         for j in range(g):
             idle_int += buf[j]
-        md = model_all[n]
         for p in range(m):
             packed = 0
             for j in range(g):
@@ -224,104 +260,6 @@ def finish_scores(
     return score, gpu, taken
 
 
-def refresh_hosts(
-    nodes: IntArray,
-    every: bool,
-    version: IntArray,
-    seen: IntArray,
-    drained: Any,
-    gpu_all: IntArray,
-    cpu_all: IntArray,
-    mem_all: IntArray,
-    model_all: IntArray,
-    needs: IntArray,
-    allowed_bits: IntArray,
-    host_bits: IntArray,
-    host_count: IntArray,
-    hosts: Any,
-) -> None:
-    """``ShapeReserve._refresh`` of ``nodes`` (``every``: all nodes) whose version changed: the shapes each can host
-    now (``needs[shape] = (GPUs, CPU, memory)``, ``allowed_bits[model]``), as bits, as rows of ``hosts`` and in the
-    per-shape ``host_count``."""
-    shapes = needs.shape[0]
-    count = version.shape[0] if every else nodes.shape[0]
-    for t in range(count):
-        n = t if every else nodes[t]
-        if seen[n] == version[n]:
-            continue
-        now = 0
-        if not drained[n]:
-            whole = 0
-            for j in range(gpu_all.shape[1]):
-                if gpu_all[n, j] == MILLI:
-                    whole += 1
-            c = cpu_all[n]
-            mm = mem_all[n]
-            for s in range(shapes):
-                if whole >= needs[s, 0] and c >= needs[s, 1] and mm >= needs[s, 2]:
-                    now |= 1 << s
-            now &= allowed_bits[model_all[n]]
-        before = host_bits[n]
-        if now != before:
-            for s in range(shapes):
-                bit_now = (now >> s) & 1
-                if bit_now != (before >> s) & 1:
-                    host_count[s] += 1 if bit_now else -1
-                    hosts[s, n] = bit_now == 1
-            host_bits[n] = now
-        seen[n] = version[n]
-
-
-def lost_bits(
-    nodes: IntArray,
-    taken: IntArray,
-    gpu_all: IntArray,
-    cpu_all: IntArray,
-    mem_all: IntArray,
-    host_bits: IntArray,
-    needs: IntArray,
-    cpu: int,
-    mem: int,
-) -> IntArray:
-    """``ShapeReserve.lost_bits`` with the hosted shapes up to date: the shapes each of ``nodes`` hosts now and not
-    after a placement that takes ``taken`` whole GPUs, ``cpu`` and ``mem`` there."""
-    k = nodes.shape[0]
-    out = np.zeros(k, dtype=np.int64)
-    for i in range(k):
-        n = nodes[i]
-        bits = host_bits[n]
-        if bits == 0:
-            continue
-        whole = -taken[i]
-        for j in range(gpu_all.shape[1]):
-            if gpu_all[n, j] == MILLI:
-                whole += 1
-        c = cpu_all[n] - cpu
-        mm = mem_all[n] - mem
-        for s in range(needs.shape[0]):
-            if (bits >> s) & 1 and whole >= needs[s, 0] and c >= needs[s, 1] and mm >= needs[s, 2]:
-                bits &= ~(1 << s)
-        out[i] = bits
-    return out
-
-
-def charge_terms(
-    bits: IntArray, count_of_shape: FloatArray, requests_seen: int, gpus: IntArray, host_count: IntArray
-) -> tuple[FloatArray, FloatArray]:
-    """``ShapeReserve.charge_bits``' operands: the charge per host of each shape, ``share * 1000 * GPUs / hosts``,
-    and ``lost[shape, node]`` (0 or 1) from each node's lost ``bits``."""
-    shapes = gpus.shape[0]
-    k = bits.shape[0]
-    per_host = np.empty(shapes, dtype=np.float64)
-    lost = np.empty((shapes, k), dtype=np.float64)
-    for s in range(shapes):
-        share = count_of_shape[s] / requests_seen
-        per_host[s] = share * MILLI * gpus[s] / max(host_count[s], 1)
-        for i in range(k):
-            lost[s, i] = float((bits[i] >> s) & 1)
-    return per_host, lost
-
-
 @dataclass(frozen=True, slots=True)
 class Tables:
     """What ``measure_rows`` reads of a ``TesseraFragmentation`` (its fused measure's tables)."""
@@ -337,14 +275,15 @@ class Tables:
 
 
 class Kernels:
-    """The compiled functions."""
+    """The functions, each passed through ``njit`` (numba's compiler, or nothing)."""
 
     def __init__(self, njit: Any) -> None:
         self.measure_rows = njit(measure_rows)
         self.finish_scores = njit(finish_scores)
-        self.refresh_hosts = njit(refresh_hosts)
-        self.lost_bits = njit(lost_bits)
-        self.charge_terms = njit(charge_terms)
+        self.refresh_hosts = njit(reserve_jit.refresh_hosts)
+        self.lost_bits = njit(reserve_jit.lost_bits)
+        self.charge_terms = njit(reserve_jit.charge_terms)
+        self.charge_candidates = njit(reserve_jit.charge_candidates)
 
 
 def warm_up(kernels: Kernels | Any) -> None:
@@ -375,6 +314,14 @@ def warm_up(kernels: Kernels | Any) -> None:
         )  # fmt: skip
     kernels.lost_bits(nodes, np.ones(2, dtype=i8), gpu_all, cpu_all, mem_all, bits, needs, 1000, 1000)
     kernels.charge_terms(bits, np.ones(1, dtype=f8), 1, np.ones(1, dtype=i8), count)
+    score = np.ones(2, dtype=f8)
+    _, top, _, _ = kernels.charge_candidates(score, nodes, bits, version, 0, np.zeros(0, dtype=i8), score)
+    kernels.charge_candidates(score, nodes, bits, version, 0, top, score)
+
+
+def uncompiled() -> Kernels:
+    """The same functions as plain Python (slow: for the tests)."""
+    return Kernels(lambda function: function)
 
 
 @functools.cache

@@ -23,6 +23,7 @@ from tessera.core.placement.fgd import take_whole_gpus
 from tessera.core.placement.reserve import ShapeReserve
 from tessera.core.workload import MILLI_PER_GPU, Request
 
+NO_POSITIONS = np.zeros(0, dtype=np.int64)
 _EARLIER = [np.tri(g, g, -1, dtype=np.bool_) for g in range(65)]  # [g][i, j]: GPU j comes before GPU i
 
 
