@@ -1,8 +1,9 @@
-"""Placement speed of tessera, fgd and bestfit, as ``tessera bench placement`` measures it: one JSON line per policy.
+"""Placement speed of tessera, fgd and bestfit, as ``tessera bench placement --policy tessera,fgd,bestfit
+--baseline fgd`` measures it: one JSON line per policy.
 
 Runs on the openb default trace (``../shared/traces/openb``) when it is there, else on the embedded synthetic
-default. The policies run side by side in this one process, so their ratio is meaningful even where the absolute
-numbers depend on the machine; the last line is tessera's pods/s over fgd's.
+default. The policies run in lockstep in this one process (``benchmark.compare_placement``), so their ratio is
+meaningful even where the absolute numbers depend on the machine; the last line is tessera's pods/s over fgd's.
 Usage: ``make bench`` or ``python bench/bench_placement.py [--seed N]``.
 """
 
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 from tessera.core.errors import TesseraError
-from tessera.sim.placement_study.benchmark import measure_placement
+from tessera.sim.placement_study.benchmark import compare_placement
 from tessera.sim.placement_study.inputs import ExperimentInputs, default_inputs, load_inputs
 
 OPENB = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "openb"
@@ -38,9 +39,8 @@ def main() -> int:
     try:
         inputs = bench_inputs()
         speed = {}
-        for policy in POLICIES:
-            result = measure_placement(inputs, policy, args.seed, args.inflate)
-            speed[policy] = result["pods_per_s"]
+        for result in compare_placement(inputs, POLICIES, args.seed, args.inflate, baseline="fgd"):
+            speed[result["policy"]] = result["pods_per_s"]
             print(json.dumps({"trace": inputs.trace, **result}))
         print(json.dumps({"tessera_over_fgd_pods_per_s": round(speed["tessera"] / max(speed["fgd"], 1e-9), 3)}))
     except TesseraError as exc:

@@ -97,6 +97,59 @@ def test_bench_placement_prints_one_json_line(small_trace: tuple[Path, Path]) ->
     assert isinstance(line["pods_per_s"], float) and isinstance(line["p99_decision_ms"], float)
 
 
+COMPARISON_KEYS = {
+    "policy",
+    "nodes",
+    "pods",
+    "pods_per_s",
+    "p50_decision_ms",
+    "p99_decision_ms",
+    "setup_ms",
+    "baseline",
+    "pods_per_s_ratio",
+}
+
+
+def test_bench_placement_of_several_policies_prints_a_line_each_with_the_ratio_to_the_last(
+    small_trace: tuple[Path, Path],
+) -> None:
+    nodes, pods = small_trace
+    args = ["bench", "placement", "--nodes", str(nodes), "--pods", str(pods)]
+    result = runner.invoke(app, [*args, "--policy", "bestfit,fgd"])
+
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert [line["policy"] for line in lines] == ["bestfit", "fgd"]
+    for line in lines:
+        assert set(line) == COMPARISON_KEYS
+        assert line["nodes"] == 24 and line["pods"] == lines[0]["pods"] >= 160
+        assert line["baseline"] == "fgd"
+        assert 0 < line["p50_decision_ms"] <= line["p99_decision_ms"]
+        assert line["setup_ms"] >= 0
+    fgd, bestfit = lines[1], lines[0]
+    assert fgd["pods_per_s_ratio"] == 1.0
+    assert bestfit["pods_per_s_ratio"] == pytest.approx(bestfit["pods_per_s"] / fgd["pods_per_s"], rel=1e-2)
+
+
+def test_bench_placement_takes_policies_and_a_baseline(small_trace: tuple[Path, Path]) -> None:
+    nodes, pods = small_trace
+    args = ["bench", "placement", "--nodes", str(nodes), "--pods", str(pods), "--policies", "fgd,bestfit"]
+    result = runner.invoke(app, [*args, "--baseline", "FGD"])
+
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert [(line["policy"], line["baseline"]) for line in lines] == [("fgd", "fgd"), ("bestfit", "fgd")]
+    assert lines[0]["pods_per_s_ratio"] == 1.0
+
+
+def test_bench_placement_refuses_a_baseline_it_does_not_measure(small_trace: tuple[Path, Path]) -> None:
+    nodes, pods = small_trace
+    args = ["bench", "placement", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd,bestfit"]
+    assert_one_line_error(runner.invoke(app, [*args, "--baseline", "tessera"]), "--baseline", "tessera")
+    result = runner.invoke(app, ["bench", "placement", "--policy", "fgd,fgd"])
+    assert_one_line_error(result, "--policy", "twice")
+
+
 # (case id, node list text, pod list text, file named in the message, expected fragments of the message)
 BAD_FILES = [
     (

@@ -23,10 +23,12 @@ import numpy.typing as npt
 
 from tessera.core.cluster import ClusterState, IntArray
 from tessera.core.fragmentation import FloatArray
+from tessera.core.placement import tessera_jit
 from tessera.core.placement.base import NO_GPU_CHOICE
 from tessera.core.workload import MILLI_PER_GPU, Request
 
 BigShape = tuple[int, int, int, frozenset[str]]  # (GPUs, CPU milli, memory MiB, GPU types)
+_NO_NODES = np.zeros(0, dtype=np.int64)
 MAX_SHAPE_BITS = 62  # lost_bits packs the shapes into one int64 per node
 FEW = 4  # up to this many nodes, plain Python beats a dozen NumPy calls on tiny arrays
 
@@ -53,6 +55,10 @@ class ShapeReserve:
         self._host_bits = np.zeros(0, dtype=np.int64)  # per node: the shapes it can host now, as bits
         self._allowed_bits: list[int] = []  # per GPU model: the shapes that may run on it, as bits
         self._shape_needs: list[tuple[int, int, int]] = []  # per shape: (GPUs, CPU milli, memory MiB)
+        self._needs = np.zeros((0, 3), dtype=np.int64)  # the same as an array, and _allowed_bits, for the kernels
+        self._allowed_bits_array = np.zeros(0, dtype=np.int64)
+        # The compiled loops (tessera_jit) that refresh the hosted shapes and find the lost ones; None: NumPy.
+        self.kernels: tessera_jit.Kernels | None = None
 
     def observe(self, request: Request) -> None:
         self._requests_seen += 1
@@ -144,6 +150,24 @@ class ShapeReserve:
             return None
         if not self._shapes:
             return np.zeros(nodes.size, dtype=np.int64)
+        if self.kernels is not None:
+            self._refresh_compiled(self.kernels, state, nodes)
+            if isinstance(taken, int):
+                taken = np.full(nodes.size, taken, dtype=np.int64)
+            return np.asarray(
+                self.kernels.lost_bits(
+                    nodes,
+                    taken,
+                    state.gpu_free_milli,
+                    state.cpu_free_milli,
+                    state.mem_free_mib,
+                    self._host_bits,
+                    self._needs,
+                    request.cpu_milli,
+                    request.mem_mib,
+                ),
+                dtype=np.int64,
+            )
         self._refresh(state, nodes)
         hosted = self._host_bits[nodes]
         hosting = hosted.nonzero()[0]
@@ -186,6 +210,13 @@ class ShapeReserve:
         """``charge`` of nodes whose lost shapes are ``bits`` (from ``lost_bits`` on their current states)."""
         if not bits.any():
             return np.zeros(bits.size)
+        if self.kernels is not None:
+            self._refresh_compiled(self.kernels, state, None)
+            per_host, lost_01 = self.kernels.charge_terms(
+                bits, self._count_of_shape, self._requests_seen, self._gpus, self._host_count
+            )
+            # The same operands as below (lost as float rows of 0 and 1), so einsum rounds the sum the same way.
+            return np.asarray(self.weight * np.einsum("s,sn->n", per_host, lost_01), dtype=np.float64)
         self._refresh(state)
         lost = (bits[None, :] >> self._bit_index[: len(self._shapes), None]) & 1
         share = self._count_of_shape / self._requests_seen
@@ -215,6 +246,29 @@ class ShapeReserve:
                 return None
             final[rest] = score[rest] - self.charge_bits(state, rest_bits)
         return final
+
+    def _refresh_compiled(self, kernels: tessera_jit.Kernels, state: ClusterState, nodes: IntArray | None) -> None:
+        """``_refresh`` (of every node when ``nodes`` is ``None``) by the compiled loop, once the tables are built."""
+        seen = self._seen_version
+        if self._hosts is None or self._state is not state or seen is None or seen.size != state.num_nodes:
+            self._refresh(state)  # rebuilds everything
+            return
+        kernels.refresh_hosts(
+            _NO_NODES if nodes is None else nodes,
+            nodes is None,
+            state.version,
+            seen,
+            state.drained,
+            state.gpu_free_milli,
+            state.cpu_free_milli,
+            state.mem_free_mib,
+            state.model_idx,
+            self._needs,
+            self._allowed_bits_array,
+            self._host_bits,
+            self._host_count,
+            self._hosts,
+        )
 
     def _room_for(self, whole: IntArray, cpu: IntArray, mem: IntArray) -> npt.NDArray[np.bool_]:
         """``[shape, node]``: whether nodes with ``whole`` free GPUs, ``cpu`` and ``mem`` free have room for each
@@ -280,6 +334,9 @@ class ShapeReserve:
                 for model in range(self._allowed.shape[1])
             ]
             self._shape_needs = [(g, c, m) for g, c, m, _ in self._shapes]
+            self._needs = np.array(self._shape_needs, dtype=np.int64).reshape(len(self._shapes), 3)
+            if len(self._shapes) <= MAX_SHAPE_BITS:  # beyond, no bits are kept (and no int64 holds them)
+                self._allowed_bits_array = np.array(self._allowed_bits, dtype=np.int64)
             self._hosts = np.zeros((len(self._shapes), state.num_nodes), dtype=np.bool_)
             self._host_bits = np.zeros(state.num_nodes, dtype=np.int64)
             self._host_count = np.zeros(len(self._shapes), dtype=np.int64)

@@ -31,7 +31,7 @@ places on the first feasible node.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,10 +48,10 @@ from tessera.core.fragmentation import (
     typical_pods_from_counts,
 )
 from tessera.core.gap_prices import typical_gap_waste
-from tessera.core.placement import tessera_scores
+from tessera.core.placement import tessera_jit, tessera_scores
 from tessera.core.placement.base import NodeScores
 from tessera.core.placement.fgd import FgdPolicy
-from tessera.core.placement.reserve import ShapeReserve
+from tessera.core.placement.reserve import MAX_SHAPE_BITS, ShapeReserve
 from tessera.core.placement.type_pressure import TypePressure
 from tessera.core.workload import MILLI_PER_GPU, Request
 
@@ -118,6 +118,32 @@ class TesseraFragmentation(FragmentationModel):
         self._gpu_each_int = self._thresholds[self._pod_threshold] * self._pod_gpus
         joint_idle = params.joint_weight * self._pod_weight.sum() if params.joint_weight else 0.0
         self._idle_weight = self._cpu_only_weight + joint_idle
+        self.kernel_tables = self._kernel_tables()
+
+    def _kernel_tables(self) -> tessera_jit.Tables | None:
+        """The fused measure's tables for the compiled scoring (``tessera_jit``), or ``None`` when the fused
+        measure does not apply (no typical GPU pod, or a zero share)."""
+        if self._pod_weight.size == 0 or not self._positive_shares:
+            return None
+        p = self.params
+        pods = np.zeros((7, self._pod_weight.size), dtype=np.int64)
+        pods[tessera_jit.POD_GPUS_FIELD] = self._gpus_field
+        pods[tessera_jit.POD_CPU] = self._pod_cpu
+        pods[tessera_jit.POD_CPU_EACH] = self._cpu_each
+        pods[tessera_jit.POD_MEM_EACH] = self._mem_each
+        pods[tessera_jit.POD_MEM_KNOWN] = self._mem_known
+        pods[tessera_jit.POD_GPU_EACH] = self._gpu_each_int
+        pods[tessera_jit.POD_GPUS] = self._pod_gpus
+        return tessera_jit.Tables(
+            fit_packed_pod=self._fit_packed_pod,
+            pods=pods,
+            allowed=np.ascontiguousarray(self._allowed),
+            gpu_waste=self._gpu_waste,
+            weights=np.array([p.cpu_stranding_weight, p.joint_weight, self._idle_weight], dtype=np.float64),
+            pod_weight=self._pod_weight,
+            use_mem=p.memory,
+            all_mem_known=self._all_mem_known,
+        )
 
     def node_frag(
         self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, mem_free: IntArray | None = None
@@ -226,6 +252,8 @@ class TesseraPolicy(FgdPolicy):
         self.cached = cached
         self.node_local = cached
         self._known = tessera_scores.NodeFrag()  # F of each node as it is now, shared by every request shape
+        # The compiled scoring (tessera_jit; None without numba), compiled or loaded now, not in a decision.
+        self.kernels = tessera_jit.compiled() if cached else None
         self._lost = tessera_scores.LostShapes()  # per request and node: the reserve's shapes it would stop hosting
         self.online = online
         self._model_names = tuple(model_names)
@@ -234,10 +262,15 @@ class TesseraPolicy(FgdPolicy):
         self._requests_seen = 0
         self.model_version = 0
         self.reserve = ShapeReserve(params.reserve_weight)
+        self.reserve.kernels = self.kernels
         self.type_pressure = TypePressure(params.type_pressure_weight)
         super().__init__(TesseraFragmentation(() if online else typical, model_names, params))
         if online:
             self.name = "tessera-online"
+
+    def use_kernels(self, kernels: tessera_jit.Kernels | None) -> None:
+        """Score with ``kernels`` (``None``: the NumPy code); the tests compare them."""
+        self.kernels = self.reserve.kernels = kernels
 
     def delta_score(self, before: FloatArray, after: FloatArray) -> FloatArray:
         return before - after
@@ -272,10 +305,45 @@ class TesseraPolicy(FgdPolicy):
                 shapes_known[late] = self.reserve.shapes
             return bits[at]
 
+        if self.kernels is not None and self.reserve.shapes <= MAX_SHAPE_BITS:
+            return self._adjust_compiled(self.kernels, state, score, nodes, bits, shapes_known, lost_of)
         final = self.reserve.adjust_best_bits(state, lost_of, score)
         if final is None:  # more shapes than bits
             return self.reserve.adjust_best(state, request, nodes, need_milli, score, scored.gpu)
         return final
+
+    def _adjust_compiled(
+        self,
+        kernels: tessera_jit.Kernels,
+        state: ClusterState,
+        score: FloatArray,
+        nodes: IntArray,
+        bits: IntArray,
+        shapes_known: IntArray,
+        lost_of: Callable[[IntArray], IntArray | None],
+    ) -> FloatArray:
+        """``ShapeReserve.adjust_best_bits`` with the kept ``bits``, choosing the nodes to charge in compiled loops
+        (``reserve_jit.charge_candidates``); ``lost_of`` completes the bits of nodes kept before the reserve
+        learnt its last shapes (at most ``MAX_SHAPE_BITS`` shapes: it never returns ``None`` here)."""
+        shapes, no_top = self.reserve.shapes, tessera_scores.NO_POSITIONS
+        _, top, top_bits, status = kernels.charge_candidates(score, nodes, bits, shapes_known, shapes, no_top, score)
+        if status < 0:
+            top_bits = lost_of(top)
+            assert top_bits is not None
+            status = int(top_bits.any())
+        if status == 0:
+            return score
+        charge = self.reserve.charge_bits(state, top_bits)
+        final, rest, rest_bits, status = kernels.charge_candidates(
+            score, nodes, bits, shapes_known, shapes, top, charge
+        )
+        if status < 0:
+            rest_bits = lost_of(rest)
+            assert rest_bits is not None
+            status = int(rest_bits.any())
+        if status > 0:
+            final[rest] = score[rest] - self.reserve.charge_bits(state, rest_bits)
+        return np.asarray(final, dtype=np.float64)
 
     def score_nodes(self, state: ClusterState, request: Request, nodes: IntArray, need_milli: IntArray) -> NodeScores:
         if not self.cached:
@@ -290,6 +358,7 @@ class TesseraPolicy(FgdPolicy):
             need_milli,
             self.reserve if with_reserve else None,
             self._lost if with_reserve else None,
+            self.kernels,
         )
 
     def observe(self, request: Request) -> None:

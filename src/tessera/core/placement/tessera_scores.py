@@ -17,11 +17,13 @@ import numpy.typing as npt
 
 from tessera.core.cluster import ClusterState, IntArray
 from tessera.core.fragmentation import FloatArray, FragmentationModel
+from tessera.core.placement import tessera_jit
 from tessera.core.placement.base import NodeScores, no_gpu_choice
 from tessera.core.placement.fgd import take_whole_gpus
 from tessera.core.placement.reserve import ShapeReserve
 from tessera.core.workload import MILLI_PER_GPU, Request
 
+NO_POSITIONS = np.zeros(0, dtype=np.int64)
 _EARLIER = [np.tri(g, g, -1, dtype=np.bool_) for g in range(65)]  # [g][i, j]: GPU j comes before GPU i
 
 
@@ -50,11 +52,16 @@ def score_nodes(
     need: IntArray,
     reserve: ShapeReserve | None = None,
     lost: LostShapes | None = None,
+    kernels: tessera_jit.Kernels | None = None,
 ) -> NodeScores:
     """Scores ``F_before - F_after`` of placing ``request`` on each of the feasible ``nodes`` (``need``: its per-GPU
     share on each), with the GPU a sharing request takes; ``known`` supplies and keeps ``F_before``. With
-    ``reserve`` and ``lost``, also keeps in ``lost`` the shapes of ``reserve`` each node would stop hosting."""
+    ``reserve`` and ``lost``, also keeps in ``lost`` the shapes of ``reserve`` each node would stop hosting. With
+    ``kernels``, the compiled loops do it (the same numbers) where ``frag_model`` has the tables for them."""
     known.bind(state)
+    tables: tessera_jit.Tables | None = getattr(frag_model, "kernel_tables", None)
+    if kernels is not None and tables is not None and state.gpu_free_milli.shape[1] <= tessera_jit.PAIRWISE_MAX:
+        return _score_compiled(kernels, tables, known, state, request, nodes, need, reserve, lost)
     version = state.version[nodes]
     unknown = (known.at[nodes] != version).nonzero()[0]
     k, u = nodes.size, unknown.size
@@ -99,6 +106,59 @@ def score_nodes(
         if sharing is not None:
             taken = np.where(sharing, free[np.arange(k), np.maximum(gpu, 0)] == MILLI_PER_GPU, request.num_gpus)
         bits = reserve.lost_bits(state, request, nodes, taken, free)
+        if bits is not None:
+            lost_bits, shapes_known = lost.arrays(state, request)
+            lost_bits[nodes] = bits
+            shapes_known[nodes] = reserve.shapes
+    return NodeScores(score, gpu)
+
+
+def _score_compiled(
+    kernels: tessera_jit.Kernels,
+    tables: tessera_jit.Tables,
+    known: NodeFrag,
+    state: ClusterState,
+    request: Request,
+    nodes: IntArray,
+    need: IntArray,
+    reserve: ShapeReserve | None,
+    lost: LostShapes | None,
+) -> NodeScores:
+    """``score_nodes`` in three compiled calls and NumPy's weighted sum (``tessera_jit``)."""
+    ask = np.array(
+        [
+            request.num_gpus,
+            request.scoring_cpu_milli,
+            request.mem_mib,
+            request.cpu_milli,
+            tables.use_mem,
+            tables.all_mem_known,
+        ],
+        dtype=np.int64,
+    )
+    gpu_all = state.gpu_free_milli
+    terms, parts, layout, _ = kernels.measure_rows(
+        gpu_all,
+        state.cpu_free_milli,
+        state.mem_free_mib,
+        state.model_idx,
+        state.version,
+        known.at,
+        nodes,
+        need,
+        ask,
+        tables.fit_packed_pod,
+        tables.pods,
+        tables.allowed,
+        tables.gpu_waste,
+        tables.weights,
+    )
+    weighted = np.einsum("km,m->k", terms, tables.pod_weight)  # as TesseraFragmentation's _weighted sums
+    score, gpu, taken = kernels.finish_scores(
+        gpu_all, state.version, known.at, known.frag, nodes, parts, weighted, layout, request.num_gpus
+    )
+    if lost is not None and reserve is not None:
+        bits = reserve.lost_bits(state, request, nodes, taken)
         if bits is not None:
             lost_bits, shapes_known = lost.arrays(state, request)
             lost_bits[nodes] = bits
