@@ -1,7 +1,9 @@
 """Every command starts fast: building the command line and printing an API command's help loads none of the heavy
 packages (scipy through the placement policies, numpy, the server's FastAPI and SQLAlchemy, matplotlib, the
 simulator, even httpx). Before, ``tessera jobs --help`` imported tessera.core.placement and so scipy.optimize,
-about 0.7 s of its 1.2 s. Checked by module, not by time: the suite's machine is shared and timings vary."""
+about 0.7 s of its 1.2 s. And a command's help builds that command alone: the other commands' modules are
+imported when they are named (tessera.cli.lazy). Checked by module, not by time: the suite's machine is shared and
+timings vary."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+import typer
 
 HEAVY = (
     "scipy",
@@ -24,6 +27,16 @@ HEAVY = (
     "tessera.sim",
     "tessera.client.http",
 )
+# The modules of the commands other than jobs, and what only they use (PyYAML: submit -f, queue files).
+OTHER_COMMANDS = (
+    "tessera.cli.history",
+    "tessera.cli.job_control",
+    "tessera.cli.logs",
+    "tessera.cli.models",
+    "tessera.cli.queues",
+    "tessera.cli.queuefile",
+    "yaml",
+)
 PROBE = """
 import json, sys
 sys.argv = ["tessera", *sys.argv[1:]]
@@ -36,10 +49,11 @@ print(json.dumps([m for m in {heavy!r} if m in sys.modules]), file=sys.stderr)
 """
 
 
-def loaded_by(*args: str) -> list[str]:
+def loaded_by(*args: str, among: tuple[str, ...] = HEAVY) -> list[str]:
+    """Which of ``among`` ``tessera ARGS`` imports."""
     env = {**os.environ, "COLUMNS": "100"}
     done = subprocess.run(
-        [sys.executable, "-c", PROBE.format(heavy=HEAVY), *args], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-c", PROBE.format(heavy=among), *args], capture_output=True, text=True, env=env, timeout=60
     )
     result: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
     return result
@@ -48,6 +62,27 @@ def loaded_by(*args: str) -> list[str]:
 @pytest.mark.parametrize("args", [("jobs", "--help"), ("--help",), ("logs", "--help"), ("history", "--help")])
 def test_help_loads_no_heavy_package(args: tuple[str, ...]) -> None:
     assert loaded_by(*args) == []
+
+
+def test_a_command_loads_no_other_command() -> None:
+    """``tessera jobs --help`` imports the module of jobs only; ``tessera --help`` lists them all, so loads them."""
+    assert loaded_by("jobs", "--help", among=OTHER_COMMANDS) == []
+    assert set(loaded_by("--help", among=OTHER_COMMANDS)) >= {"tessera.cli.history", "tessera.cli.models"}
+
+
+def test_every_listed_command_builds() -> None:
+    """Each ``module:attribute`` of the lazy list names a command that typer builds, under its own name."""
+    from typer.main import get_command
+
+    from tessera.cli.main import Commands, app
+
+    group = get_command(app)
+    assert isinstance(group, Commands)
+    ctx = typer.Context(group)
+    assert group.list_commands(ctx) == list(Commands.subcommands)
+    for name in Commands.subcommands:
+        command = group.get_command(ctx, name)
+        assert command is not None and command.name == name and command.help
 
 
 def test_an_api_command_loads_only_its_client() -> None:
