@@ -2,7 +2,8 @@
 packages (scipy through the placement policies, numpy, the server's FastAPI and SQLAlchemy, matplotlib, the
 simulator, even httpx). Before, ``tessera jobs --help`` imported tessera.core.placement and so scipy.optimize,
 about 0.7 s of its 1.2 s. And a command's help builds that command alone: the other commands' modules are
-imported when they are named (tessera.cli.lazy). Checked by module, not by time: the suite's machine is shared and
+imported when they are named (tessera.cli.lazy); typer's own pydantic, and the Markdown and Pygments of its rich help,
+wait until they are used (tessera.cli.lean_typer). Checked by module, not by time: the suite's machine is shared and
 timings vary."""
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ HEAVY = (
     "tessera.server",
     "tessera.sim",
     "tessera.client.http",
+    # typer's: converting option values (tessera.cli.lean_typer defers it), Markdown help and rich tracebacks
+    "pydantic",
+    "rich.markdown",
+    "rich.traceback",
+    "markdown_it",
+    "pygments",
 )
 # The modules of the commands other than jobs, and what only they use (PyYAML: submit -f, queue files).
 OTHER_COMMANDS = (
@@ -59,7 +66,9 @@ def loaded_by(*args: str, among: tuple[str, ...] = HEAVY) -> list[str]:
     return result
 
 
-@pytest.mark.parametrize("args", [("jobs", "--help"), ("--help",), ("logs", "--help"), ("history", "--help")])
+@pytest.mark.parametrize(
+    "args", [("jobs", "--help"), ("--help",), ("logs", "--help"), ("history", "--help"), ("submit", "--help")]
+)
 def test_help_loads_no_heavy_package(args: tuple[str, ...]) -> None:
     assert loaded_by(*args) == []
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tessera.cli import lean_typer
 from tessera.cli.lazy import LazyGroup
 from tessera.cli.serving import register as register_serving_command
 from tessera.cli.settings import DEFAULT_PORT
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from tessera.sim.placement_study.inputs import ExperimentInputs
     from tessera.sim.placement_study.sweep import RunResult
     from tessera.sim.reports.placement_study import PolicySummary, ReportFiles
+
+lean_typer.install()  # typer without pydantic, Markdown and Pygments until they are needed (tessera.cli.lean_typer)
 
 
 class Commands(LazyGroup):
