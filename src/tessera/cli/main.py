@@ -13,8 +13,6 @@ Every ``TesseraError`` (bad input file, bad option value) and every unreadable p
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -284,6 +282,8 @@ def bench_placement(
     inflate: InflateOption = 1.3,
 ) -> None:
     """Placement speed on the inflated arrival sequence, printed as one JSON line."""
+    import json
+
     from tessera.sim.placement_study.benchmark import measure_placement
     from tessera.sim.placement_study.inputs import load_inputs
     from tessera.sim.placement_study.sweep import check_inflate, parse_policies
@@ -361,6 +361,8 @@ def up(
     ] = "64MiB",
 ) -> None:
     """Start the control plane: HTTP API, scheduler loop and local backend in one process."""
+    import logging
+
     from tessera.cli.gateway_up import serving_front
     from tessera.cli.up_secrets import admin_token_of, database_url, tenant_users
     from tessera.core.placement import make_policy
