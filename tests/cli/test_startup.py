@@ -27,6 +27,7 @@ HEAVY = (
     "tessera.server",
     "tessera.sim",
     "tessera.client.http",
+    "tessera.api",  # the wire types (pydantic models): the SDK reads health and logs with them, nothing else
     # typer's: converting option values (tessera.cli.lean_typer defers it), Markdown help and rich tracebacks
     "pydantic",
     "rich.markdown",
@@ -95,10 +96,11 @@ def test_every_listed_command_builds() -> None:
 
 
 def test_an_api_command_loads_only_its_client() -> None:
-    """``tessera jobs`` against no server: httpx and the wire types load, the scheduler and the server do not."""
+    """``tessera jobs`` against no server: httpx loads; the wire types, the scheduler and the server do not."""
     loaded = loaded_by("jobs", "--url", "http://127.0.0.1:9")
     assert "tessera.client.http" in loaded and "httpx" in loaded
     assert not {"scipy", "numpy", "sqlalchemy", "fastapi", "tessera.core.placement", "tessera.server"} & set(loaded)
+    assert "tessera.api" not in loaded
 
 
 def test_shell_completion_is_offered() -> None:
