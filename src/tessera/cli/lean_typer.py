@@ -22,14 +22,16 @@ tests/cli/test_startup.py fails to say so.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:  # not at run time: importlib.abc imports importlib.resources, a few ms (the classes below duck-type)
+    import importlib.abc
+    import importlib.machinery
 
 # The modules typer.rich_utils imports for what Tessera's help does not use, and the class it takes from each.
 RICH_STAND_INS = {"rich.markdown": "Markdown", "rich.traceback": "Traceback"}
@@ -107,7 +109,7 @@ def _stand_in(module: str, name: str) -> ModuleType:
     return stand_in
 
 
-class _StandInsWhileLoading(importlib.abc.Loader):
+class _StandInsWhileLoading:
     """``typer.rich_utils``'s own loader, run with the stand-ins in ``sys.modules``; they are taken out once it ran."""
 
     def __init__(self, loader: importlib.abc.Loader) -> None:
@@ -130,7 +132,7 @@ class _StandInsWhileLoading(importlib.abc.Loader):
         return getattr(self.loader, attribute)
 
 
-class _RichUtilsFinder(importlib.abc.MetaPathFinder):
+class _RichUtilsFinder:
     """Finds ``typer.rich_utils`` as the import system would and wraps its loader; then steps aside."""
 
     def find_spec(
@@ -143,7 +145,7 @@ class _RichUtilsFinder(importlib.abc.MetaPathFinder):
         spec = importlib.util.find_spec(fullname)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _StandInsWhileLoading(spec.loader)
+        spec.loader = cast("importlib.abc.Loader", _StandInsWhileLoading(spec.loader))
         return spec
 
 
