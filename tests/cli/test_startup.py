@@ -96,11 +96,12 @@ def test_every_listed_command_builds() -> None:
 
 
 def test_an_api_command_loads_only_its_client() -> None:
-    """``tessera jobs`` against no server: httpx loads; the wire types, the scheduler and the server do not."""
-    loaded = loaded_by("jobs", "--url", "http://127.0.0.1:9")
+    """``tessera jobs`` against no server: httpx loads; the wire types, the scheduler and the server do not, nor
+    httpx's own command line (click, Pygments, rich) nor, as nothing is printed but the error, rich."""
+    loaded = loaded_by("jobs", "--url", "http://127.0.0.1:9", among=(*HEAVY, "httpx._main", "click", "rich"))
     assert "tessera.client.http" in loaded and "httpx" in loaded
     assert not {"scipy", "numpy", "sqlalchemy", "fastapi", "tessera.core.placement", "tessera.server"} & set(loaded)
-    assert "tessera.api" not in loaded
+    assert not {"tessera.api", "httpx._main", "click", "pygments", "rich"} & set(loaded)
 
 
 def test_shell_completion_is_offered() -> None:
@@ -110,3 +111,21 @@ def test_shell_completion_is_offered() -> None:
 
     result = CliRunner().invoke(app, ["--help"])
     assert "--install-completion" in result.output and "--show-completion" in result.output
+
+
+def test_httpx_keeps_its_command_line() -> None:
+    """The CLI imports httpx without ``httpx._main``; ``httpx.main`` still runs httpx's command line when called."""
+    probe = """
+import sys
+from tessera.cli.options import import_httpx_without_its_cli
+import_httpx_without_its_cli()
+assert "httpx" in sys.modules and "httpx._main" not in sys.modules and "click" not in sys.modules
+import httpx
+try:
+    httpx.main(["--help"])
+except SystemExit as exc:
+    assert exc.code == 0
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Usage: " in done.stdout and "httpx" in done.stdout
