@@ -1,28 +1,20 @@
-"""The CLI over the API: ``tessera submit``, ``jobs``, ``show``, ``cancel``, ``nodes`` and ``token
-create|list|revoke`` here; ``logs`` (``cli/logs.py``), ``history`` (``cli/history.py``) and ``queues``
-(``cli/queues.py``) registered with them. Registered on the main typer app by ``tessera.cli.main``; every failure is one
-``error:`` line, exit 2.
+"""The CLI over the API: ``tessera submit``, ``jobs``, ``show``, ``nodes`` and ``token create|list|revoke`` here;
+``logs`` (``cli/logs.py``), ``cancel``, ``hold`` and ``release`` (``cli/job_control.py``), ``history``
+(``cli/history.py``), ``queues`` (``cli/queues.py``) and ``models`` (``cli/models.py``) beside them. Listed on the main
+typer app by ``tessera.cli.main``, which imports each module when its command is named; every failure is one ``error:``
+line, exit 2. rich loads when a table is printed.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from tessera.cli.history import history
-from tessera.cli.job_control import register as register_job_control
-from tessera.cli.logs import logs
-from tessera.cli.models import models_app
 from tessera.cli.options import JsonOption, TokenOption, UrlOption, client_for
-from tessera.cli.queues import queues_app
 from tessera.cli.specfile import SpecFile, load_spec_file
 from tessera.cli.submit_flags import job_options, with_defaults
 from tessera.cli.terminal import one_line_errors
@@ -135,6 +127,10 @@ def jobs(
         if as_json:
             typer.echo(json.dumps(rows))
             return
+        from rich.console import Console  # after the call: an unreachable server is reported without loading rich
+        from rich.markup import escape
+        from rich.table import Table
+
         table = Table(box=None, header_style="bold")
         for column in ("ID", "NAME", "QUEUE", "STATE", "GPUS", "SHARE", "TIME", "WHERE / WHY"):
             table.add_column(column, no_wrap=True, overflow="ellipsis" if column == "WHERE / WHY" else "fold")
@@ -160,6 +156,9 @@ def show(
     token: TokenOption = None,
 ) -> None:
     """One workload: its request, state, placement, and why it is pending or how it ended."""
+    from rich.console import Console
+    from rich.markup import escape
+
     with one_line_errors(), client_for(url, token) as client:
         w = client.workload(workload_id)
         if as_json:
@@ -192,6 +191,9 @@ def show(
 
 def nodes(url: UrlOption = None, token: TokenOption = None, as_json: JsonOption = False) -> None:
     """Nodes and per-GPU allocation."""
+    from rich.console import Console
+    from rich.markup import escape
+
     with one_line_errors(), client_for(url, token) as client:
         found = client.nodes()
         if as_json:
@@ -235,6 +237,10 @@ def token_create(
 @token_app.command("list")
 def token_list(as_json: JsonOption = False, url: UrlOption = None, token: TokenOption = None) -> None:
     """Stored tokens, without their secrets: id, tenant, label, admin or not, when made and last used."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     with one_line_errors(), client_for(url, token) as client:
         found = client.tokens()
         if as_json:
@@ -266,18 +272,6 @@ def token_revoke(
         revoked = client.revoke_token(token_id)
         who = "admin" if revoked["admin"] else f"tenant {revoked['tenant']}"
         typer.echo(f"token {revoked['id']} ({who}) revoked")
-
-
-def register(app: typer.Typer) -> None:
-    commands: tuple[Callable[..., None], ...] = (submit, jobs, show, logs)
-    for command in commands:
-        app.command(command.__name__)(command)
-    register_job_control(app)  # cancel, hold, release
-    for command in (nodes, history):
-        app.command(command.__name__)(command)
-    app.add_typer(queues_app, name="queues")
-    app.add_typer(token_app, name="token")
-    app.add_typer(models_app, name="models")
 
 
 def _share(w: dict[str, Any]) -> str:

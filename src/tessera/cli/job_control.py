@@ -65,11 +65,6 @@ def release(workload_ids: Ids = None, url: UrlOption = None, token: TokenOption 
         _each(client, _required(workload_ids), client.release, lambda w: f"released ({w['state']})")
 
 
-def register(app: typer.Typer) -> None:
-    for command in (cancel, hold, release):
-        app.command(command.__name__)(command)
-
-
 def _required(ids: list[int] | None) -> list[int]:
     if not ids:
         raise ApiError(0, "give one or more workload ids")

@@ -14,19 +14,15 @@ Every ``TesseraError`` (bad input file, bad option value) and every unreadable p
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from tessera.cli.commands import register as register_client_commands
+from tessera.cli import lean_typer
+from tessera.cli.lazy import LazyGroup
 from tessera.cli.serving import register as register_serving_command
 from tessera.cli.settings import DEFAULT_PORT
 from tessera.cli.terminal import one_line_errors
@@ -34,22 +30,59 @@ from tessera.core.errors import InvalidRequestError
 
 # The simulator (matplotlib), the placement policies (scipy), the presets and the server (FastAPI, SQLAlchemy) load
 # only in the commands that use them, so that the API commands (tessera jobs, submit, ...) start quickly: importing
-# tessera.core.placement alone costs about 0.7 s (scipy.optimize). tests/cli/test_startup.py keeps it that way.
+# tessera.core.placement alone costs about 0.7 s (scipy.optimize). Each subcommand's module, and rich, load only
+# when that command is named (tessera.cli.lazy). tests/cli/test_startup.py keeps it that way.
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
     from tessera.sim.placement_study.inputs import ExperimentInputs
     from tessera.sim.placement_study.sweep import RunResult
     from tessera.sim.reports.placement_study import PolicySummary, ReportFiles
 
+lean_typer.install()  # typer without pydantic, Markdown and Pygments until they are needed (tessera.cli.lean_typer)
+
+
+class Commands(LazyGroup):
+    """``tessera``'s subcommands, in the order of ``tessera --help``: each module loads when its command is named."""
+
+    subcommands = {
+        "submit": "tessera.cli.commands:submit",
+        "jobs": "tessera.cli.commands:jobs",
+        "show": "tessera.cli.commands:show",
+        "logs": "tessera.cli.logs:logs",
+        "cancel": "tessera.cli.job_control:cancel",
+        "hold": "tessera.cli.job_control:hold",
+        "release": "tessera.cli.job_control:release",
+        "nodes": "tessera.cli.commands:nodes",
+        "history": "tessera.cli.history:history",
+        "up": "tessera.cli.main:up",
+        "simulate": "tessera.cli.main:simulate_app",
+        "bench": "tessera.cli.main:bench_app",
+        "queues": "tessera.cli.queues:queues_app",
+        "token": "tessera.cli.commands:token_app",
+        "models": "tessera.cli.models:models_app",
+    }
+
+
 app = typer.Typer(
+    cls=Commands,
     help="Tessera: fractional, fragmentation-aware GPU scheduling and its trace-driven simulator.",
     no_args_is_help=True,
     add_completion=True,  # tessera --install-completion (bash, zsh, fish, PowerShell); docs/cli.md
     pretty_exceptions_enable=False,
 )
+Commands.pretty_exceptions_short = app.pretty_exceptions_short
+
+
+@app.callback()
+def _root() -> None:
+    # Does nothing: a callback makes typer build a group although no command is registered on the app itself.
+    pass
+
+
 simulate_app = typer.Typer(help="Run simulation experiments.", no_args_is_help=True)
 bench_app = typer.Typer(help="Measure the speed of scheduling code.", no_args_is_help=True)
-app.add_typer(simulate_app, name="simulate")
-app.add_typer(bench_app, name="bench")
 
 NodesOption = Annotated[
     Path | None,
@@ -82,6 +115,9 @@ def simulate_fgd(
     jobs: Annotated[int | None, typer.Option("--jobs", help="Worker processes (default: the number of CPUs).")] = None,
 ) -> None:
     """The FGD paper's arrival-inflation experiment: unallocated GPU % per policy, mean over seeds."""
+    from rich.console import Console
+    from rich.markup import escape
+
     from tessera.core.placement import FGD_STUDY_POLICIES
     from tessera.sim.placement_study.inputs import load_inputs
     from tessera.sim.placement_study.sweep import check_inflate, parse_policies, parse_seeds
@@ -111,6 +147,7 @@ def simulate_fgd(
 def _sweep_with_progress(
     inputs: ExperimentInputs, policies: Sequence[str], seeds: Sequence[int], inflate: float, jobs: int
 ) -> list[RunResult]:
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from tessera.sim.placement_study.sweep import run_sweep
@@ -132,6 +169,9 @@ def _sweep_with_progress(
 
 
 def _summary_table(inputs: ExperimentInputs, seeds: Sequence[int], summaries: Sequence[PolicySummary]) -> Table:
+    from rich.markup import escape
+    from rich.table import Table
+
     from tessera.sim.reports.placement_study import format_mean_std, format_seeds
 
     table = Table(
@@ -153,6 +193,8 @@ def _summary_table(inputs: ExperimentInputs, seeds: Sequence[int], summaries: Se
 
 
 def _print_files(console: Console, files: ReportFiles) -> None:
+    from rich.markup import escape
+
     console.print(f"Report written to [bold]{escape(str(files.summary_md.parent))}[/]:")
     for path in files.all():
         console.print(f"  {path}", soft_wrap=True, markup=False, highlight=False)
@@ -185,6 +227,9 @@ def simulate_timeline(
     ] = None,
 ) -> None:
     """Replay a workload over time: arrivals, queueing, departures; JCT, waiting and GPU allocation per policy."""
+    from rich.console import Console
+    from rich.markup import escape
+
     from tessera.cli.sim_tables import queue_table, timeline_table
     from tessera.core.presets import PRESETS, resolve_preset
     from tessera.sim.placement_study.sweep import parse_seeds
@@ -253,6 +298,8 @@ def bench_placement(
     One policy: pods/s and the p99 decision time. Several: the policies take turns arrival by arrival (lockstep),
     and each line adds the p50 decision time, the time to build the policy (setup_ms, not counted as decision
     time) and pods/s over the baseline's."""
+    import json
+
     from tessera.sim.placement_study.benchmark import compare_placement, measure_placement
     from tessera.sim.placement_study.inputs import load_inputs
     from tessera.sim.placement_study.sweep import check_inflate, parse_policies
@@ -271,7 +318,6 @@ def bench_placement(
             typer.echo(json.dumps(line))
 
 
-register_client_commands(app)
 register_serving_command(simulate_app)
 
 
@@ -335,6 +381,8 @@ def up(
     ] = "64MiB",
 ) -> None:
     """Start the control plane: HTTP API, scheduler loop and local backend in one process."""
+    import logging
+
     from tessera.cli.gateway_up import serving_front
     from tessera.cli.up_secrets import admin_token_of, database_url, tenant_users
     from tessera.core.placement import make_policy

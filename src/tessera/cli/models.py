@@ -9,9 +9,6 @@ import json
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from tessera.cli.options import JsonOption, TokenOption, UrlOption, client_for
 from tessera.cli.terminal import one_line_errors
@@ -26,6 +23,10 @@ def list_models(
     ctx: typer.Context, as_json: JsonOption = False, url: UrlOption = None, token: TokenOption = None
 ) -> None:
     """List your models: state, cache tier (hot, warm, cold), replicas running, and the OpenAI base URL."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     if ctx.invoked_subcommand is not None:
         return
     with one_line_errors(), client_for(url, token) as client:

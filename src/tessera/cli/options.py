@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+import sys
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,7 +20,30 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 
 def client_for(url: str | None, token: str | None) -> TesseraClient:
+    import_httpx_without_its_cli()
     from tessera.client.http import TesseraClient
 
     settings = resolve_settings(url, token)
     return TesseraClient(settings.url, settings.token)
+
+
+def import_httpx_without_its_cli() -> None:
+    """Import httpx without ``httpx._main``, its own command line, which ``import httpx`` loads whenever click and
+    rich are installed (they are: typer and the CLI's tables) and which imports click, Pygments, ``rich.progress`` and
+    ``rich.syntax``: about half of httpx's import time, for a tool the ``tessera`` command never runs. ``httpx.main``
+    then imports it on first call, as it would have."""
+    if "httpx" in sys.modules or "httpx._main" in sys.modules:
+        return
+    sys.modules["httpx._main"] = None  # type: ignore[assignment]  # makes httpx's `from ._main import main` fail
+    try:
+        import httpx
+    finally:
+        if sys.modules.get("httpx._main", "") is None:
+            del sys.modules["httpx._main"]
+
+    def main(*args: Any, **kwargs: Any) -> Any:
+        from httpx._main import main as httpx_main
+
+        return httpx_main(*args, **kwargs)
+
+    httpx.main = main  # type: ignore[assignment]  # a function in place of the click command it calls

@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from tessera.cli.terminal import one_line_errors
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # rich, like the simulator, loads when the command runs
+    from rich.progress import Progress, TaskID
+
     from tessera.sim.serving.config import StudyConfig
     from tessera.sim.serving.result import PolicyRun
 
@@ -58,6 +57,9 @@ def simulate_serving(
     ] = None,
 ) -> None:
     """Serve a request trace with N models on shared GPUs: GPU-hours, SLO attainment and latency per policy."""
+    from rich.console import Console
+    from rich.markup import escape
+
     from tessera.sim.placement_study.sweep import parse_seeds
     from tessera.sim.serving.config import StudyConfig, parse_policy_names
     from tessera.sim.serving.report import write_serving_report
@@ -97,6 +99,9 @@ def simulate_serving(
 
 def _run_with_progress(config: StudyConfig) -> list[PolicyRun]:
     """The study's runs, with one progress bar per (policy, seed) advanced by the study's progress callback."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     from tessera.sim.serving.study import run_study
 
     progress = Progress(
@@ -116,6 +121,8 @@ def _run_with_progress(config: StudyConfig) -> list[PolicyRun]:
 
 
 def _advance(progress: Progress, tasks: dict[str, TaskID]) -> Callable[[str, float], None]:
+    from rich.markup import escape
+
     def advance(label: str, fraction_done: float) -> None:
         task = tasks.get(label)
         if task is None:  # a label the study made up: give it a bar of its own

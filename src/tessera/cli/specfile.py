@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tessera.client.errors import ApiError
 from tessera.errors import InputFileError, TesseraError
 
@@ -31,6 +29,8 @@ class SpecFile:
 
 
 def load_spec_file(path: Path) -> SpecFile:
+    import yaml  # only for submit -f: every other command starts faster without it
+
     text = path.read_text()
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)

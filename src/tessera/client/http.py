@@ -2,23 +2,27 @@
 detail (and the field it names), or a clear line when the server cannot be reached.
 
 Responses are read with the wire types of ``tessera.api`` where the SDK interprets them (``health``,
-``api_version``, ``follow_logs``); the other methods hand back the JSON as the server sent it."""
+``api_version``, ``follow_logs``); the other methods hand back the JSON as the server sent it. pydantic and the wire
+types load with the first of those calls, so that a command that only lists (``tessera jobs``) starts without them."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
-from pydantic import BaseModel, ValidationError
 
-from tessera.api import Health, LogChunk
 from tessera.client.errors import ApiError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from tessera.api import Health
 
 __all__ = ["ApiError", "TesseraClient", "wait_healthy"]
 
-Body = TypeVar("Body", bound=BaseModel)
+Body = TypeVar("Body", bound="BaseModel")
 HISTORY_PAGE = 1000  # records per page of GET /v1/history (its largest limit)
 
 
@@ -59,6 +63,8 @@ class TesseraClient:
 
     def _parse(self, model: type[Body], data: object) -> Body:
         """``data`` read as ``model``; a body that does not fit is an ``ApiError`` (a server of another version)."""
+        from pydantic import ValidationError
+
         try:
             return model.model_validate(data)
         except ValidationError as exc:
@@ -68,6 +74,8 @@ class TesseraClient:
 
     def health(self) -> Health:
         """``GET /healthz``: ready, the GPUs and the server's API version (an ``ApiError`` with 503 while starting)."""
+        from tessera.api import Health
+
         return self._parse(Health, self._call("GET", "/healthz"))
 
     def api_version(self) -> str:
@@ -136,6 +144,8 @@ class TesseraClient:
 
     def read_logs(self, workload_id: int, *, tail: int | None = None) -> Iterator[str]:
         """The log as it is now (from its last ``tail`` lines when given), chunk by chunk, without waiting."""
+        from tessera.api import LogChunk
+
         chunk = self._parse(LogChunk, self.logs(workload_id, tail=tail))
         while chunk.data:
             yield chunk.data
@@ -144,6 +154,8 @@ class TesseraClient:
     def follow_logs(self, workload_id: int, poll_s: float = 0.5, *, tail: int | None = None) -> Iterator[str]:
         """Log text as it is written, until the workload has ended and everything was read (from its last ``tail``
         lines when given)."""
+        from tessera.api import LogChunk
+
         chunk = self._parse(LogChunk, self.logs(workload_id, tail=tail))
         while True:
             if chunk.data:
