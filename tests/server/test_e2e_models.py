@@ -181,12 +181,12 @@ def test_a_model_back_at_zero_frees_its_share_then_holds_a_burst_of_50_while_it_
     # Served once (held while its first replica starts), it holds its share: 50% of a GPU in `tessera nodes`.
     ai = gateway(server, timeout=120)
     assert ai.completions.create(model="burst", prompt="wake up", max_tokens=2).choices[0].text
+    served_at = time.monotonic()
     assert model(server, "burst")["replicas"] == 1
     assert sorted(" 50.0%" in line for line in gpu_lines(server)) == [False, True]
     # Idle past its timeout: 0 replicas, and the share is free in `tessera nodes`.
-    idle_since = time.monotonic()
     wait_for(lambda: model(server, "burst")["state"] == "scaled-to-zero", timeout_s=60)
-    idle_s = time.monotonic() - idle_since
+    idle_s = time.monotonic() - served_at
     listed = json.loads(tessera(server, "models", "--json").stdout)
     assert [(m["name"], m["replicas"], m["state"]) for m in listed] == [("burst", 0, "scaled-to-zero")]
     lines = gpu_lines(server)
