@@ -110,6 +110,9 @@ def test_the_models_cli_deploys_lists_and_deletes_and_refuses_bad_input_in_one_l
         assert bad.returncode == 2 and bad.stdout == "", (args, bad.stdout)
         assert bad.stderr.startswith(f"error: {field}: ") and bad.stderr.count("\n") == 1, (args, bad.stderr)
         assert "Traceback" not in bad.stderr
+    # A value the CLI itself cannot parse gets typer's usage message (a box of several lines), naming the option.
+    unparsed = tessera(server, "models", "deploy", "bad", "--gpus", "two")
+    assert unparsed.returncode == 2 and "'--gpus'" in unparsed.stderr and "Traceback" not in unparsed.stderr
     taken = tessera(server, "models", "deploy", "cli-two", "--engine", "sim")
     assert taken.returncode == 2 and taken.stderr.startswith("error: ") and taken.stderr.count("\n") == 1
     assert "already deployed" in taken.stderr
