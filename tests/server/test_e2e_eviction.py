@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from live_server import ADMIN, LiveServer, wait_for
@@ -74,6 +75,11 @@ def test_a_burst_on_a_high_priority_model_evicts_an_idle_low_priority_one_sharin
         launched = event_at(live, high_replica, "started")
         assert launched is not None and launched >= evicted
         assert event_at(live, high_replica, "preempted") is None  # the winner is not evicted back
+        scrape = httpx.get(f"{live.url}/metrics", headers={"Authorization": f"Bearer {ADMIN}"}).text
+        assert 'tessera_model_evictions_total{served_model="low"} 1.0' in scrape
+        assert 'tessera_model_evictions_total{served_model="high"} 0.0' in scrape
+        assert 'tessera_model_starts_total{served_model="high",tier="cold"} 1.0' in scrape  # a cold start
+        assert 'tessera_model_state{served_model="high",state="ready"} 1.0' in scrape
         ttft = [f - start for f in firsts]
         print(
             f"\nswitch ({BURST} concurrent requests, 0 errors): burst start -> low-priority replica evicted "

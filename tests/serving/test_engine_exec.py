@@ -20,6 +20,21 @@ def test_a_shared_gpu_caps_vllm_and_sglang_memory_at_the_share() -> None:
     assert sglang[sglang.index("--mem-fraction-static") + 1] == "0.25"
 
 
+def test_gpus_n_runs_vllm_and_sglang_tensor_parallel_over_the_n_gpus() -> None:
+    two = {"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b"}  # a replica of a model deployed with --gpus 2
+    vllm = engine_argv("vllm", "chat", 8001, "/m", two)
+    assert vllm[vllm.index("--tensor-parallel-size") + 1] == "2"
+    sglang = engine_argv("sglang", "chat", 8001, "/m", two)
+    assert sglang[sglang.index("--tp") + 1] == "2"
+    one = {"CUDA_VISIBLE_DEVICES": "GPU-a"}
+    assert "--tensor-parallel-size" not in engine_argv("vllm", "chat", 8001, "/m", one)
+    assert "--tp" not in engine_argv("sglang", "chat", 8001, "/m", one)
+    simulated = {**two, "TESSERA_GPU_SIMULATED": "1"}  # vLLM on the CPU: one process, no tensor parallel
+    assert "--tensor-parallel-size" not in engine_argv("vllm", "chat", 8001, "/m", simulated)
+    served = engine_argv("transformers", "chat", 8001, "/m", two)  # transformers serve has no such flag
+    assert "--tensor-parallel-size" not in served and "--tp" not in served
+
+
 def test_a_whole_gpu_or_the_cpu_leaves_the_engine_its_default() -> None:
     assert memory_fraction({}) is None
     assert memory_fraction({"TESSERA_GPU_MEM_FRACTION": "junk"}) is None

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tessera.backends.base import Handle
@@ -125,20 +125,36 @@ class _StateCollector(Collector):
         yield self._workloads()
         yield from self._gpus()
         yield from self._queues()
-        yield self._models()
+        yield from self._models()
 
-    def _models(self) -> Metric:
-        """Replicas of each served model: running now (serving or starting), and the controller's target."""
+    def _models(self) -> Iterator[Metric]:
+        """Per served model: replicas running now (serving or starting) and the controller's target, its lifecycle
+        state (1 for the state it is in, 0 for the others), and how often its replicas were evicted."""
         family = GaugeMetricFamily(
             "tessera_model_replicas", "Replicas of a served model, running and desired", labels=["served_model", "kind"]
         )
+        state = GaugeMetricFamily(
+            "tessera_model_state", "1 for the lifecycle state a served model is in", labels=["served_model", "state"]
+        )
+        evicted = CounterMetricFamily(
+            "tessera_model_evictions",
+            "Replicas of a served model preempted for a higher-priority workload (it gave up its GPU share)",
+            labels=["served_model"],
+        )
         models = served.models(self.store)
         replicas = served.active_replicas(self.store, [m.id for m in models])
+        evictions = served.evictions(self.store, [m.id for m in models])
         for m in models:
             running = sum(r.state == "running" and not r.cancel_requested for r in replicas[m.id])
             family.add_metric([m.name, "running"], running)
             family.add_metric([m.name, "desired"], m.desired_replicas)
-        return family
+            now = served.model_state(m, replicas[m.id])
+            for name in served.MODEL_STATES:
+                state.add_metric([m.name, name], float(name == now))
+            evicted.add_metric([m.name], evictions.get(m.id, 0))
+        yield family
+        yield state
+        yield evicted
 
     def _workloads(self) -> Metric:
         family = GaugeMetricFamily("tessera_workloads", "Workloads by state and queue", labels=["state", "queue"])

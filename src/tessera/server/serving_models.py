@@ -9,12 +9,13 @@ from __future__ import annotations
 import dataclasses
 
 from tessera.api import ModelDeploy, ModelOut
-from tessera.api.serving import CacheTier, ModelState
+from tessera.api.serving import CacheTier
 from tessera.core.workload import MILLI_PER_GPU
 from tessera.errors import InvalidRequestError
 from tessera.server.context import ServerContext
 from tessera.server.quantities import parse_duration_s, parse_mem_mib
 from tessera.server.serving_plane import deployed, replica_row
+from tessera.server.store import served
 from tessera.server.store.models import ServedModelRow, WorkloadRow
 from tessera.server.submit import Principal, queue_for
 from tessera.serving.models import CATALOG
@@ -68,24 +69,13 @@ def deployed_draft(row: ServedModelRow) -> DeployedModel:
 def model_out(row: ServedModelRow, replicas: list[WorkloadRow], base_url: str, tier: str | None = None) -> ModelOut:
     live = [r for r in replicas if not r.cancel_requested]
     running = sum(r.state == "running" for r in live)
-    state: ModelState
-    if row.deleting:
-        state = "deleting"
-    elif running:
-        state = "ready"
-    elif row.desired_replicas == 0 and not replicas:
-        state = "scaled-to-zero"  # and its GPU share is free: no replica is left, not even one stopping
-    elif row.desired_replicas == 0 and not live:
-        state = "stopping"
-    else:
-        state = "deploying"
     return ModelOut(
         name=row.name,
         tenant=row.tenant,
         queue=row.queue,
         engine=row.engine,
         model=row.weights,
-        state=state,
+        state=served.model_state(row, replicas),
         replicas=running,
         desired_replicas=row.desired_replicas,
         min_replicas=row.min_replicas,

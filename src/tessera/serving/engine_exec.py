@@ -3,7 +3,8 @@ engine in this process's place, with the memory cap its GPU share allows.
 
 A replica is launched as a Tessera workload, so its share is only known at launch, from the variables the backend
 sets (``gpu.isolation``). This shim turns ``TESSERA_GPU_MEM_FRACTION`` into the engine's own flag (vLLM's and
-SGLang's memory fraction) and ``exec``s the engine, so that the workload's process is the engine itself: stopping
+SGLang's memory fraction), the GPUs in ``CUDA_VISIBLE_DEVICES`` (``--gpus N``) into their tensor-parallel size, and
+``exec``s the engine, so that the workload's process is the engine itself: stopping
 the workload stops the engine.
 
 The real engines usually live in a virtualenv of their own (``scripts/engines.sh`` makes ``.venv-vllm``: vLLM pins
@@ -58,6 +59,13 @@ def on_cpu(env: Mapping[str, str]) -> bool:
     return not Path("/dev/nvidiactl").exists()
 
 
+def gpu_count(env: Mapping[str, str]) -> int:
+    """How many GPUs the workload was given (``CUDA_VISIBLE_DEVICES``, as the backend sets it); 0 on the CPU."""
+    if on_cpu(env):
+        return 0
+    return len([d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()])
+
+
 def cpu_kv_cache_gib(env: Mapping[str, str]) -> str:
     """``VLLM_CPU_KVCACHE_SPACE`` for a CPU replica: as set, else the share's memory capped (see the docstring)."""
     if env.get(CPU_KV_ENV):
@@ -92,12 +100,16 @@ def engine_argv(engine: str, name: str, port: int, weights: str | None, env: Map
             argv += ["--enforce-eager"]
         elif fraction is not None:
             argv += ["--gpu-memory-utilization", str(fraction)]
+        if gpu_count(env) > 1:  # `--gpus N`: one engine over the N GPUs, tensor parallel
+            argv += ["--tensor-parallel-size", str(gpu_count(env))]
         return argv + extra_args(engine, env)
     if engine == "sglang":
         argv = [python, "-m", "sglang.launch_server", "--model-path", weights or name]
         argv += ["--served-model-name", name, *host, "--enable-metrics"]
         if fraction is not None:
             argv += ["--mem-fraction-static", str(fraction)]
+        if gpu_count(env) > 1:
+            argv += ["--tp", str(gpu_count(env))]
         return argv + extra_args(engine, env)
     if engine == "transformers":  # `transformers serve NAME`: loads it at start (``name_link``), serves only it
         argv = [python, "-m", "transformers.cli.transformers", "serve", name, *host]

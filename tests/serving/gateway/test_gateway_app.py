@@ -12,6 +12,7 @@ import httpx
 
 from tessera.serving.gateway.app import Gateway, GatewayConfig
 from tessera.serving.gateway.auth import StaticKeys
+from tessera.serving.gateway.metrics import GatewayMetrics
 from tessera.serving.gateway.registry import InMemoryRegistry, ModelRoute
 from tessera.serving.gateway.upstream import HttpxUpstream
 
@@ -51,7 +52,7 @@ class FakeReplicas:
 
 @asynccontextmanager
 async def gateway(
-    config: GatewayConfig | None = None,
+    config: GatewayConfig | None = None, metrics: GatewayMetrics | None = None
 ) -> AsyncIterator[tuple[Gateway, InMemoryRegistry, FakeReplicas, httpx.AsyncClient]]:
     registry = InMemoryRegistry()
     registry.deploy(ModelRoute("chat-a", "team-a"))
@@ -59,7 +60,7 @@ async def gateway(
     fake = FakeReplicas()
     upstream = httpx.AsyncClient(transport=httpx.MockTransport(fake.handler))
     config = config or GatewayConfig(scrape_interval_s=3600)
-    app = Gateway(registry, StaticKeys(KEYS), config, HttpxUpstream(upstream), upstream)
+    app = Gateway(registry, StaticKeys(KEYS), config, HttpxUpstream(upstream), upstream, metrics)
     await app.start()
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
     try:
@@ -138,6 +139,28 @@ def test_a_request_for_a_model_at_zero_is_held_until_a_replica_is_ready() -> Non
             registry.add_replica("chat-a", "http://127.0.0.1:9001")
             response = await pending
             assert response.status_code == 200 and app.hold.held("chat-a") == 0
+
+    run(go)
+
+
+def test_the_slo_header_sets_the_class_a_request_is_held_released_and_counted_under() -> None:
+    async def go() -> None:
+        metrics = GatewayMetrics()
+        async with gateway(metrics=metrics) as (app, registry, fake, client):
+            pending = []
+            for slo in ("", "batch", "interactive"):  # chat-a's own class is standard
+                body = {**CHAT, "messages": [{"role": "user", "content": slo or "default"}]}
+                headers = {**A, "x-tessera-slo": slo} if slo else A
+                pending.append(asyncio.ensure_future(client.post("/v1/chat/completions", json=body, headers=headers)))
+                await _wait_until(lambda: app.hold.held("chat-a") == len(pending))
+            registry.add_replica("chat-a", "http://127.0.0.1:9001")
+            assert all(r.status_code == 200 for r in await asyncio.gather(*pending))
+            # Released by class (interactive, standard, batch), not in the order they came.
+            order = [json.loads(body)["messages"][0]["content"] for _, body in fake.bodies]
+            assert order == ["interactive", "default", "batch"]
+            for slo in ("interactive", "standard", "batch"):
+                labels = {"served_model": "chat-a", "slo": slo, "code": "200"}
+                assert metrics.registry.get_sample_value("tessera_gateway_requests_total", labels) == 1.0
 
     run(go)
 

@@ -6,11 +6,14 @@ Used by the ``/v1/models`` routes and by ``server.serving_plane`` (the controlle
 
 from __future__ import annotations
 
-from sqlalchemy import delete, select, update
+from typing import get_args
+
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
+from tessera.api.serving import ModelState
 from tessera.errors import InvalidRequestError
-from tessera.server.store.models import ServedModelRow, WorkloadRow
+from tessera.server.store.models import EventRow, ServedModelRow, WorkloadRow
 from tessera.server.store.store import ACTIVE_STATES, Store
 
 
@@ -58,6 +61,37 @@ def active_replicas(store: Store, model_ids: list[int]) -> dict[int, list[Worklo
             assert row.model_id is not None
             found[row.model_id].append(row)
     return found
+
+
+MODEL_STATES: tuple[ModelState, ...] = get_args(ModelState)
+
+
+def model_state(row: ServedModelRow, replicas: list[WorkloadRow]) -> ModelState:
+    """The lifecycle state of a model, from its row and its pending and running replicas (``active_replicas``)."""
+    live = [r for r in replicas if not r.cancel_requested]
+    if row.deleting:
+        return "deleting"
+    if any(r.state == "running" for r in live):
+        return "ready"
+    if row.desired_replicas == 0 and not replicas:
+        return "scaled-to-zero"  # and its GPU share is free: no replica is left, not even one stopping
+    if row.desired_replicas == 0 and not live:
+        return "stopping"
+    return "deploying"
+
+
+def evictions(store: Store, model_ids: list[int]) -> dict[int, int]:
+    """How many times each model's replicas were preempted (evicted for a higher-priority workload), ever."""
+    if not model_ids:
+        return {}
+    query = (
+        select(WorkloadRow.model_id, func.count())
+        .join(EventRow, EventRow.workload_id == WorkloadRow.id)
+        .where(WorkloadRow.model_id.in_(model_ids), EventRow.kind == "preempted")
+        .group_by(WorkloadRow.model_id)
+    )
+    with store.session() as session:
+        return {int(model_id): int(n) for model_id, n in session.execute(query) if model_id is not None}
 
 
 def set_desired(store: Store, model_id: int, desired: int) -> None:
