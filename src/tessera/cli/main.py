@@ -15,9 +15,10 @@ Every ``TesseraError`` (bad input file, bad option value) and every unreadable p
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -412,8 +413,29 @@ def up(
 
 
 def main() -> None:
-    """Console-script entry point (``tessera``)."""
-    app()
+    """Console-script entry point (``tessera``). A value or option typer itself cannot take (``--gpus two``, an
+    unknown option, a missing argument) ends as every other error does: one line naming the option, exit 2."""
+    # typer's own click (vendored in recent releases, click itself before): its error class is BadParameter's base.
+    click_exception = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+    try:
+        code = app(prog_name="tessera", standalone_mode=False)  # "tessera" under `python -m tessera.cli` too
+    except typer.Abort:
+        typer.echo("Aborted.", err=True)
+        sys.exit(130)
+    except Exception as exc:
+        if not isinstance(exc, click_exception):
+            raise
+        _exit_on_usage_error(exc)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _exit_on_usage_error(exc: Any) -> NoReturn:
+    message = " ".join(exc.format_message().split())
+    if message:  # empty for `tessera` alone, whose help typer has printed already (exit 2, as before)
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+        typer.echo(f"error: {message}{hint}", err=True)
+    sys.exit(exc.exit_code)
 
 
 if __name__ == "__main__":
