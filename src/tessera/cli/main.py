@@ -15,10 +15,9 @@ Every ``TesseraError`` (bad input file, bad option value) and every unreadable p
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -26,7 +25,7 @@ from tessera.cli import lean_typer
 from tessera.cli.lazy import LazyGroup
 from tessera.cli.serving import register as register_serving_command
 from tessera.cli.settings import DEFAULT_PORT
-from tessera.cli.terminal import one_line_errors
+from tessera.cli.terminal import one_line_errors, run_app
 from tessera.core.errors import InvalidRequestError
 
 # The simulator (matplotlib), the placement policies (scipy), the presets and the server (FastAPI, SQLAlchemy) load
@@ -59,7 +58,7 @@ class Commands(LazyGroup):
         "history": "tessera.cli.history:history",
         "up": "tessera.cli.main:up",
         "simulate": "tessera.cli.main:simulate_app",
-        "bench": "tessera.cli.main:bench_app",
+        "bench": "tessera.cli.bench:bench_app",
         "queues": "tessera.cli.queues:queues_app",
         "token": "tessera.cli.commands:token_app",
         "models": "tessera.cli.models:models_app",
@@ -83,7 +82,6 @@ def _root() -> None:
 
 
 simulate_app = typer.Typer(help="Run simulation experiments.", no_args_is_help=True)
-bench_app = typer.Typer(help="Measure the speed of scheduling code.", no_args_is_help=True)
 
 NodesOption = Annotated[
     Path | None,
@@ -275,50 +273,6 @@ def simulate_timeline(
         console.print("Report written to:", *[str(p) for p in paths], sep="\n  ", markup=False, highlight=False)
 
 
-@bench_app.command("placement")
-def bench_placement(
-    policy: Annotated[
-        str,
-        typer.Option(
-            "--policy",
-            "--policies",
-            help="Placement policy to measure, or several (tessera,fgd): they then run in lockstep in this process.",
-        ),
-    ],
-    nodes: NodesOption = None,
-    pods: PodsOption = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the node order and the arrival sequence.")] = 42,
-    inflate: InflateOption = 1.3,
-    baseline: Annotated[
-        str | None,
-        typer.Option("--baseline", help="With several policies: the one the others' pods/s are divided by (last)."),
-    ] = None,
-) -> None:
-    """Placement speed on the inflated arrival sequence, printed as one JSON line per policy.
-
-    One policy: pods/s and the p99 decision time. Several: the policies take turns arrival by arrival (lockstep),
-    and each line adds the p50 decision time, the time to build the policy (setup_ms, not counted as decision
-    time) and pods/s over the baseline's."""
-    import json
-
-    from tessera.sim.placement_study.benchmark import compare_placement, measure_placement
-    from tessera.sim.placement_study.inputs import load_inputs
-    from tessera.sim.placement_study.sweep import check_inflate, parse_policies
-
-    with one_line_errors():
-        names = parse_policies(policy, "--policy")
-        if baseline is not None and baseline.strip().lower() not in names:
-            raise InvalidRequestError("--baseline", f"{baseline!r} is not one of the policies measured ({policy})")
-        check_inflate(inflate)
-        inputs = load_inputs(nodes, pods)
-        if len(names) == 1:
-            typer.echo(json.dumps(measure_placement(inputs, names[0], seed, inflate)))
-            return
-        base = baseline.strip().lower() if baseline is not None else None
-        for line in compare_placement(inputs, names, seed, inflate, base):
-            typer.echo(json.dumps(line))
-
-
 register_serving_command(simulate_app)
 
 
@@ -413,29 +367,8 @@ def up(
 
 
 def main() -> None:
-    """Console-script entry point (``tessera``). A value or option typer itself cannot take (``--gpus two``, an
-    unknown option, a missing argument) ends as every other error does: one line naming the option, exit 2."""
-    # typer's own click (vendored in recent releases, click itself before): its error class is BadParameter's base.
-    click_exception = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
-    try:
-        code = app(prog_name="tessera", standalone_mode=False)  # "tessera" under `python -m tessera.cli` too
-    except typer.Abort:
-        typer.echo("Aborted.", err=True)
-        sys.exit(130)
-    except Exception as exc:
-        if not isinstance(exc, click_exception):
-            raise
-        _exit_on_usage_error(exc)
-    sys.exit(code if isinstance(code, int) else 0)
-
-
-def _exit_on_usage_error(exc: Any) -> NoReturn:
-    message = " ".join(exc.format_message().split())
-    if message:  # empty for `tessera` alone, whose help typer has printed already (exit 2, as before)
-        ctx = getattr(exc, "ctx", None)
-        hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-        typer.echo(f"error: {message}{hint}", err=True)
-    sys.exit(exc.exit_code)
+    """Console-script entry point (``tessera``): errors typer finds itself end as one line too (``run_app``)."""
+    run_app(app)
 
 
 if __name__ == "__main__":

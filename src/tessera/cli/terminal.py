@@ -3,8 +3,10 @@ exit code 2, never a traceback."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, NoReturn
 
 import typer
 
@@ -28,3 +30,29 @@ def one_line_errors() -> Iterator[None]:
 def fail(message: str) -> None:
     typer.echo("error: " + " ".join(message.splitlines()), err=True)
     raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def run_app(app: typer.Typer) -> None:
+    """Run the typer app as ``tessera``. A value or option typer itself cannot take (``--gpus two``, an unknown
+    option, a missing argument) ends as every other error does: one line naming the option, exit 2."""
+    # typer's own click (vendored in recent releases, click itself before): its error class is BadParameter's base.
+    click_exception = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+    try:
+        code = app(prog_name="tessera", standalone_mode=False)  # "tessera" under `python -m tessera.cli` too
+    except typer.Abort:
+        typer.echo("Aborted.", err=True)
+        sys.exit(130)
+    except Exception as exc:
+        if not isinstance(exc, click_exception):
+            raise
+        _exit_on_usage_error(exc)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _exit_on_usage_error(exc: Any) -> NoReturn:
+    message = " ".join(exc.format_message().split())
+    if message:  # empty for `tessera` alone, whose help typer has printed already (exit 2, as before)
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+        typer.echo(f"error: {message}{hint}", err=True)
+    sys.exit(exc.exit_code)
