@@ -81,8 +81,9 @@ def prefix_hashes(text: str) -> tuple[int, ...]:
 class LiveReplicas:
     """See the module docstring. Call it on the event loop thread only."""
 
-    def __init__(self, registry: ReplicaRegistry, seed: int = 0) -> None:
+    def __init__(self, registry: ReplicaRegistry, seed: int = 0, max_prefix_entries: int = 200_000) -> None:
         self.registry = registry
+        self.max_prefix_entries = max_prefix_entries  # the cap of each model's prefix index (prefix-affinity)
         self._loads: dict[str, dict[int, ReplicaLoad]] = {}
         self._routing: dict[str, _ModelRouting] = {}
         self._rng = np.random.default_rng(seed)
@@ -106,7 +107,7 @@ class LiveReplicas:
             return None
         routing = self._routing.get(request.model)
         if routing is None or routing.router.name != router_name:
-            router = make_router(router_name)
+            router = make_router(router_name, max_prefix_entries=self.max_prefix_entries)
             routing = self._routing[request.model] = _ModelRouting(router, router.initial_state())
         views = [load.view(now_s) for load in loads]
         decision, _ = routing.router.route(request, views, routing.state, now_s, self._rng)
@@ -116,6 +117,10 @@ class LiveReplicas:
             if load.endpoint.replica == decision.replica:
                 return load
         return None
+
+    def prefix_entries(self) -> int:
+        """Entries in the prefix indexes of all models (each capped at ``max_prefix_entries``)."""
+        return sum(len(r.state.prefix_index) for r in self._routing.values() if r.state.prefix_index is not None)
 
     def forget(self, model: str) -> None:
         """The model is gone: drop its loads and router state."""
