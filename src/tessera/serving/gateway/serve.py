@@ -34,6 +34,9 @@ def uvicorn_server(gateway: Gateway, host: str = "127.0.0.1", port: int = 0) -> 
         access_log=False,
         backlog=4096,
         timeout_keep_alive=30,
+        proxy_headers=False,  # the client's address is not used: no middleware around every request
+        server_header=False,
+        date_header=False,
     )
     return uvicorn.Server(config)
 

@@ -40,6 +40,10 @@ class UpstreamResponse(Protocol):
     # cancelled, with no ``asyncio.shield`` (a task of its own per request) around it.
     closes_at_once: bool
 
+    # True once the body's end has been read: set before ``chunks`` yields the last piece, so the caller can send
+    # that piece and the end of its own answer in one write.
+    complete: bool
+
     def chunks(self) -> AsyncIterator[bytes]: ...
 
     async def close(self) -> None: ...
@@ -74,16 +78,10 @@ class _RawResponse:
         self._chunked = headers.get("transfer-encoding", "").lower() == "chunked"
         self._reusable = headers.get("connection", "").lower() != "close"
         self._buffer = bytearray(rest)
-        self._complete = False
+        self.complete = False
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        if self._chunked:
-            async for piece in self._chunked_body():
-                yield piece
-        else:
-            async for piece in self._sized_body():
-                yield piece
-        self._complete = True
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self._chunked_body() if self._chunked else self._sized_body()
 
     async def _read(self) -> bytes:
         data = await self._conn[0].read(READ_BYTES)
@@ -99,14 +97,19 @@ class _RawResponse:
                 yield bytes(self._buffer)
             while data := await self._conn[0].read(READ_BYTES):
                 yield data
+            self.complete = True
             return
         if self._buffer:
-            yield bytes(self._buffer)
             left -= len(self._buffer)
+            self.complete = left <= 0
+            yield bytes(self._buffer)
+            self._buffer.clear()
         while left > 0:
             data = await self._read()
             left -= len(data)
+            self.complete = left <= 0
             yield data
+        self.complete = True
 
     async def _chunked_body(self) -> AsyncIterator[bytes]:
         buffer = self._buffer
@@ -128,6 +131,8 @@ class _RawResponse:
                     break
                 out.append(bytes(buffer[eol + 2 : eol + 2 + size]))
                 del buffer[: eol + 2 + size + 2]
+            if done:
+                self.complete = True
             if out:
                 yield b"".join(out)
             if done:
@@ -135,7 +140,7 @@ class _RawResponse:
             buffer += await self._read()
 
     async def close(self) -> None:
-        if self._complete and self._reusable and not self._buffer:
+        if self.complete and self._reusable and not self._buffer:
             self._pool._give_back(self._key, self._conn)
         else:
             self._conn[1].close()
@@ -148,15 +153,24 @@ class RawUpstream:
         self.timeout_s = timeout_s
         self.max_idle_per_replica = max_idle_per_replica
         self._idle: dict[tuple[str, int], list[_Conn]] = {}
+        self._heads: dict[tuple[str, str], tuple[tuple[str, int], bytes]] = {}  # (url, path) -> (key, head start)
+
+    def _head(self, base_url: str, path: str) -> tuple[tuple[str, int], bytes]:
+        """The replica's (host, port) and the request head up to the length, parsed once per URL and path."""
+        cached = self._heads.get((base_url, path))
+        if cached is None:
+            parts = urlsplit(base_url)
+            host, port = parts.hostname or "127.0.0.1", parts.port or 80
+            head = f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\ncontent-length: "
+            if len(self._heads) > 4096:  # replicas come and go: keep the cache bounded
+                self._heads.clear()
+            cached = self._heads[(base_url, path)] = ((host, port), head.encode("latin-1"))
+        return cached
 
     async def post(self, base_url: str, path: str, body: bytes) -> UpstreamResponse:
-        parts = urlsplit(base_url)
-        host, port = parts.hostname or "127.0.0.1", parts.port or 80
-        key = (host, port)
-        payload = (
-            f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\n\r\n"
-        ).encode("latin-1") + body
+        key, head = self._head(base_url, path)
+        host, port = key
+        payload = b"%b%d\r\n\r\n%b" % (head, len(body), body)
         idle = self._idle.get(key)
         while idle:  # a kept-alive connection the replica may have closed meanwhile: one fresh retry then
             conn = idle.pop()
@@ -204,6 +218,7 @@ class RawUpstream:
 # ------------------------------------------------------------------------------------------------------ httpx
 class _HttpxResponse:
     closes_at_once = False
+    complete = False  # its last piece is not known as such: the end goes in a write of its own
 
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
