@@ -45,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -63,6 +64,7 @@ class Sample:
     ttft_s: float = 0.0
     e2e_s: float = 0.0
     lag_s: float = 0.0  # from the scheduled arrival to the request's bytes being written
+    error: str = ""
 
 
 @dataclass
@@ -76,6 +78,9 @@ class Pool:
     async def get(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self.idle:
             return self.idle.pop()
+        return await asyncio.open_connection(self.host, self.port)
+
+    async def fresh(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await asyncio.open_connection(self.host, self.port)
 
     def put(self, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
@@ -101,10 +106,27 @@ def request_bytes(port: int, max_tokens: int, key: str | None, tag: str, system:
 
 
 async def one(pool: Pool, payload: bytes, via_gateway: bool, timeout_s: float, due: float) -> Sample:
-    try:
-        reader, writer = await pool.get()
-    except OSError:
-        return Sample(via_gateway, False)
+    """One request; a kept-alive connection the server closed meanwhile (its idle timeout) before answering
+    anything is replaced by a fresh one once, as any HTTP client does."""
+    for attempt in (0, 1):
+        try:
+            reader, writer = await (pool.get() if attempt == 0 else pool.fresh())
+        except OSError as exc:
+            return Sample(via_gateway, False, error=type(exc).__name__)
+        sample = await exchange(reader, writer, payload, via_gateway, timeout_s, due)
+        if sample.ok:
+            pool.put((reader, writer))
+            return sample
+        writer.close()
+        if sample.error != "closed before answering":
+            return sample
+    return sample
+
+
+async def exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, payload: bytes, via_gateway: bool, timeout_s: float,
+    due: float,
+) -> Sample:  # fmt: skip
     start = time.perf_counter()
     lag = max(0.0, start - due)
     first = 0.0
@@ -115,21 +137,19 @@ async def one(pool: Pool, payload: bytes, via_gateway: bool, timeout_s: float, d
             while True:
                 data = await reader.read(65536)
                 if not data:
-                    raise ConnectionError("closed")
+                    raise ConnectionError("closed" if buffer else "closed before answering")
                 buffer = buffer[-16:] + data if first else buffer + data
                 if not first and b"data: " in data:
                     first = time.perf_counter()
                     if not buffer.startswith(b"HTTP/1.1 200"):
-                        raise ConnectionError(buffer[:100].decode("latin-1"))
+                        raise ConnectionError(buffer[:12].decode("latin-1"))
                 if buffer.endswith(b"0\r\n\r\n") and first:
                     break
                 if not first and buffer.startswith(b"HTTP/1.1 ") and not buffer.startswith(b"HTTP/1.1 200"):
-                    raise ConnectionError(buffer[:100].decode("latin-1"))
-    except (OSError, TimeoutError, ConnectionError):
-        writer.close()
-        return Sample(via_gateway, False)
+                    raise ConnectionError(buffer[:12].decode("latin-1"))
+    except (OSError, TimeoutError, ConnectionError) as exc:
+        return Sample(via_gateway, False, error=str(exc) or type(exc).__name__)
     end = time.perf_counter()
-    pool.put((reader, writer))
     return Sample(via_gateway, True, first - start, end - start, lag)
 
 
@@ -177,6 +197,7 @@ def summarize(samples: list[Sample]) -> dict[str, Any]:
         out[arm] = {
             "requests": len(mine),
             "errors": len(mine) - len(good),
+            "error_kinds": dict(Counter(s.error for s in mine if not s.ok)),
             "ttft_p50_ms": 1000 * percentile([s.ttft_s for s in good], 0.50),
             "ttft_p99_ms": 1000 * percentile([s.ttft_s for s in good], 0.99),
             "e2e_p50_ms": 1000 * percentile([s.e2e_s for s in good], 0.50),
