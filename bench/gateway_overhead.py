@@ -8,22 +8,23 @@ key, the ``--router`` (prefix-affinity by default, its prefix index capped at ``
 load generator (asyncio, a minimal HTTP/1.1 client over keep-alive connections: it reads raw bytes and stamps the
 first SSE event and the end of the chunked body, to spend as little of the cores as it can).
 
-How the two arms share a run: one Poisson arrival process at ``--rate`` runs for twice ``--duration-s``, cut into
-alternating windows of ``--window-s``; arrivals in even windows go through the gateway, those in odd windows go
-straight to an engine (round robin). Each arm thus sees ``--rate`` requests/s for ``--duration-s`` in all, on the
-same engines and the same machine load, interleaved every half second (the first window's arm alternates between
-runs). A ``--warmup-s`` warm-up of the same shape comes first and is not counted (it fills the connection pools).
-A request's clock starts when its bytes are written on a pooled connection; how late that was against its
-scheduled arrival is reported too (``send_lag``: the load generator's own lag; the direct arm's latency is the
-floor the generator and the engines set).
+How the arms share a run: one Poisson arrival process at ``--rate`` runs, cut into windows of ``--window-s`` that
+the arms take in turn: the gateway, straight to an engine (round robin) and, with ``--baseline-src`` (another
+source tree, e.g. main's), a second gateway run from that tree. Each arm thus sees ``--rate`` requests/s for
+``--duration-s`` in all, on the same engines under the same machine load, interleaved every half second (the
+first window's arm rotates between runs). A ``--warmup-s`` warm-up of the same shape comes first and is not
+counted (it fills the connection pools). A request's clock starts when its bytes are written on a pooled
+connection; how late that was against its scheduled arrival is reported too (``send_lag``: the load generator's
+own lag; the direct arm's latency is the floor the generator and the engines set).
 
 Prompts exercise the prefix index: a system prompt drawn from 32 (four 64-character blocks each) and a user message
 unique to the request (four more blocks), so each request brings about four new prefix entries and shares four.
 
 Reported per run (one JSON line): requests and errors per arm, TTFT and end-to-end p50/p99 per arm, the added
-latency (gateway minus direct, of each percentile), the send lag, CPU shares, the gateway's resident memory at the
-run's start and end (VmRSS, peak VmHWM) and its prefix index size (from its ``/health``), the load average; then a
-summary over the runs (medians, worst, whether p50 <= 1 ms and p99 <= 5 ms added TTFT held in every run).
+latency (gateway minus direct, of each percentile; the baseline's too), the send lag, CPU shares and CPU per
+request, the gateway's resident memory at the run's start and end (VmRSS, peak VmHWM) and its prefix index size
+(from its ``/health``), the load average; then a summary over the runs (medians, worst, whether p50 <= 1 ms and
+p99 <= 5 ms added TTFT held in every run).
 
 uvloop and httptools (uvicorn's fast parser) are used by every process when importable.
 
@@ -59,7 +60,7 @@ MODEL = "bench"
 
 @dataclass
 class Sample:
-    via_gateway: bool
+    arm: str  # "gateway", "direct" or "baseline"
     ok: bool
     ttft_s: float = 0.0
     e2e_s: float = 0.0
@@ -105,15 +106,15 @@ def request_bytes(port: int, max_tokens: int, key: str | None, tag: str, system:
     return head.encode() + body
 
 
-async def one(pool: Pool, payload: bytes, via_gateway: bool, timeout_s: float, due: float) -> Sample:
+async def one(pool: Pool, payload: bytes, arm: str, timeout_s: float, due: float) -> Sample:
     """One request; a kept-alive connection the server closed meanwhile (its idle timeout) before answering
     anything is replaced by a fresh one once, as any HTTP client does."""
     for attempt in (0, 1):
         try:
             reader, writer = await (pool.get() if attempt == 0 else pool.fresh())
         except OSError as exc:
-            return Sample(via_gateway, False, error=type(exc).__name__)
-        sample = await exchange(reader, writer, payload, via_gateway, timeout_s, due)
+            return Sample(arm, False, error=type(exc).__name__)
+        sample = await exchange(reader, writer, payload, arm, timeout_s, due)
         if sample.ok:
             pool.put((reader, writer))
             return sample
@@ -124,7 +125,7 @@ async def one(pool: Pool, payload: bytes, via_gateway: bool, timeout_s: float, d
 
 
 async def exchange(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, payload: bytes, via_gateway: bool, timeout_s: float,
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, payload: bytes, arm: str, timeout_s: float,
     due: float,
 ) -> Sample:  # fmt: skip
     start = time.perf_counter()
@@ -148,13 +149,16 @@ async def exchange(
                 if not first and buffer.startswith(b"HTTP/1.1 ") and not buffer.startswith(b"HTTP/1.1 200"):
                     raise ConnectionError(buffer[:12].decode("latin-1"))
     except (OSError, TimeoutError, ConnectionError) as exc:
-        return Sample(via_gateway, False, error=str(exc) or type(exc).__name__)
+        return Sample(arm, False, error=str(exc) or type(exc).__name__)
     end = time.perf_counter()
-    return Sample(via_gateway, True, first - start, end - start, lag)
+    return Sample(arm, True, first - start, end - start, lag)
 
 
-async def load(gateway: Pool, engines: list[Pool], args: argparse.Namespace, seconds: float, seed: int) -> list[Sample]:
-    """``seconds`` of each arm: Poisson arrivals at ``args.rate`` for 2 x ``seconds``, in alternating windows."""
+async def load(gateways: dict[str, Pool], engines: list[Pool], args: argparse.Namespace, seconds: float, seed: int
+               ) -> list[Sample]:  # fmt: skip
+    """``seconds`` of each arm: Poisson arrivals at ``args.rate`` for (arms x ``seconds``), the arms taking turns
+    window by window (the first window's arm rotates with ``seed``)."""
+    arms = [*gateways, "direct"]
     rng = random.Random(seed)
     tasks: list[asyncio.Task[Sample]] = []
     loop = asyncio.get_running_loop()
@@ -163,8 +167,7 @@ async def load(gateway: Pool, engines: list[Pool], args: argparse.Namespace, sec
     at = 0.0
     turn = 0
     count = 0
-    gateway_first = seed % 2 == 0
-    while at < 2 * seconds:
+    while at < len(arms) * seconds:
         at += rng.expovariate(args.rate)
         delay = t0 + at - loop.time()
         if delay > 0:
@@ -172,13 +175,14 @@ async def load(gateway: Pool, engines: list[Pool], args: argparse.Namespace, sec
         count += 1
         tag, system = f"{seed}-{count}", SYSTEM_PROMPTS[rng.randrange(len(SYSTEM_PROMPTS))]
         due = t0 + at + offset
-        if (int(at / args.window_s) % 2 == 0) == gateway_first:
-            payload = request_bytes(gateway.port, args.max_tokens, KEY, tag, system)
-            tasks.append(asyncio.ensure_future(one(gateway, payload, True, args.timeout_s, due)))
-        else:
+        arm = arms[(int(at / args.window_s) + seed) % len(arms)]
+        if arm == "direct":
             turn = (turn + 1) % len(engines)
-            payload = request_bytes(engines[turn].port, args.max_tokens, None, tag, system)
-            tasks.append(asyncio.ensure_future(one(engines[turn], payload, False, args.timeout_s, due)))
+            pool, key = engines[turn], None
+        else:
+            pool, key = gateways[arm], KEY
+        payload = request_bytes(pool.port, args.max_tokens, key, tag, system)
+        tasks.append(asyncio.ensure_future(one(pool, payload, arm, args.timeout_s, due)))
     return list(await asyncio.gather(*tasks))
 
 
@@ -189,10 +193,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def summarize(samples: list[Sample]) -> dict[str, Any]:
+def summarize(samples: list[Sample], arms: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for arm, via in (("gateway", True), ("direct", False)):
-        mine = [s for s in samples if s.via_gateway == via]
+    for arm in arms:
+        mine = [s for s in samples if s.arm == arm]
         good = [s for s in mine if s.ok]
         out[arm] = {
             "requests": len(mine),
@@ -204,8 +208,12 @@ def summarize(samples: list[Sample]) -> dict[str, Any]:
             "e2e_p99_ms": 1000 * percentile([s.e2e_s for s in good], 0.99),
             "send_lag_p99_ms": 1000 * percentile([s.lag_s for s in good], 0.99),
         }
-    g, d = out["gateway"], out["direct"]
-    out["added_ms"] = {name: g[name] - d[name] for name in ("ttft_p50_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms")}
+    d = out["direct"]
+    for arm in arms[:-1]:  # "added_ms" for the gateway, "baseline_added_ms" for the baseline gateway
+        g = out[arm]
+        out["added_ms" if arm == "gateway" else f"{arm}_added_ms"] = {
+            name: g[name] - d[name] for name in ("ttft_p50_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms")
+        }
     return out
 
 
@@ -248,27 +256,32 @@ def wait_port(port: int, process: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def processes(args: argparse.Namespace) -> Iterator[tuple[int, list[int], list[int]]]:
-    """Start the engines and the gateway; yield (gateway port, engine ports, pids: engines', then the gateway's);
-    stop them all."""
+def processes(args: argparse.Namespace) -> Iterator[tuple[dict[str, int], list[int], dict[str, int]]]:
+    """Start the engines and the gateway (and the baseline gateway from ``--baseline-src``); yield (gateway ports
+    by arm, engine ports, pids by name: each gateway arm's and "engines" for the first engine); stop them all."""
     started: list[subprocess.Popen[bytes]] = []
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, ["src", os.environ.get("PYTHONPATH", "")]))}
+
+    def env(src: str) -> dict[str, str]:
+        return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH", "")]))}
+
     try:
         ports = [free_port() for _ in range(args.engines)]
         for port in ports:
             argv = [sys.executable, "-m", "tessera.serving.engines.sim_server", "--model", MODEL, "--port", str(port),
                     "--speedup", str(args.speedup)]  # fmt: skip
-            started.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, start_new_session=True))
-        gateway_port = free_port()
+            started.append(subprocess.Popen(argv, env=env("src"), stdout=subprocess.DEVNULL, start_new_session=True))
         urls = ",".join(f"http://127.0.0.1:{p}" for p in ports)
-        argv = [sys.executable, "-m", "tessera.serving.gateway.serve", "--port", str(gateway_port), "--model",
-                f"{MODEL}={urls}", "--key", f"{KEY}=bench", "--router", args.router, "--max-prefix-entries",
-                str(args.max_prefix_entries)]  # fmt: skip
-        gateway = subprocess.Popen(argv, env=env, start_new_session=True)
-        started.append(gateway)
-        for port, process in zip([*ports, gateway_port], started, strict=True):
+        gateways = {"gateway": "src"} | ({"baseline": str(args.baseline_src)} if args.baseline_src else {})
+        gateway_ports = {arm: free_port() for arm in gateways}
+        for arm, src in gateways.items():
+            argv = [sys.executable, "-m", "tessera.serving.gateway.serve", "--port", str(gateway_ports[arm]),
+                    "--model", f"{MODEL}={urls}", "--key", f"{KEY}=bench", "--router", args.router,
+                    "--max-prefix-entries", str(args.max_prefix_entries)]  # fmt: skip
+            started.append(subprocess.Popen(argv, env=env(src), start_new_session=True))
+        for port, process in zip([*ports, *gateway_ports.values()], started, strict=True):
             wait_port(port, process)
-        yield gateway_port, ports, [p.pid for p in started]
+        pids = {arm: process.pid for arm, process in zip(gateways, started[len(ports) :], strict=True)}
+        yield gateway_ports, ports, pids | {f"engine{i}": p.pid for i, p in enumerate(started[: len(ports)])}
     finally:
         for process in started:
             if process.poll() is None:
@@ -297,30 +310,32 @@ async def gateway_health(port: int) -> dict[str, Any]:
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
-    with processes(args) as (gateway_port, engine_ports, pids):
-        gateway = Pool("127.0.0.1", gateway_port)
+    with processes(args) as (gateway_ports, engine_ports, pids):
+        gateways = {arm: Pool("127.0.0.1", port) for arm, port in gateway_ports.items()}
         engines = [Pool("127.0.0.1", p) for p in engine_ports]
-        gateway_pid = pids[-1]
+        arms = [*gateways, "direct"]
         for run in range(args.runs):
-            await load(gateway, engines, args, args.warmup_s, seed=1000 + run)
-            memory_start = proc_memory_mib(gateway_pid)
+            await load(gateways, engines, args, args.warmup_s, seed=1000 + run)
+            memory_start = {arm: proc_memory_mib(pids[arm]) for arm in gateways}
             load_start = Path("/proc/loadavg").read_text().split()[:3]
-            before = [cpu_s(pid) for pid in pids] + [time.process_time()]
+            before = {name: cpu_s(pid) for name, pid in pids.items()} | {"load_generator": time.process_time()}
             wall = time.perf_counter()
-            samples = await load(gateway, engines, args, args.duration_s, seed=run)
+            samples = await load(gateways, engines, args, args.duration_s, seed=run)
             wall = time.perf_counter() - wall
-            after = [cpu_s(pid) for pid in pids] + [time.process_time()]
-            result = summarize(samples)
-            used = [b - a for a, b in zip(before, after, strict=True)]
-            through = max(1, result["gateway"]["requests"])
-            result["cpu"] = {  # shares of one core over the run (both arms' windows), the gateway's CPU per request
-                "gateway_core_share": used[-2] / wall,
-                "engines_core_share": sum(used[:-2]) / wall,
-                "load_generator_core_share": used[-1] / wall,
-                "gateway_ms_per_request": 1000 * used[-2] / through,
+            after = {name: cpu_s(pid) for name, pid in pids.items()} | {"load_generator": time.process_time()}
+            result = summarize(samples, arms)
+            used = {name: after[name] - before[name] for name in after}
+            result["cpu"] = {  # shares of one core over the whole run (all arms' windows)
+                "gateway_core_share": used["gateway"] / wall,
+                "engines_core_share": sum(v for k, v in used.items() if k.startswith("engine")) / wall,
+                "load_generator_core_share": used["load_generator"] / wall,
             }
-            result["gateway_memory_mib"] = {"start": memory_start, "end": proc_memory_mib(gateway_pid)}
-            result["prefix_index_entries"] = (await gateway_health(gateway_port)).get("prefix_index_entries")
+            for arm in gateways:  # CPU per request it served
+                result["cpu"][f"{arm}_ms_per_request"] = 1000 * used[arm] / max(1, result[arm]["requests"])
+            result["gateway_memory_mib"] = {"start": memory_start["gateway"], "end": proc_memory_mib(pids["gateway"])}
+            result["prefix_index_entries"] = (await gateway_health(gateway_ports["gateway"])).get(
+                "prefix_index_entries"
+            )
             result["loadavg"] = {"start": load_start, "end": Path("/proc/loadavg").read_text().split()[:3]}
             runs.append(result)
             print(json.dumps({"run": run, **result}), flush=True)
@@ -333,10 +348,15 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         f"added_{name}": {"median": statistics.median(a[name] for a in added), "worst": max(a[name] for a in added)}
         for name in ("ttft_p50_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms")
     }
-    out["errors"] = sum(r["gateway"]["errors"] + r["direct"]["errors"] for r in runs)
+    out["errors"] = sum(r[arm]["errors"] for r in runs for arm in ("gateway", "baseline", "direct") if arm in r)
+    if "baseline_added_ms" in runs[0]:
+        base = [r["baseline_added_ms"] for r in runs]
+        out["baseline_added_ttft_ms_median"] = {
+            name: statistics.median(b[name] for b in base) for name in ("ttft_p50_ms", "ttft_p99_ms")
+        }
     out["gateway_rss_mib_max"] = max(r["gateway_memory_mib"]["end"].get("VmRSS", 0.0) for r in runs)
     out["prefix_index_entries"] = [r["prefix_index_entries"] for r in runs]
-    out["target_met_every_run"] = out["errors"] == 0 and all(
+    out["target_met_every_run"] = out["errors"] == 0 and all(  # errors of any arm fail it
         a["ttft_p50_ms"] <= 1.0 and a["ttft_p99_ms"] <= 5.0 for a in added
     )
     return out
@@ -345,8 +365,8 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=1000.0, help="arrivals per second in each arm's windows")
-    parser.add_argument("--window-s", type=float, default=0.5, help="the arms alternate every this long")
-    parser.add_argument("--duration-s", type=float, default=10.0, help="per arm (a run lasts twice this)")
+    parser.add_argument("--window-s", type=float, default=0.5, help="the arms take turns every this long")
+    parser.add_argument("--duration-s", type=float, default=10.0, help="per arm (a run lasts arms x this)")
     parser.add_argument("--warmup-s", type=float, default=1.0, help="per arm, before each run")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--engines", type=int, default=2)
@@ -361,6 +381,11 @@ def main() -> None:
     parser.add_argument("--router", default="prefix-affinity")
     parser.add_argument("--max-prefix-entries", type=int, default=20_000, help="the gateway's prefix index cap")
     parser.add_argument("--timeout-s", type=float, default=30.0)
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="a source tree (e.g. main's src/) for a second gateway, the baseline arm, taking its own turns",
+    )
     parser.add_argument("--json", type=Path, help="write the results there too")
     args = parser.parse_args()
     try:  # the load generator, the engines and the gateway (uvicorn) all use uvloop when it is installed
