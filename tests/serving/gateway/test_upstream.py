@@ -86,3 +86,29 @@ def test_an_answer_not_read_to_its_end_drops_the_connection() -> None:
         return writer.closed
 
     assert asyncio.run(go())
+
+
+def test_a_replica_that_never_answers_times_out_and_a_cancel_still_cancels() -> None:
+    async def go() -> tuple[float, bool]:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)  # accepts, never answers
+        port = server.sockets[0].getsockname()[1]
+        upstream = RawUpstream(timeout_s=0.05)
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(UpstreamError, match="no answer"):
+            await upstream.post(f"http://127.0.0.1:{port}", "/v1/completions", b"{}")
+        waited = asyncio.get_running_loop().time() - started
+        slow = RawUpstream(timeout_s=60)
+        task = asyncio.ensure_future(slow.post(f"http://127.0.0.1:{port}", "/v1/completions", b"{}"))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            cancelled = True
+        else:
+            cancelled = False
+        server.close()
+        return waited, cancelled
+
+    waited, cancelled = asyncio.run(go())
+    assert waited < 1.0 and cancelled

@@ -65,6 +65,7 @@ class GatewayConfig:
     upstream_timeout_s: float = 600.0  # connect and first-answer timeout towards a replica
     scrape_timeout_s: float = 2.0
     max_body_bytes: int = 16 * 1024 * 1024
+    max_prefix_entries: int = 200_000  # per model, the prefix-affinity router's index cap
     on_demand: Callable[[str], None] | None = None  # a model has requests and no ready replica: start one
 
 
@@ -84,7 +85,7 @@ class Gateway:
         self.metrics = metrics  # None: no series kept (the overhead benchmark's bare gateway)
         self.auth: Authenticator = auth if auth is not None else OpenAccess()
         self.config = config if config is not None else GatewayConfig()
-        self.replicas = LiveReplicas(registry)
+        self.replicas = LiveReplicas(registry, max_prefix_entries=self.config.max_prefix_entries)
         self.hold = HoldArea(self.config.max_hold_s, self.config.max_held_per_model)
         self.upstream: Upstream = upstream if upstream is not None else RawUpstream(self.config.upstream_timeout_s)
         self._client = scrape_client  # for the replicas' /metrics (a few requests a second)
@@ -133,7 +134,8 @@ class Gateway:
         elif path == "/v1/models" and method == "GET":
             await self._models(scope, send)
         elif path == "/health":
-            await send_json(send, 200, b'{"status": "ok"}')
+            entries = self.replicas.prefix_entries()
+            await send_json(send, 200, b'{"status": "ok", "prefix_index_entries": %d}' % entries)
         elif wire is not None or path == "/v1/models":
             await send_json(send, 405, error_body(f"{method} not allowed on {path}", "invalid_request_error", None))
         else:

@@ -84,9 +84,13 @@ async def forward(
         else:
             headers.append((b"cache-control", b"no-cache"))
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        ended = False
         try:
             async for chunk in response.chunks():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if response.complete:  # the last piece: it and the answer's end go in one write
+                    watch.finishing()
+                    ended = True
+                await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
         except UpstreamError:  # the replica died mid-answer: end the answer cleanly, saying so
             watch.finishing()
             tail = b""
@@ -94,8 +98,9 @@ async def forward(
                 tail = b"data: " + error_body("the replica failed mid-answer", "api_error", "replica_failed") + b"\n\n"
             await send({"type": "http.response.body", "body": tail, "more_body": False})
             return True
-        watch.finishing()
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if not ended:
+            watch.finishing()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         return True
     finally:
         if response.closes_at_once:

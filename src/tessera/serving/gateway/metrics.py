@@ -47,15 +47,29 @@ class GatewayMetrics:
             buckets=_DECISION_BUCKETS, registry=r,
         )  # fmt: skip
 
+        # Label children kept (labels() takes a lock and builds the key each time); as many as the series themselves
+        self._series: dict[tuple[str, str], tuple[Histogram, Histogram, Histogram, Histogram]] = {}
+        self._counted: dict[tuple[str, str, int], Counter] = {}
+
     def answered(
         self, model: str, slo: str, code: int, arrival_s: float, sent_s: float, first_s: float | None, end_s: float,
         chunks: int,
     ) -> None:  # fmt: skip
         """One request's end: ``sent_s`` when it went to a replica, ``first_s`` its first bytes back (None: none)."""
-        self.requests.labels(model, slo, str(code)).inc()
-        self.queued.labels(model, slo).observe(sent_s - arrival_s)
-        self.e2e.labels(model, slo).observe(end_s - arrival_s)
+        counter = self._counted.get((model, slo, code))
+        if counter is None:
+            counter = self._counted[(model, slo, code)] = self.requests.labels(model, slo, str(code))
+        counter.inc()
+        series = self._series.get((model, slo))
+        if series is None:
+            series = self._series[(model, slo)] = (
+                self.queued.labels(model, slo), self.e2e.labels(model, slo), self.ttft.labels(model, slo),
+                self.tpot.labels(model, slo),
+            )  # fmt: skip
+        queued, e2e, ttft, tpot = series
+        queued.observe(sent_s - arrival_s)
+        e2e.observe(end_s - arrival_s)
         if first_s is not None:
-            self.ttft.labels(model, slo).observe(first_s - arrival_s)
+            ttft.observe(first_s - arrival_s)
             if chunks > 1:
-                self.tpot.labels(model, slo).observe((end_s - first_s) / (chunks - 1))
+                tpot.observe((end_s - first_s) / (chunks - 1))

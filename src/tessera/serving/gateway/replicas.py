@@ -81,14 +81,24 @@ def prefix_hashes(text: str) -> tuple[int, ...]:
 class LiveReplicas:
     """See the module docstring. Call it on the event loop thread only."""
 
-    def __init__(self, registry: ReplicaRegistry, seed: int = 0) -> None:
+    def __init__(self, registry: ReplicaRegistry, seed: int = 0, max_prefix_entries: int = 200_000) -> None:
         self.registry = registry
+        self.max_prefix_entries = max_prefix_entries  # the cap of each model's prefix index (prefix-affinity)
         self._loads: dict[str, dict[int, ReplicaLoad]] = {}
+        self._ready: dict[str, list[ReplicaLoad]] = {}  # loads(model) until the registry says the model changed
         self._routing: dict[str, _ModelRouting] = {}
         self._rng = np.random.default_rng(seed)
+        registry.subscribe(self._changed)
+
+    def _changed(self, model: str) -> None:
+        self._ready.pop(model, None)
 
     def loads(self, model: str) -> list[ReplicaLoad]:
-        """The ready replicas' loads, in the registry's order (new replicas join, gone ones leave, here)."""
+        """The ready replicas' loads, in the registry's order (new replicas join, gone ones leave, here). The list
+        is kept until the registry reports a change of ``model``: callers must not change it."""
+        ready = self._ready.get(model)
+        if ready is not None:
+            return ready
         endpoints = self.registry.replicas(model)
         known = self._loads.get(model)
         if known is None:
@@ -97,7 +107,8 @@ class LiveReplicas:
             fresh = {e.replica: known.get(e.replica) or ReplicaLoad(e) for e in endpoints}
             known.clear()
             known.update(fresh)
-        return list(known.values())
+        ready = self._ready[model] = list(known.values())
+        return ready
 
     def pick(self, request: InferenceRequest, router_name: str, now_s: float) -> ReplicaLoad | None:
         """The replica the model's router chooses, or None when the model has no accepting replica."""
@@ -106,7 +117,7 @@ class LiveReplicas:
             return None
         routing = self._routing.get(request.model)
         if routing is None or routing.router.name != router_name:
-            router = make_router(router_name)
+            router = make_router(router_name, max_prefix_entries=self.max_prefix_entries)
             routing = self._routing[request.model] = _ModelRouting(router, router.initial_state())
         views = [load.view(now_s) for load in loads]
         decision, _ = routing.router.route(request, views, routing.state, now_s, self._rng)
@@ -117,9 +128,14 @@ class LiveReplicas:
                 return load
         return None
 
+    def prefix_entries(self) -> int:
+        """Entries in the prefix indexes of all models (each capped at ``max_prefix_entries``)."""
+        return sum(len(r.state.prefix_index) for r in self._routing.values() if r.state.prefix_index is not None)
+
     def forget(self, model: str) -> None:
         """The model is gone: drop its loads and router state."""
         self._loads.pop(model, None)
+        self._ready.pop(model, None)
         self._routing.pop(model, None)
 
     async def scrape_forever(self, client: httpx.AsyncClient, interval_s: float) -> None:

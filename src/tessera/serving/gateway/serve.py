@@ -34,6 +34,9 @@ def uvicorn_server(gateway: Gateway, host: str = "127.0.0.1", port: int = 0) -> 
         access_log=False,
         backlog=4096,
         timeout_keep_alive=30,
+        proxy_headers=False,  # the client's address is not used: no middleware around every request
+        server_header=False,
+        date_header=False,
     )
     return uvicorn.Server(config)
 
@@ -50,6 +53,7 @@ def build(argv: Sequence[str]) -> tuple[Gateway, str, int]:
     parser.add_argument("--model", action="append", default=[], help="NAME=URL[,URL...] (repeat per model)")
     parser.add_argument("--key", action="append", default=[], help="API key for a tenant: KEY=TENANT (repeatable)")
     parser.add_argument("--router", default="least-load", choices=ROUTER_NAMES)
+    parser.add_argument("--max-prefix-entries", type=int, default=200_000, help="prefix index cap per model")
     parser.add_argument("--tenant", default="", help="the tenant owning the --model models (default: the first key's)")
     ns = parser.parse_args(list(argv))
     keys: dict[str, str] = {}
@@ -68,7 +72,10 @@ def build(argv: Sequence[str]) -> tuple[Gateway, str, int]:
         for url in urls.split(","):
             registry.add_replica(name, url.rstrip("/"))
     auth: Authenticator = StaticKeys(keys) if keys else OpenAccess()
-    return Gateway(registry, auth, GatewayConfig()), ns.host, ns.port
+    if ns.max_prefix_entries < 1:
+        _fail("--max-prefix-entries", f"must be >= 1, got {ns.max_prefix_entries}")
+    config = GatewayConfig(max_prefix_entries=ns.max_prefix_entries)
+    return Gateway(registry, auth, config), ns.host, ns.port
 
 
 def main(argv: Sequence[str] | None = None) -> int:
