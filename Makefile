@@ -95,7 +95,7 @@ test: lint
 
 test-engines: $(STAMP)
 	bash scripts/engines.sh
-	$(BIN)/pytest -p no:cacheprovider -s -m engines tests/server/test_e2e_real_engines.py
+	$(BIN)/pytest -p no:cacheprovider -s -m engines tests/server/test_e2e_real_engines.py tests/serving/test_e2e_model_switching.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_placement.py

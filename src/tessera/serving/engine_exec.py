@@ -112,11 +112,24 @@ def engine_argv(engine: str, name: str, port: int, weights: str | None, env: Map
             argv += ["--tp", str(gpu_count(env))]
         return argv + extra_args(engine, env)
     if engine == "transformers":  # `transformers serve NAME`: loads it at start (``name_link``), serves only it
-        argv = [python, "-m", "transformers.cli.transformers", "serve", name, *host]
-        if on_cpu(env):
-            argv += ["--device", "cpu"]
-        return argv + extra_args(engine, env)
+        return transformers_argv(name, port, env)
     raise SystemExit(f"engine_exec: unknown engine {engine!r}")
+
+
+def transformers_argv(
+    pinned: str | None, port: int, env: Mapping[str, str], model_timeout_s: int | None = None
+) -> list[str]:
+    """``transformers serve``'s command line: pinned to the model ``pinned`` (loaded at start, never unloaded), or,
+    with ``pinned`` None, serving any model a request names (a folder relative to its working directory), each
+    loaded on its first request and unloaded after ``model_timeout_s`` idle seconds (its own default: 300)."""
+    argv = [engine_python(env), "-m", "transformers.cli.transformers", "serve"]
+    argv += [pinned] if pinned is not None else []
+    argv += ["--host", "127.0.0.1", "--port", str(port)]
+    if pinned is None and model_timeout_s is not None:
+        argv += ["--model-timeout", str(model_timeout_s)]
+    if on_cpu(env):
+        argv += ["--device", "cpu"]
+    return argv + extra_args("transformers", env)
 
 
 def name_link(name: str, weights: str, env: Mapping[str, str]) -> Path:

@@ -1,6 +1,6 @@
 """The engine seam: what the serving controller and the gateway need of an inference engine, whatever it is.
 
-An ``EngineAdapter`` is one replica of one model on one engine kind (``sim``, later ``vllm``, ``sglang``,
+An ``EngineAdapter`` is one replica of one model on one engine kind (``sim``, ``vllm``, ``sglang``,
 ``transformers``). It says how to launch it (``command``: argv and environment, which the controller hands to the
 backend as a ``service`` workload, or ``LocalProcess`` runs directly in tests and benchmarks), and speaks to the
 running process over HTTP: ``health``, ``stats`` (its Prometheus ``/metrics`` read into ``EngineStats``), and
@@ -31,6 +31,7 @@ class EngineCommand:
     env: Mapping[str, str] = field(default_factory=dict)  # added to the launcher's environment
     host: str = "127.0.0.1"
     port: int = 0
+    cwd: str | None = None  # its working directory (``transformers serve`` finds its models' folders there)
 
     @property
     def base_url(self) -> str:

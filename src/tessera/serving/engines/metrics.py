@@ -67,3 +67,14 @@ def parse_metrics(text: str) -> EngineStats:
         generation_tokens_total=int(sums.get("generation_tokens_total", 0)),
         sleeping=sums.get("sleeping", 0.0) > 0,
     )
+
+
+def vllm_asleep(text: str) -> bool:
+    """Whether vLLM says it sleeps: ``vllm:engine_sleep_state{sleep_state="awake"}`` is 0 for one of its engines
+    (the gauge has one series per engine and state; 1 for ``awake`` means it serves)."""
+    for line in text.splitlines():
+        if line.startswith("vllm:engine_sleep_state{") and 'sleep_state="awake"' in line:
+            value = line.rpartition("}")[2].split()
+            if value and value[0] in ("0", "0.0"):
+                return True
+    return False

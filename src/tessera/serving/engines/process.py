@@ -40,7 +40,13 @@ class LocalProcess:
         env = {**os.environ, **command.env}
         with open(self._log_path or os.devnull, "ab") as log:
             self._process = await asyncio.create_subprocess_exec(
-                *command.argv, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True
+                *command.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                cwd=command.cwd,
+                start_new_session=True,
             )
 
     def exit_code(self) -> int | None:

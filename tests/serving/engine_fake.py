@@ -1,0 +1,64 @@
+"""A tiny HTTP server on 127.0.0.1 that answers each ``(method, path)`` with a canned response, and keeps what it was
+asked (``calls``: method, path with its query, body), for the engine adapters' tests (vLLM's and ``transformers
+serve``'s answers, recorded from the real servers where they run here). A path it has no answer for gets 404 with
+FastAPI's body, as both servers answer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass
+class Canned:
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "application/json"
+
+
+Answer = Canned | Callable[[bytes], Canned]
+
+
+class FakeEngine:
+    def __init__(self, answers: dict[tuple[str, str], Answer]) -> None:
+        self.answers = answers
+        self.calls: list[tuple[str, str, bytes]] = []
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                length = 0
+                for line in lines[1:]:
+                    name, _, value = line.partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value)
+                body = await reader.readexactly(length) if length else b""
+                self.calls.append((method, path, body))
+                answer = self.answers.get((method, path), Canned(404, b'{"detail":"Not Found"}'))
+                canned = answer(body) if callable(answer) else answer
+                head_out = (
+                    f"HTTP/1.1 {canned.status} X\r\ncontent-type: {canned.content_type}\r\n"
+                    f"content-length: {len(canned.body)}\r\n\r\n"
+                )
+                writer.write(head_out.encode() + canned.body)
+                await writer.drain()
+        finally:
+            writer.close()
