@@ -131,22 +131,32 @@ def jobs(
         from rich.markup import escape
         from rich.table import Table
 
-        table = Table(box=None, header_style="bold")
-        for column in ("ID", "NAME", "QUEUE", "STATE", "GPUS", "SHARE", "TIME", "WHERE / WHY"):
-            table.add_column(column, no_wrap=True, overflow="ellipsis" if column == "WHERE / WHY" else "fold")
+        console = Console()
+        table = Table(box=None, header_style="bold", pad_edge=False)
         now = time.time()
+        # In a narrow terminal (or a pipe: 80 columns) the id, state, GPUs, share and time keep their full width, the
+        # name and the reason share what is left (cut with an ellipsis), and under 72 columns the share and time are
+        # left out (--json has everything).
+        wide = console.width >= 72
+        fixed = ["ID", "QUEUE", "STATE", "GPUS"] + (["SHARE", "TIME"] if wide else [])
+        records = []
         for w in rows:
-            table.add_row(
-                str(w["id"]),
-                escape(w["name"] or " ".join(w["command"])[:30]) + _task(w),
-                w["queue"],
-                w["state"],
-                str(w["gpus"]),
-                _share(w),
-                _elapsed(w, now),
-                escape(_where(w)),
-            )
-        Console().print(table)
+            name = escape(w["name"] or " ".join(w["command"])[:30]) + _task(w)
+            cells = {"ID": str(w["id"]), "QUEUE": w["queue"][:12], "STATE": w["state"], "GPUS": str(w["gpus"])}
+            cells |= {"SHARE": _share(w), "TIME": _elapsed(w, now), "NAME": name, "WHERE / WHY": escape(_where(w))}
+            records.append(cells)
+        widths = {c: max([len(c)] + [len(r[c]) for r in records]) for c in fixed}
+        left = console.width - sum(widths.values()) - 2 * (len(fixed) + 1)
+        name_width = max(6, min(30, left * 2 // 5))
+        for column in ["ID", "NAME", "QUEUE", "STATE", "GPUS"] + (["SHARE", "TIME"] if wide else []) + ["WHERE / WHY"]:
+            if column in widths:
+                table.add_column(column, no_wrap=True, min_width=widths[column])
+            else:
+                limit = name_width if column == "NAME" else max(6, left - name_width)
+                table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=limit)
+        for r in records:
+            table.add_row(*(r[str(c.header)] for c in table.columns))
+        console.print(table)
 
 
 def show(
