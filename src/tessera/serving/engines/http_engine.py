@@ -7,6 +7,7 @@ sleep endpoints (``POST /sleep``, ``POST /wake_up``) are the default, which the 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
 
 import httpx
 
@@ -70,12 +71,15 @@ class HttpEngine:
         return response.status_code == 200
 
     async def stats(self) -> EngineStats:
+        return parse_metrics(await self._metrics_text())
+
+    async def _metrics_text(self) -> str:
         try:
             response = await self._client.get(f"{self.base_url}/metrics")
             response.raise_for_status()
         except httpx.HTTPError as exc:
             raise EngineError(f"{self.kind} engine at {self.base_url}: metrics unreadable: {exc}") from exc
-        return parse_metrics(response.text)
+        return response.text
 
     async def sleep(self) -> None:
         await self._post("/sleep")
@@ -83,12 +87,26 @@ class HttpEngine:
     async def wake(self) -> None:
         await self._post("/wake_up")
 
-    async def _post(self, path: str) -> None:
+    async def _post(self, path: str, body: object = None, hint: Callable[[int], str] = lambda status: "") -> None:
+        """POST to one of the engine's own endpoints (sleep, wake, reset), with a JSON ``body`` if given; an answer
+        other than 200 is an ``EngineError``, followed by ``hint(status)``."""
         if not self.sleep_capable:
             raise EngineUnsupported(f"the {self.kind} engine has no sleep mode")
         try:
-            response = await self._client.post(f"{self.base_url}{path}")
+            response = await self._client.post(f"{self.base_url}{path}", json=body)
         except httpx.HTTPError as exc:
             raise EngineError(f"{self.kind} engine at {self.base_url}: {path} failed: {exc}") from exc
         if response.status_code != 200:
-            raise EngineError(f"{self.kind} engine at {self.base_url}: {path} answered {response.status_code}")
+            status = response.status_code
+            raise EngineError(f"{self.kind} engine at {self.base_url}: {path} answered {status}{hint(status)}")
+
+
+def launch_env(env: Mapping[str, str], mem_fraction: float | None = None, python: str | None = None) -> dict[str, str]:
+    """What ``engine_exec`` reads besides the engine's own variables: the GPU share as a memory fraction and the
+    engines' Python."""
+    out = dict(env)
+    if mem_fraction is not None:
+        out["TESSERA_GPU_MEM_FRACTION"] = repr(mem_fraction)
+    if python is not None:
+        out["TESSERA_ENGINE_PYTHON"] = python
+    return out

@@ -19,8 +19,8 @@ from __future__ import annotations
 import httpx
 
 from tessera.serving.engine_exec import engine_argv, engine_env
-from tessera.serving.engines.base import EngineCommand, EngineError, ProcessRunner
-from tessera.serving.engines.http_engine import HttpEngine
+from tessera.serving.engines.base import EngineCommand, ProcessRunner
+from tessera.serving.engines.http_engine import HttpEngine, launch_env
 
 SLEEP_PATH = "/release_memory_occupation"
 WAKE_PATH = "/resume_memory_occupation"
@@ -50,25 +50,12 @@ class SGLangEngine(HttpEngine):
         self.python = python
 
     def command(self) -> EngineCommand:
-        env: dict[str, str] = {}
-        if self.mem_fraction is not None:
-            env["TESSERA_GPU_MEM_FRACTION"] = repr(self.mem_fraction)
-        if self.python is not None:
-            env["TESSERA_ENGINE_PYTHON"] = self.python
+        env = launch_env({}, self.mem_fraction, self.python)
         argv = engine_argv("sglang", self.model, self.port, self.weights, env)
         return EngineCommand(tuple(argv), engine_env("sglang", env), self.host, self.port)
 
     async def sleep(self) -> None:
-        await self._memory(SLEEP_PATH)
+        await self._post(SLEEP_PATH, {}, lambda status: " (was it started with --enable-memory-saver?)")
 
     async def wake(self) -> None:
-        await self._memory(WAKE_PATH)
-
-    async def _memory(self, path: str) -> None:
-        try:
-            response = await self._client.post(f"{self.base_url}{path}", json={})
-        except httpx.HTTPError as exc:
-            raise EngineError(f"sglang engine at {self.base_url}: {path} failed: {exc}") from exc
-        if response.status_code != 200:
-            hint = " (was it started with --enable-memory-saver?)" if path == SLEEP_PATH else ""
-            raise EngineError(f"sglang engine at {self.base_url}: {path} answered {response.status_code}{hint}")
+        await self._post(WAKE_PATH, {})

@@ -27,7 +27,7 @@ import httpx
 
 from tessera.serving.engine_exec import engine_env, name_link, transformers_argv
 from tessera.serving.engines.base import EngineCommand, EngineError, EngineStats, ProcessRunner
-from tessera.serving.engines.http_engine import HttpEngine
+from tessera.serving.engines.http_engine import HttpEngine, launch_env
 
 
 class TransformersServeEngine(HttpEngine):
@@ -67,9 +67,7 @@ class TransformersServeEngine(HttpEngine):
         return {self.model: self.weights, **self.others}
 
     def command(self) -> EngineCommand:
-        env = dict(self.env)
-        if self.python is not None:
-            env["TESSERA_ENGINE_PYTHON"] = self.python
+        env = launch_env(self.env, python=self.python)
         links = {**os.environ, **env}  # where name_link puts its directory ($TMPDIR)
         cwd = None
         for name, folder in self.models.items():
@@ -85,12 +83,7 @@ class TransformersServeEngine(HttpEngine):
         return EngineStats()  # no /metrics to read
 
     async def sleep(self) -> None:
-        try:
-            response = await self._client.post(f"{self.base_url}/reset")
-        except httpx.HTTPError as exc:
-            raise EngineError(f"transformers engine at {self.base_url}: /reset failed: {exc}") from exc
-        if response.status_code != 200:
-            raise EngineError(f"transformers engine at {self.base_url}: /reset answered {response.status_code}")
+        await self._post("/reset")
 
     async def wake(self) -> None:
         for name in self.models if not self.pinned else [self.model]:

@@ -20,8 +20,8 @@ import dataclasses
 import httpx
 
 from tessera.serving.engine_exec import engine_argv, engine_env
-from tessera.serving.engines.base import EngineCommand, EngineError, EngineStats, EngineUnsupported, ProcessRunner
-from tessera.serving.engines.http_engine import HttpEngine
+from tessera.serving.engines.base import EngineCommand, EngineStats, ProcessRunner
+from tessera.serving.engines.http_engine import HttpEngine, launch_env
 from tessera.serving.engines.metrics import parse_metrics, vllm_asleep
 
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
@@ -60,11 +60,7 @@ class VllmEngine(HttpEngine):
         return self.sleep_mode
 
     def command(self) -> EngineCommand:
-        env = dict(self.env)
-        if self.mem_fraction is not None:
-            env["TESSERA_GPU_MEM_FRACTION"] = repr(self.mem_fraction)
-        if self.python is not None:
-            env["TESSERA_ENGINE_PYTHON"] = self.python
+        env = launch_env(self.env, self.mem_fraction, self.python)
         argv = engine_argv("vllm", self.model, self.port, self.weights, env)
         run_env = engine_env("vllm", env)
         if self.sleep_mode:
@@ -73,13 +69,9 @@ class VllmEngine(HttpEngine):
         return EngineCommand(tuple(argv), run_env, self.host, self.port)
 
     async def stats(self) -> EngineStats:
-        try:
-            response = await self._client.get(f"{self.base_url}/metrics")
-            response.raise_for_status()
-        except httpx.HTTPError as exc:
-            raise EngineError(f"vllm engine at {self.base_url}: metrics unreadable: {exc}") from exc
-        stats = parse_metrics(response.text)
-        return dataclasses.replace(stats, sleeping=True) if vllm_asleep(response.text) else stats
+        text = await self._metrics_text()
+        stats = parse_metrics(text)
+        return dataclasses.replace(stats, sleeping=True) if vllm_asleep(text) else stats
 
     async def sleep(self) -> None:
         await self._dev_post(f"{SLEEP_PATH}?level=1")
@@ -88,12 +80,5 @@ class VllmEngine(HttpEngine):
         await self._dev_post(WAKE_PATH)
 
     async def _dev_post(self, path: str) -> None:
-        try:
-            await self._post(path)
-        except EngineUnsupported:
-            raise
-        except EngineError as exc:
-            if "answered 404" not in str(exc):
-                raise
-            needs = f"vLLM serves {path.partition('?')[0]} only with {DEV_MODE_ENV}=1 and --enable-sleep-mode"
-            raise EngineError(f"{exc} ({needs})") from exc
+        needs = f"vLLM serves {path.partition('?')[0]} only with {DEV_MODE_ENV}=1 and --enable-sleep-mode"
+        await self._post(path, hint=lambda status: f" ({needs})" if status == 404 else "")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -183,6 +184,15 @@ class _RawResponse:
             self._conn[1].close()
 
 
+@functools.lru_cache(maxsize=4096)  # replicas come and go: bounded
+def _request_head(base_url: str, path: str) -> tuple[tuple[str, int], bytes]:
+    """The replica's (host, port) and the request head up to the length, parsed once per URL and path."""
+    parts = urlsplit(base_url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    head = f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\ncontent-length: "
+    return (host, port), head.encode("latin-1")
+
+
 class RawUpstream:
     """See the module docstring."""
 
@@ -190,23 +200,10 @@ class RawUpstream:
         self.timeout_s = timeout_s
         self.max_idle_per_replica = max_idle_per_replica
         self._idle: dict[tuple[str, int], list[_Conn]] = {}
-        self._heads: dict[tuple[str, str], tuple[tuple[str, int], bytes]] = {}  # (url, path) -> (key, head start)
         self._deadlines = _Deadlines(min(1.0, max(0.01, timeout_s / 10)))  # for the first answer
 
-    def _head(self, base_url: str, path: str) -> tuple[tuple[str, int], bytes]:
-        """The replica's (host, port) and the request head up to the length, parsed once per URL and path."""
-        cached = self._heads.get((base_url, path))
-        if cached is None:
-            parts = urlsplit(base_url)
-            host, port = parts.hostname or "127.0.0.1", parts.port or 80
-            head = f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\ncontent-length: "
-            if len(self._heads) > 4096:  # replicas come and go: keep the cache bounded
-                self._heads.clear()
-            cached = self._heads[(base_url, path)] = ((host, port), head.encode("latin-1"))
-        return cached
-
     async def post(self, base_url: str, path: str, body: bytes) -> UpstreamResponse:
-        key, head = self._head(base_url, path)
+        key, head = _request_head(base_url, path)
         host, port = key
         payload = b"%b%d\r\n\r\n%b" % (head, len(body), body)
         idle = self._idle.get(key)
