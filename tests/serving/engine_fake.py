@@ -52,13 +52,16 @@ class FakeEngine:
                         length = int(value)
                 body = await reader.readexactly(length) if length else b""
                 self.calls.append((method, path, body))
-                answer = self.answers.get((method, path), Canned(404, b'{"detail":"Not Found"}'))
-                canned = answer(body) if callable(answer) else answer
-                head_out = (
-                    f"HTTP/1.1 {canned.status} X\r\ncontent-type: {canned.content_type}\r\n"
-                    f"content-length: {len(canned.body)}\r\n\r\n"
-                )
-                writer.write(head_out.encode() + canned.body)
-                await writer.drain()
+                await self._answer(method, path, body, writer)
         finally:
             writer.close()
+
+    async def _answer(self, method: str, path: str, body: bytes, writer: asyncio.StreamWriter) -> None:
+        """The canned answer to ``(method, path)`` (404 with FastAPI's body when there is none); a subclass that
+        answers by its own rules (``sglang_replay``) overrides this and keeps the server."""
+        answer = self.answers.get((method, path), Canned(404, b'{"detail":"Not Found"}'))
+        canned = answer(body) if callable(answer) else answer
+        kind, length = canned.content_type, len(canned.body)
+        head = f"HTTP/1.1 {canned.status} X\r\ncontent-type: {kind}\r\ncontent-length: {length}\r\n\r\n"
+        writer.write(head.encode() + canned.body)
+        await writer.drain()

@@ -14,49 +14,22 @@ import asyncio
 import json
 from pathlib import Path
 
+from engine_fake import FakeEngine
+
 RECORDED = Path(__file__).parent / "sglang_recorded"
 MODEL = "smollm2"
 
 
-class SGLangReplay:
+class SGLangReplay(FakeEngine):
+    """``FakeEngine``'s server, answering by SGLang's rules instead of a table."""
+
     def __init__(self) -> None:
-        self.calls: list[tuple[str, str, bytes]] = []
+        super().__init__({})
         self.released = False
-        self._server: asyncio.Server | None = None
-        self.port = 0
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                lines = head.decode("latin-1").split("\r\n")
-                method, path, _ = lines[0].split(" ", 2)
-                length = 0
-                for line in lines[1:]:
-                    name, _, value = line.partition(":")
-                    if name.strip().lower() == "content-length":
-                        length = int(value)
-                body = await reader.readexactly(length) if length else b""
-                self.calls.append((method, path, body))
-                await self._answer(method, path, body, writer)
-        finally:
-            writer.close()
 
     async def _answer(self, method: str, path: str, body: bytes, writer: asyncio.StreamWriter) -> None:
         if method == "GET" and path == "/health":
