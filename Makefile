@@ -40,8 +40,8 @@ simulate: $(STAMP)
 	$(BIN)/tessera simulate fgd --out $(OUT)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff format --check src tests bench scripts
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -17,7 +17,9 @@ def test_only_workloads_over_allowance_plus_tolerance_are_reported() -> None:
     violations = detect_overuse(usage, {"a": 20_000, "b": 20_000}, {10: "a", 11: "a", 20: "b"})
 
     assert violations == [Violation("a", "GPU-0", 20_700, 20_000, (10, 11))]
-    assert "20700 MiB on GPU-0 exceeds the allowance of 20000 MiB" in violations[0].reason
+    assert violations[0].reason == (
+        "GPU memory 20700 MiB on GPU-0 exceeds its allowance of 20000 MiB + 512 MiB slack (processes 10, 11)"
+    )
 
 
 def test_each_gpu_is_judged_apart_and_uncapped_workloads_are_left_alone() -> None:
@@ -26,7 +28,9 @@ def test_each_gpu_is_judged_apart_and_uncapped_workloads_are_left_alone() -> Non
     violations = detect_overuse(usage, {"a": 1000, "free": 0}, {1: "a", 2: "free"}, tolerance_mib=0)
 
     assert violations == []
-    assert len(detect_overuse(usage, {"a": 800}, {1: "a"}, tolerance_mib=0)) == 2
+    over = detect_overuse(usage, {"a": 800}, {1: "a"}, tolerance_mib=0)
+    assert len(over) == 2
+    assert "exceeds its allowance of 800 MiB (processes 1)" in over[0].reason  # no slack applied, none named
 
 
 def test_check_once_kills_only_the_offender_once() -> None:
@@ -45,7 +49,7 @@ def test_check_once_kills_only_the_offender_once() -> None:
 
     assert [v.gpu_uuid for v in violations] == ["GPU-0", "GPU-1"]
     assert [workload for workload, _ in killed] == ["greedy"]
-    assert "exceeds the allowance of 20480 MiB" in killed[0][1]
+    assert "exceeds its allowance of 20480 MiB + 512 MiB slack" in killed[0][1]
 
 
 def test_a_failed_kill_does_not_spare_the_next_offender() -> None:

@@ -29,11 +29,16 @@ class Violation:
     used_mib: int  # summed over the workload's processes on that GPU
     allowance_mib: int
     pids: tuple[int, ...]
+    tolerance_mib: int = DEFAULT_TOLERANCE_MIB  # the slack the limit included: over allowance_mib + tolerance_mib
 
     @property
     def reason(self) -> str:
+        """The limit as applied: the allowance plus the slack (so 'over' reads true for a figure just above it)."""
+        limit = f"its allowance of {self.allowance_mib} MiB"
+        if self.tolerance_mib:
+            limit += f" + {self.tolerance_mib} MiB slack"
         return (
-            f"GPU memory {self.used_mib} MiB on {self.gpu_uuid} exceeds the allowance of {self.allowance_mib} MiB "
+            f"GPU memory {self.used_mib} MiB on {self.gpu_uuid} exceeds {limit} "
             f"(processes {', '.join(map(str, self.pids))})"
         )
 
@@ -59,7 +64,14 @@ def detect_overuse(
         used[key] += process.used_mib
         pids[key].append(process.pid)
     return [
-        Violation(workload_id, gpu_uuid, used_mib, allowances[workload_id], tuple(sorted(pids[workload_id, gpu_uuid])))
+        Violation(
+            workload_id,
+            gpu_uuid,
+            used_mib,
+            allowances[workload_id],
+            tuple(sorted(pids[workload_id, gpu_uuid])),
+            tolerance_mib,
+        )
         for (workload_id, gpu_uuid), used_mib in sorted(used.items())
         if used_mib > allowances[workload_id] + tolerance_mib
     ]
