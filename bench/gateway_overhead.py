@@ -26,7 +26,9 @@ request, the gateway's resident memory at the run's start and end (VmRSS, peak V
 (from its ``/health``), the load average; then a summary over the runs (medians, worst, whether p50 <= 1 ms and
 p99 <= 5 ms added TTFT held in every run).
 
-uvloop and httptools (uvicorn's fast parser) are used by every process when importable.
+uvloop and httptools (uvicorn's fast parser) are used by every process when importable. The load generator runs
+each timed run with its garbage collector off (``load_without_gc_pauses``), so that its own pauses do not land on
+one arm's window.
 
 Usage: ``PYTHONPATH=src python bench/gateway_overhead.py [--rate 1000] [--duration-s 10] [--runs 3] [--json OUT]``.
 Linux only (``/proc``).
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib
 import importlib.util
 import json
@@ -186,6 +189,19 @@ async def load(gateways: dict[str, Pool], engines: list[Pool], args: argparse.Na
     return list(await asyncio.gather(*tasks))
 
 
+async def load_without_gc_pauses(gateways: dict[str, Pool], engines: list[Pool], args: argparse.Namespace, run: int
+                                 ) -> list[Sample]:  # fmt: skip
+    """A run's ``load`` with this process's cyclic garbage collector off: it keeps every request's task and sample
+    until the run ends, so its full collections grew to 30-100 ms over a run, and each one stalled the clock of
+    every request in flight (of whichever arm's window it fell in). Collected between runs instead."""
+    gc.collect()
+    gc.disable()
+    try:
+        return await load(gateways, engines, args, args.duration_s, seed=run)
+    finally:
+        gc.enable()
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -320,7 +336,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             load_start = Path("/proc/loadavg").read_text().split()[:3]
             before = {name: cpu_s(pid) for name, pid in pids.items()} | {"load_generator": time.process_time()}
             wall = time.perf_counter()
-            samples = await load(gateways, engines, args, args.duration_s, seed=run)
+            samples = await load_without_gc_pauses(gateways, engines, args, run)
             wall = time.perf_counter() - wall
             after = {name: cpu_s(pid) for name, pid in pids.items()} | {"load_generator": time.process_time()}
             result = summarize(samples, arms)

@@ -243,7 +243,9 @@ def serving_front(ctx: ServerContext) -> ServingFront:
     registry = LiveRegistry(lookup)
     wake = threading.Event()
     metrics = GatewayMetrics()
-    config = GatewayConfig(on_demand=lambda model: wake.set(), max_hold_s=max_hold_s(os.environ))
+    config = GatewayConfig(
+        on_demand=lambda model: wake.set(), max_hold_s=max_hold_s(os.environ), freeze_heap_on_start=True
+    )
     gateway = Gateway(registry, TokenAuth(ctx), config, metrics=metrics)
     bridge = GatewayBridge(registry, gateway, wake)
     return ServingFront(

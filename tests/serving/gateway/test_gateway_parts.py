@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
 from tessera.serving.engines.base import EngineStats
+from tessera.serving.gateway.app import Gateway, GatewayConfig
 from tessera.serving.gateway.auth import ANY_TENANT, OpenAccess, StaticKeys, visible
+from tessera.serving.gateway.forward import DisconnectWatch, Message
 from tessera.serving.gateway.hold import HoldArea, HoldExpired, HoldOverflow
 from tessera.serving.gateway.registry import InMemoryRegistry, ModelRoute, ReplicaEndpoint
 from tessera.serving.gateway.replicas import LiveReplicas, ReplicaLoad, prefix_hashes
@@ -119,3 +122,73 @@ def test_prefix_hashes_are_chained_over_whole_blocks() -> None:
     b = prefix_hashes("x" * 64 * 2 + "y" * 64)
     assert len(a) == 3 and a[:2] == b[:2] and a[2] != b[2]
     assert prefix_hashes("short") == ()
+
+
+def test_a_watch_closed_after_the_answer_ends_by_itself_and_leaves_no_cyclic_garbage() -> None:
+    """ASGI's receive says http.disconnect once the answer is complete: the watcher returns then, uncancelled.
+    A cancelled watcher would leave a reference cycle per request (its CancelledError's traceback holds its
+    frames), which only the cyclic collector frees: the gateway's p99 stalls at 1,000 requests/s."""
+
+    async def go() -> tuple[bool, bool, int]:
+        complete = asyncio.Event()
+
+        async def receive() -> Message:
+            await complete.wait()
+            return {"type": "http.disconnect"}
+
+        async def answer() -> asyncio.Task[None]:
+            task = asyncio.current_task()
+            assert task is not None
+            watch = DisconnectWatch(receive, task)
+            watch.finishing()
+            complete.set()  # the server wakes receive as the answer's end goes out
+            watch.close()
+            return watch._watcher
+
+        gc.collect()
+        gc.disable()
+        try:
+            watcher = await asyncio.ensure_future(answer())
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            done, cancelled = watcher.done(), watcher.cancelled()
+            del watcher
+            return done, cancelled, gc.collect()
+        finally:
+            gc.enable()
+
+    done, cancelled, unreachable = asyncio.run(go())
+    assert done and not cancelled
+    assert unreachable == 0
+
+
+def test_a_watch_closed_before_any_answer_is_cancelled() -> None:
+    async def go() -> bool:
+        async def receive() -> Message:
+            await asyncio.Event().wait()  # the client neither leaves nor gets an answer
+            return {"type": "http.disconnect"}
+
+        task = asyncio.current_task()
+        assert task is not None
+        watch = DisconnectWatch(receive, task)
+        await asyncio.sleep(0)
+        watch.close()
+        await asyncio.sleep(0)
+        return watch._watcher.cancelled()
+
+    assert asyncio.run(go())
+
+
+def test_a_gateway_that_owns_its_process_freezes_the_start_up_heap_once_started() -> None:
+    async def go(freeze: bool) -> int:
+        config = GatewayConfig(scrape_interval_s=3600, freeze_heap_on_start=freeze)
+        gateway = Gateway(InMemoryRegistry(), config=config)
+        await gateway.start()
+        try:
+            return gc.get_freeze_count()
+        finally:
+            await gateway.close()
+            gc.unfreeze()
+
+    assert asyncio.run(go(False)) == 0
+    assert asyncio.run(go(True)) > 1000  # the imports' objects at least

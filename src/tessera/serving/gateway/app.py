@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import json
 import time
@@ -67,6 +68,17 @@ class GatewayConfig:
     max_body_bytes: int = 16 * 1024 * 1024
     max_prefix_entries: int = 200_000  # per model, the prefix-affinity router's index cap
     on_demand: Callable[[str], None] | None = None  # a model has requests and no ready replica: start one
+    freeze_heap_on_start: bool = False  # the process is this gateway's own: see ``freeze_startup_heap``
+
+
+def freeze_startup_heap() -> None:
+    """Move every object alive now (modules, classes, the server's own state: what lives as long as the process)
+    out of the cyclic garbage collector's reach, so that a full collection walks only what was made since. At
+    1,000 requests/s a full collection of the whole start-up heap (~50,000 objects) stalled the event loop for
+    30-50 ms of CPU a few times a minute, which set the gateway's p99. Once, after start-up, by the process's
+    owner (``GatewayConfig.freeze_heap_on_start``, ``tessera up``)."""
+    gc.collect()
+    gc.freeze()
 
 
 class Gateway:
@@ -101,6 +113,8 @@ class Gateway:
             self._scraper = asyncio.ensure_future(
                 self.replicas.scrape_forever(self._client, self.config.scrape_interval_s)
             )
+        if self.config.freeze_heap_on_start:
+            freeze_startup_heap()
 
     async def close(self) -> None:
         if self._scraper is not None:

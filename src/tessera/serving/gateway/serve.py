@@ -74,7 +74,7 @@ def build(argv: Sequence[str]) -> tuple[Gateway, str, int]:
     auth: Authenticator = StaticKeys(keys) if keys else OpenAccess()
     if ns.max_prefix_entries < 1:
         _fail("--max-prefix-entries", f"must be >= 1, got {ns.max_prefix_entries}")
-    config = GatewayConfig(max_prefix_entries=ns.max_prefix_entries)
+    config = GatewayConfig(max_prefix_entries=ns.max_prefix_entries, freeze_heap_on_start=True)
     return Gateway(registry, auth, config), ns.host, ns.port
 
 
