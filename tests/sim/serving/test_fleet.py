@@ -11,11 +11,13 @@ import dataclasses
 import pytest
 
 from tessera.core.cluster import NodeSpec
-from tessera.core.workload import MILLI_PER_GPU
-from tessera.serving.models import CATALOG, ModelSpec
+from tessera.core.workload import MILLI_PER_GPU, Request
+from tessera.serving.models import CATALOG, GIB, MIB, ModelSpec
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass
+from tessera.sim.serving.fleet import Fleet
 from tessera.sim.serving.result import PolicyRun
 from tessera.sim.serving.setups import policy_setup
+from tessera.sim.serving.sizing import replica_shape
 from tessera.sim.serving.twin import PerfFactory, Twin, TwinInputs
 
 GPU = "H100-80GB"
@@ -112,3 +114,48 @@ def test_replicas_on_separate_gpus_do_not_slow_each_other(perf: PerfFactory) -> 
     together = Twin(two_models_one_request_each(perf, 0.0, gpus=2), policy_setup("static")).run()
     for name in ("a", "b"):
         assert model_outcome(together, name)[0] == pytest.approx(model_outcome(alone, name)[0])
+
+
+# ------------------------------------------------------------------------------------ tensor-parallel gangs
+def share(fraction: float) -> Request:
+    return Request(num_gpus=1, gpu_mem_mib=int(81_559 * fraction), gpu_types=frozenset({GPU}))
+
+
+def test_a_gang_of_small_shares_takes_distinct_gpus_and_leaves_the_rest_to_others() -> None:
+    fleet = Fleet(nodes(1, gpus=4), sharing="mps")
+    first = fleet.place(share(0.3), shards=4)
+    second = fleet.place(share(0.3), shards=4)
+    assert first is not None and second is not None
+    for gang in (first, second):
+        assert sorted(g for p in gang for g in p.gpu_indices) == [0, 1, 2, 3]  # one shard per GPU, never two
+    free = fleet.state.gpu_free_milli[0].copy()
+    assert (free > 0).all()  # the fillers that kept shards apart were given back
+    assert fleet.place(share(0.3), shards=4) is not None  # a third gang still fits (0.9 of each GPU)...
+    before = fleet.state.gpu_free_milli.copy()
+    assert fleet.place(share(0.3), shards=2) is None  # ...and then no GPU has room for another shard
+    assert (fleet.state.gpu_free_milli == before).all()  # nothing stays bound after a failed gang
+
+
+def test_a_gang_needs_as_many_gpus_with_room_as_it_has_shards() -> None:
+    fleet = Fleet(nodes(1, gpus=4), sharing="mps")
+    assert fleet.place(share(0.8), shards=1) is not None  # one GPU mostly taken: three have room for 0.5
+    before = fleet.state.gpu_free_milli.copy()
+    assert fleet.place(share(0.5), shards=4) is None
+    assert (fleet.state.gpu_free_milli == before).all()
+    gang = fleet.place(share(0.5), shards=3)
+    assert gang is not None and len({g for p in gang for g in p.gpu_indices}) == 3
+
+
+def test_a_shared_tensor_parallel_replica_reserves_a_one_gpu_replicas_kv_per_gpu() -> None:
+    sizing = policy_setup("tessera").sizing
+    small = replica_shape(CATALOG["llama3-8b"], GPU, sizing)
+    for name in ("codellama-34b", "llama2-70b"):
+        spec = CATALOG[name]
+        shape = replica_shape(spec, GPU, sizing)
+        tp = spec.tensor_parallel
+        assert shape.shared and shape.gpus == tp > 1
+        per_gpu_tokens = min(sizing.kv_reserve_tokens, int(sizing.kv_reserve_max_gib * GIB // spec.kv_bytes_per_token))
+        assert shape.kv_blocks * 16 == pytest.approx(tp * per_gpu_tokens, abs=16)
+        shard = (spec.weights_bytes + tp * per_gpu_tokens * spec.kv_bytes_per_token) / tp + sizing.overhead_gib * GIB
+        assert shape.request.gpu_mem_mib == pytest.approx(shard / MIB, abs=1)  # no more than it needs
+    assert small.kv_blocks * 16 == sizing.kv_reserve_tokens  # a one-GPU replica: the reserve itself

@@ -20,6 +20,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from tessera.core.cluster import ClusterState, NodeSpec
 from tessera.core.placement import Placer, make_policy
@@ -117,30 +118,55 @@ class Fleet:
         return self._next_id - 1
 
     def place(self, request: Request, shards: int = 1) -> list[Placement] | None:
-        """Place and bind ``request`` (``shards`` > 1: that many one-GPU shares on one node, a tensor-parallel
-        replica under sharing), or None with nothing bound."""
+        """Place and bind ``request`` (``shards`` > 1: that many one-GPU shares on distinct GPUs of one node, a
+        tensor-parallel replica under sharing), or None with nothing bound."""
         if shards == 1:
             placement = self.placer.decide(request, self.rng)
             if placement is None:
                 return None
             self.state.bind(placement)
             return [placement]
-        candidates = one_node_candidates(self.state, request, shards)
+        candidates = self._gang_nodes(request, shards)
         if candidates.size == 0:
             return None
         placed: list[Placement] = []
+        fillers: list[Placement] = []  # the rest of each GPU a shard took, held while the next shards are placed
         for _ in range(shards):
             among = candidates if not placed else np.array([placed[0].node], dtype=np.int64)
             placement = self.placer.decide(request, self.rng, among=among)
             if placement is None:  # cannot happen when the candidate check holds; undo rather than trust it
-                for p in placed:
-                    self.state.release(p)
-                return None
+                break
             self.state.bind(placement)
             placed.append(placement)
+            fillers.extend(self._fill(placement))
+        for filler in fillers:
+            self.state.release(filler)
+        if len(placed) < shards:
+            for p in placed:
+                self.state.release(p)
+            return None
         gpus = [g for p in placed for g in p.gpu_indices]
-        assert len(set(gpus)) == shards, f"shards share a GPU: {placed}"  # each shard is over half a GPU
+        assert len(set(gpus)) == shards, f"shards share a GPU: {placed}"
         return placed
+
+    def _gang_nodes(self, request: Request, shards: int) -> npt.NDArray[np.int64]:
+        """The nodes with ``shards`` distinct GPUs that can each take one share of ``request``."""
+        nodes = one_node_candidates(self.state, request, shards)
+        if nodes.size == 0:
+            return nodes
+        need = self.state.milli_by_model(request)[self.state.model_idx[nodes]]
+        distinct = (self.state.gpu_free_milli[nodes] >= need[:, None]).sum(axis=1) >= shards
+        return np.asarray(nodes[distinct], dtype=np.int64)
+
+    def _fill(self, placement: Placement) -> list[Placement]:
+        """Bind what is left of the GPU ``placement`` took, so that the gang's next shard lands on another GPU."""
+        node, (gpu,) = placement.node, placement.gpu_indices
+        free = int(self.state.gpu_free_milli[node, gpu])
+        if free <= 0:
+            return []
+        filler = Placement(node, (gpu,), Request(num_gpus=1, gpu_milli=free), gpu_milli_each=free)
+        self.state.bind(filler)
+        return [filler]
 
     def account(self, now_s: float) -> None:
         """Add the GPU-seconds held since the last call, counting only time before the horizon."""

@@ -25,8 +25,8 @@ class ReplicaSizing:
     """How much of a GPU one replica asks for."""
 
     shared: bool  # True: a memory share of one GPU (models that fit on one); False: whole GPUs
-    kv_reserve_tokens: int = 24_576  # KV-cache tokens a shared replica reserves next to its weights...
-    kv_reserve_max_gib: float = 12.0  # ...at most this much memory (models with full multi-head KV get fewer)
+    kv_reserve_tokens: int = 24_576  # KV-cache tokens a shared replica reserves next to its weights, per GPU...
+    kv_reserve_max_gib: float = 12.0  # ...at most this much memory per GPU (full multi-head KV gets fewer tokens)
     tokens_per_sequence: int = 1_260  # a sequence's mean KV footprint (prompt + half its output, conv trace)
     adaptive: bool = False  # busy models get whole-GPU replicas (one copy of the weights serves a large KV cache)
     grow_at: float = 1.5  # ...once their load is over this many small replicas' worth

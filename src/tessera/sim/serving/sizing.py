@@ -4,8 +4,10 @@ cache its engine gets.
 - A **shared** replica (a model that fits on one GPU, under a sharing policy) asks for weights + a KV reserve of
   ``kv_reserve_tokens`` (at most ``kv_reserve_max_gib``) + ``overhead_gib`` of the GPU's memory, which the core
   turns into a GPU share; several such replicas pack onto one GPU.
-- A **shared tensor-parallel** replica is a gang of ``tensor_parallel`` one-GPU shares on one node, each over half
-  a GPU's memory (so the shards take distinct GPUs); the rest of those GPUs hosts other replicas.
+- A **shared tensor-parallel** replica is a gang of ``tensor_parallel`` one-GPU shares on distinct GPUs of one
+  node (``fleet.Fleet.place``), each asking for its weight shard, a KV reserve as large as a one-GPU replica's
+  (``kv_reserve_tokens``, at most ``kv_reserve_max_gib``, per GPU) and the overhead; the rest of those GPUs hosts
+  other replicas.
 - A **whole-GPU** replica (every replica of a policy that does not share) takes
   ``tensor_parallel`` whole GPUs; its engine may use ``gpu_memory_utilization`` of their memory, and what the
   weight shards leave is KV cache (as an engine sized by ``--gpu-memory-utilization`` does).
@@ -55,22 +57,16 @@ def replica_shape(spec: ModelSpec, gpu_model: str, sizing: ReplicaSizing) -> Rep
             request = Request(num_gpus=1, gpu_mem_mib=math.ceil(need / MIB), gpu_types=kind)
             return ReplicaShape(request, reserve_tokens // BLOCK_TOKENS, 1, shared=True)
     if sizing.shared:
-        # A tensor-parallel replica under sharing: ``tp`` shards of one node, each asking (on its own GPU) for more
-        # than half of a GPU's memory, so that no two shards can ever land on one GPU; what a shard gets beyond
-        # its weights and overhead is KV cache. The rest of each GPU is free for other (smaller) replicas.
-        shard = (
-            max(
-                spec.weights_bytes / tp + reserve_tokens * spec.kv_bytes_per_token / tp,
-                gpu_bytes * 0.5 + MIB,
-            )
-            + sizing.overhead_gib * GIB
+        # A tensor-parallel replica under sharing: a gang of ``tp`` shards on distinct GPUs of one node (``fleet``),
+        # each asking for its weight shard, one GPU's KV reserve and the overhead. The rest of each GPU is free for
+        # other (smaller) replicas.
+        reserve_tokens = min(  # the reserve is per GPU: a replica of tp GPUs reserves tp times as much
+            tp * sizing.kv_reserve_tokens, int(tp * sizing.kv_reserve_max_gib * GIB // spec.kv_bytes_per_token)
         )
+        shard = (spec.weights_bytes + reserve_tokens * spec.kv_bytes_per_token) / tp + sizing.overhead_gib * GIB
         if shard <= usable:
-            kv_tokens = int(
-                (shard - spec.weights_bytes / tp - sizing.overhead_gib * GIB) * tp // spec.kv_bytes_per_token
-            )
             request = Request(num_gpus=1, gpu_mem_mib=math.ceil(shard / MIB), gpu_types=kind)
-            return ReplicaShape(request, kv_tokens // BLOCK_TOKENS, tp, shared=True)
+            return ReplicaShape(request, reserve_tokens // BLOCK_TOKENS, tp, shared=True)
     per_gpu_kv = usable - spec.weights_bytes / tp - sizing.overhead_gib * GIB
     if per_gpu_kv <= 0:
         raise ModelDoesNotFitError(
