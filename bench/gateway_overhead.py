@@ -411,6 +411,13 @@ def main() -> None:
     except ImportError:
         args.event_loop = "asyncio"
     args.httptools = importlib.util.find_spec("httptools") is not None  # uvicorn's fast HTTP parser
+    args.cpus = os.cpu_count()
+    if (args.cpus or 0) < 4:
+        sys.stderr.write(
+            f"note: {args.cpus} CPUs: the gateway, {args.engines} engines and this load generator share them, so CPU "
+            "queueing adds to both arms' tails (on 2 cores the added p99 measured 4.6-10.2 ms, on 16 cores "
+            "0.96-3.4 ms; docs/serving.md section 10)\n"
+        )
     result = asyncio.run(bench(args))
     print(json.dumps({"summary": result["summary"]}), flush=True)
     if args.json is not None:
