@@ -10,42 +10,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from placement_cases import random_requests, random_state
 
 from tessera.core.cluster import ClusterState
 from tessera.core.fragmentation import typical_pods
 from tessera.core.placement import tessera_jit
 from tessera.core.placement.tessera import TesseraParams, TesseraPolicy
-from tessera.core.workload import MILLI_PER_GPU, Request
+from tessera.core.workload import Request
 from tessera.sim.placement_study.inputs import default_inputs
 
 COMPILED = tessera_jit.compiled()
 UNCOMPILED = tessera_jit.uncompiled()
-
-
-def _random_state(state: ClusterState, rng: np.random.Generator) -> None:
-    free = rng.choice([0, 50, 100, 250, 300, 500, 700, 1000, 1000, 1000], size=state.gpu_free_milli.shape)
-    state.gpu_free_milli[:] = np.where(state.gpu_exists, free, 0)
-    state.cpu_free_milli[:] = (state.cpu_cap_milli * rng.random(state.num_nodes)).astype(np.int64)
-    state.mem_free_mib[:] = (state.mem_cap_mib * rng.random(state.num_nodes)).astype(np.int64)
-    state.version += 1
-
-
-def _requests(rng: np.random.Generator, models: tuple[str, ...]) -> list[Request]:
-    out = []
-    for _ in range(10):
-        kind = rng.integers(5)
-        cpu, mem = int(rng.integers(0, 16)) * 1000, int(rng.integers(0, 64)) * 1024
-        if kind == 0:  # CPU only; no CPU at all is scored as the Kubernetes non-zero default
-            out.append(Request(cpu_milli=cpu, mem_mib=mem))
-        elif kind == 1:
-            out.append(Request(num_gpus=1, gpu_milli=int(rng.choice([100, 250, 300, 500, 810])), cpu_milli=cpu))
-        elif kind == 2:
-            out.append(Request(num_gpus=int(rng.choice([1, 2, 4, 8])), gpu_milli=MILLI_PER_GPU, cpu_milli=cpu))
-        elif kind == 3:  # a share on a large model, a whole GPU on a small one
-            out.append(Request(num_gpus=1, gpu_mem_mib=int(rng.choice([6_000, 12_000, 20_000])), cpu_milli=cpu))
-        else:
-            out.append(Request(num_gpus=1, gpu_milli=500, cpu_milli=cpu, gpu_types=frozenset(models[:2])))
-    return out
 
 
 def _policies(
@@ -81,8 +56,8 @@ def test_scores_gpus_kept_frag_and_lost_shapes_are_the_same_bit_for_bit(params: 
     policies = _policies(state, params)
     compared = sharing = lost = 0
     for _ in range(8):
-        _random_state(state, rng)
-        for request in _requests(rng, state.model_names):
+        random_state(state, rng)
+        for request in random_requests(rng, state.model_names, 10):
             need = state.milli_by_model(request)[state.model_idx]
             every = np.arange(state.num_nodes)
             feasible = every[state.feasible(request, every, need)]
@@ -118,10 +93,10 @@ def test_reserve_charges_and_final_scores_are_the_same_bit_for_bit() -> None:
     policies = _policies(state)
     charged = 0
     for _ in range(10):
-        _random_state(state, rng)
+        random_state(state, rng)
         state.gpu_free_milli[:] = np.where(rng.random(state.gpu_free_milli.shape) < 0.7, 1000, state.gpu_free_milli)
         state.gpu_free_milli[~state.gpu_exists] = 0
-        for request in _requests(rng, state.model_names):
+        for request in random_requests(rng, state.model_names, 10):
             need = state.milli_by_model(request)[state.model_idx]
             every = np.arange(state.num_nodes)
             nodes = every[state.feasible(request, every, need)][:40]
@@ -154,8 +129,8 @@ def test_gpu_counts_and_typed_pods_give_the_same_numbers(gpus: int) -> None:
     rng = np.random.default_rng(23)
     policies = _policies(state, typed=True)
     for _ in range(5):
-        _random_state(state, rng)
-        for request in _requests(rng, state.model_names):
+        random_state(state, rng)
+        for request in random_requests(rng, state.model_names, 10):
             need = state.milli_by_model(request)[state.model_idx]
             every = np.arange(state.num_nodes)
             feasible = every[state.feasible(request, every, need)]
@@ -177,7 +152,7 @@ def test_a_large_batch_measures_each_distinct_state_once_with_the_same_numbers()
     for busy in (False, True):
         if busy:  # half the nodes in random states, the others idle
             idle = state.gpu_free_milli.copy()
-            _random_state(state, rng)
+            random_state(state, rng)
             keep = rng.random(state.num_nodes) < 0.5
             state.gpu_free_milli[keep] = idle[keep]
         for request in (

@@ -5,39 +5,12 @@ charges the reserve on every node; these tests put both on the same random clust
 """
 
 import numpy as np
+from placement_cases import random_requests, random_state
 
 from tessera.core.cluster import ClusterState
 from tessera.core.fragmentation import typical_pods
 from tessera.core.placement.tessera import TesseraPolicy
-from tessera.core.workload import MILLI_PER_GPU, Request
 from tessera.sim.placement_study.inputs import default_inputs
-
-
-def _random_state(state: ClusterState, rng: np.random.Generator) -> None:
-    """Random free GPU shares (multiples of 50, some whole, some empty), CPU and memory; every node bumped."""
-    free = rng.choice([0, 50, 100, 250, 300, 500, 700, 1000, 1000, 1000], size=state.gpu_free_milli.shape)
-    state.gpu_free_milli[:] = np.where(state.gpu_exists, free, 0)
-    state.cpu_free_milli[:] = (state.cpu_cap_milli * rng.random(state.num_nodes)).astype(np.int64)
-    state.mem_free_mib[:] = (state.mem_cap_mib * rng.random(state.num_nodes)).astype(np.int64)
-    state.version += 1
-
-
-def _requests(rng: np.random.Generator, models: tuple[str, ...]) -> list[Request]:
-    out = []
-    for _ in range(12):
-        kind = rng.integers(5)
-        cpu, mem = int(rng.integers(0, 16)) * 1000, int(rng.integers(0, 64)) * 1024
-        if kind == 0:
-            out.append(Request(cpu_milli=cpu or 1000, mem_mib=mem))
-        elif kind == 1:
-            out.append(Request(num_gpus=1, gpu_milli=int(rng.choice([100, 250, 300, 500, 810])), cpu_milli=cpu))
-        elif kind == 2:
-            out.append(Request(num_gpus=int(rng.choice([1, 2, 4, 8])), gpu_milli=MILLI_PER_GPU, cpu_milli=cpu))
-        elif kind == 3:  # a share on a large model, a whole GPU on a small one
-            out.append(Request(num_gpus=1, gpu_mem_mib=int(rng.choice([6_000, 12_000, 20_000])), cpu_milli=cpu))
-        else:
-            out.append(Request(num_gpus=1, gpu_milli=500, cpu_milli=cpu, gpu_types=frozenset(models[:2])))
-    return out
 
 
 def test_scores_and_gpus_equal_fresh_fgd_style_scoring_on_random_states() -> None:
@@ -49,8 +22,8 @@ def test_scores_and_gpus_equal_fresh_fgd_style_scoring_on_random_states() -> Non
     fresh = TesseraPolicy(typical, state.model_names, cached=False)
     compared = sharing = 0
     for _ in range(15):
-        _random_state(state, rng)
-        for request in _requests(rng, state.model_names):
+        random_state(state, rng)
+        for request in random_requests(rng, state.model_names, 12, cpu_only_floor=1000):
             need = state.milli_by_model(request)[state.model_idx]
             every = np.arange(state.num_nodes)
             feasible = every[state.feasible(request, every, need)]
@@ -80,10 +53,10 @@ def test_kept_reserve_bits_pick_the_best_nodes_that_charging_every_node_picks() 
         fresh.observe(request)
     charged = 0
     for _ in range(20):
-        _random_state(state, rng)
+        random_state(state, rng)
         state.gpu_free_milli[:] = np.where(rng.random(state.gpu_free_milli.shape) < 0.7, 1000, state.gpu_free_milli)
         state.gpu_free_milli[~state.gpu_exists] = 0
-        for request in _requests(rng, state.model_names):
+        for request in random_requests(rng, state.model_names, 12, cpu_only_floor=1000):
             need = state.milli_by_model(request)[state.model_idx]
             every = np.arange(state.num_nodes)
             nodes = every[state.feasible(request, every, need)]
