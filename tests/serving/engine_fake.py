@@ -6,8 +6,9 @@ FastAPI's body, as both servers answer."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 
 @dataclass
@@ -65,3 +66,17 @@ class FakeEngine:
         head = f"HTTP/1.1 {canned.status} X\r\ncontent-type: {kind}\r\ncontent-length: {length}\r\n\r\n"
         writer.write(head.encode() + canned.body)
         await writer.drain()
+
+
+Served = TypeVar("Served", bound=FakeEngine)
+
+
+def serving_on_own_loop(server: Served) -> Iterator[tuple[asyncio.AbstractEventLoop, Served]]:
+    """A fixture's body: ``server`` started on a new event loop, yielded with it, then stopped and the loop closed."""
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(server.start())
+    try:
+        yield loop, server
+    finally:
+        loop.run_until_complete(server.stop())
+        loop.close()

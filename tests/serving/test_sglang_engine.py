@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
+from engine_fake import serving_on_own_loop
 from gateway_harness import LiveGateway, client
 from sglang_replay import MODEL, SGLangReplay
 
@@ -38,14 +39,8 @@ def test_a_replica_runs_sglang_with_metrics_on_and_its_memory_capped_at_the_shar
 
 @pytest.fixture
 def replay() -> Iterator[tuple[asyncio.AbstractEventLoop, SGLangReplay]]:
-    loop = asyncio.new_event_loop()
     server = SGLangReplay()
-    loop.run_until_complete(server.start())
-    try:
-        yield loop, server
-    finally:
-        loop.run_until_complete(server.stop())
-        loop.close()
+    yield from serving_on_own_loop(server)
 
 
 def test_health_stats_and_the_sleep_mode_speak_sglangs_endpoints(

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine_fake import Canned, FakeEngine
+from engine_fake import Canned, FakeEngine, serving_on_own_loop
 
 from tessera.serving.engines.base import EngineError, EngineStats
 from tessera.serving.engines.transformers_serve import TransformersServeEngine
@@ -72,7 +72,6 @@ def fake() -> Iterator[tuple[asyncio.AbstractEventLoop, FakeEngine]]:
         loaded.clear()
         return Canned(200, b'{"status":"ok"}')
 
-    loop = asyncio.new_event_loop()
     server = FakeEngine(
         {
             ("GET", "/health"): Canned(200, b'{"status":"ok"}'),
@@ -80,12 +79,7 @@ def fake() -> Iterator[tuple[asyncio.AbstractEventLoop, FakeEngine]]:
             ("POST", "/reset"): reset,
         }
     )
-    loop.run_until_complete(server.start())
-    try:
-        yield loop, server
-    finally:
-        loop.run_until_complete(server.stop())
-        loop.close()
+    yield from serving_on_own_loop(server)
 
 
 def test_health_load_and_the_model_manager_as_sleep_mode(fake: tuple[asyncio.AbstractEventLoop, FakeEngine]) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine_fake import Canned, FakeEngine
+from engine_fake import Canned, FakeEngine, serving_on_own_loop
 
 from tessera.serving.engines.base import EngineError, EngineUnsupported
 from tessera.serving.engines.vllm import VllmEngine
@@ -37,7 +37,6 @@ def test_a_replica_runs_vllm_capped_at_its_share_and_in_dev_mode_only_for_the_sl
 
 @pytest.fixture
 def fake() -> Iterator[tuple[asyncio.AbstractEventLoop, FakeEngine]]:
-    loop = asyncio.new_event_loop()
     server = FakeEngine(
         {
             ("GET", "/health"): Canned(200, b""),
@@ -46,12 +45,7 @@ def fake() -> Iterator[tuple[asyncio.AbstractEventLoop, FakeEngine]]:
             ("POST", "/wake_up"): Canned(200, b'{"status":"awake","tags":null}'),
         }
     )
-    loop.run_until_complete(server.start())
-    try:
-        yield loop, server
-    finally:
-        loop.run_until_complete(server.stop())
-        loop.close()
+    yield from serving_on_own_loop(server)
 
 
 def test_health_and_stats_read_vllms_own_metrics(fake: tuple[asyncio.AbstractEventLoop, FakeEngine]) -> None:
