@@ -149,6 +149,7 @@ def step_mps() -> None:
     from tessera.gpu.isolation import DEFAULT_MPS_PIPE_DIR, mps_available
 
     found = mps_available()
+    save(mps_daemon=found)
     procs = sh(["sh", "-c", "ps -eo pid,user,args | grep -i [m]ps-control || true"], timeout=10).stdout.strip()
     pipe = Path(DEFAULT_MPS_PIPE_DIR)
     record(

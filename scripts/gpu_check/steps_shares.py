@@ -67,6 +67,10 @@ def step_shares() -> None:
         cvd = env.get("CUDA_VISIBLE_DEVICES")
         check(f"shares.{wid}.cvd_is_uuid", cvd is not None and cvd in uuids, f"CUDA_VISIBLE_DEVICES={cvd} gpus={uuids}")
         record(f"facts.env.{wid}", "info", json.dumps(env))
+        if state().get("mps_daemon"):  # an MPS daemon serves the GPU: the share's limits are MPS's own
+            mem = env.get("TESSERA_GPU_MEM_MIB")
+            limits = (env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"))
+            check(f"shares.{wid}.mps_limits", limits == ("25", f"0={mem}M"), f"MPS limits {limits}, allowance {mem}")
     if SIM:
         return
     pids = workload_pids()
@@ -104,6 +108,14 @@ def step_watchdog() -> None:
     log("hog events:", json.dumps(events)[:2000])
     if SIM:
         record("watchdog.stopped", "skip", f"simulated pool: no watchdog (hog state {w['state']})")
+    elif state().get("mps_daemon"):  # MPS caps the hog's device memory before the watchdog sees it over
+        oom = "out of memory" in wlog(hog).lower()
+        check(
+            "mps.memory_limit_stops_hog",
+            ended and w["state"] == "failed" and (oom or str(w["reason"] or "").startswith("watchdog:")),
+            f"state {w['state']}, reason {w['reason']!r}, CUDA out of memory in its log: {oom}, "
+            f"{time.time() - t0:.0f}s after submit",
+        )
     else:
         check(
             "watchdog.stopped",
