@@ -56,6 +56,8 @@ def worker(args: argparse.Namespace) -> int:
     def rand(*shape: int) -> Any:
         return torch.randn(*shape, device=dev, dtype=dtype, generator=gen) * 0.02
 
+    if args.matmul:
+        return matmul_loop(args, torch, rand)
     weights = [(rand(h, 3 * h), rand(h, h), rand(h, 2 * ffn), rand(ffn, h)) for _ in range(layers)]
     lm_head = rand(h, args.vocab)
     kv = [(rand(batch, heads, ctx, d), rand(batch, heads, ctx, d)) for _ in range(layers)]
@@ -93,6 +95,14 @@ def worker(args: argparse.Namespace) -> int:
         if args.device == "cuda":
             torch.cuda.synchronize()
 
+    times = timed_loop(args, lambda: run().cpu(), sync)  # the engine reads the sampled tokens back every step
+    result = {"batch": batch, "weight_bytes": weight_bytes, "kv_bytes": kv_bytes}
+    Path(args.result).write_text(json.dumps(result | step_stats(times)))
+    return 0
+
+
+def timed_loop(args: argparse.Namespace, run: Any, sync: Any) -> list[float]:
+    """Warm up, say ready, wait for the go file's start time, then time steps until ``--seconds`` have passed."""
     for _ in range(5):
         run()
         sync()
@@ -107,29 +117,47 @@ def worker(args: argparse.Namespace) -> int:
     end = start_at + args.seconds
     while time.time() < end:
         t0 = time.perf_counter()
-        run().cpu()  # the engine reads the sampled tokens back every step
+        run()
         sync()
         times.append(time.perf_counter() - t0)
-    Path(args.result).write_text(
-        json.dumps(
-            {
-                "batch": batch,
-                "steps": len(times),
-                "step_ms_median": statistics.median(times) * 1e3,
-                "step_ms_mean": statistics.fmean(times) * 1e3,
-                "weight_bytes": weight_bytes,
-                "kv_bytes": kv_bytes,
-            }
-        )
-    )
+    return times
+
+
+def step_stats(times: list[float]) -> dict[str, Any]:
+    return {
+        "steps": len(times),
+        "step_ms_median": statistics.median(times) * 1e3,
+        "step_ms_mean": statistics.fmean(times) * 1e3,
+    }
+
+
+def matmul_loop(args: argparse.Namespace, torch: Any, rand: Any) -> int:
+    """A compute-bound loop (square matrix products) for MPS's thread cap: reports TFLOP/s."""
+    n = args.matmul
+    a, b = rand(n, n), rand(n, n)
+    if args.device == "cuda":
+        a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
+    times = timed_loop(args, lambda: a @ b, torch.cuda.synchronize if args.device == "cuda" else lambda: None)
+    stats = step_stats(times)
+    tflops = 2 * n**3 / (stats["step_ms_median"] / 1e3) / 1e12
+    cap = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "")
+    Path(args.result).write_text(json.dumps({"batch": 0, "matmul": n, "thread_pct": cap, "tflops": tflops} | stats))
     return 0
 
 
 # -- the orchestrator ---------------------------------------------------------------------------------------------
 
 
-def run_together(args: argparse.Namespace, batches: list[int], env: dict[str, str], tag: str) -> list[dict[str, Any]]:
-    """Start one worker per batch size, wait until all are warm, let them loop together, return their results."""
+def run_together(
+    args: argparse.Namespace,
+    batches: list[int],
+    env: dict[str, str],
+    tag: str,
+    envs: list[dict[str, str]] | None = None,
+    matmul: int = 0,
+) -> list[dict[str, Any]]:
+    """Start one worker per batch size (each with ``env`` and its own ``envs[i]``), wait until all are warm, let
+    them loop together, return their results."""
     work = Path(tempfile.mkdtemp(prefix=f"interf-{tag}-"))
     go = work / "go"
     procs = []
@@ -151,7 +179,8 @@ def run_together(args: argparse.Namespace, batches: list[int], env: dict[str, st
             f"--{k}={getattr(args, k)}"
             for k in ("device", "hidden", "ffn", "heads", "layers", "context", "vocab", "seconds")
         ]
-        procs.append(subprocess.Popen(cmd, env=env))
+        cmd += [f"--matmul={matmul}"]
+        procs.append(subprocess.Popen(cmd, env=env | (envs[i] if envs else {})))
     deadline = time.time() + args.warmup_timeout
     while not all((work / f"ready{i}").exists() for i in range(len(batches))):
         if time.time() > deadline or any(p.poll() not in (None, 0) for p in procs):
@@ -165,6 +194,9 @@ def run_together(args: argparse.Namespace, batches: list[int], env: dict[str, st
     results = [json.loads((work / f"result{i}.json").read_text()) for i in range(len(batches))]
     shutil.rmtree(work, ignore_errors=True)
     for r in results:
+        if r.get("matmul"):
+            print(f"  {tag:<22} matmul, {r['thread_pct'] or 100}% threads: {r['tflops']:7.1f} TFLOP/s", flush=True)
+            continue
         print(f"  {tag:<22} batch {r['batch']:>4}: {r['step_ms_median']:8.3f} ms/step ({r['steps']} steps)", flush=True)
     return results
 
@@ -247,6 +279,29 @@ def scenario_set(args: argparse.Namespace, env: dict[str, str], mode: str, hbm: 
     }
 
 
+def thread_caps(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    """What ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` (Tessera's compute share under MPS) does to a compute-bound loop:
+    alone at 100% and 25%, then a 25% and a 75% loop at once."""
+
+    def cap(pct: int) -> dict[str, str]:
+        return {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct)}
+
+    n = args.matmul_n
+    full = run_together(args, [0], env, "mps matmul 100%", [cap(100)], matmul=n)[0]["tflops"]
+    quarter = run_together(args, [0], env, "mps matmul 25%", [cap(25)], matmul=n)[0]["tflops"]
+    pair = run_together(args, [0, 0], env, "mps matmul 25%+75%", [cap(25), cap(75)], matmul=n)
+    return {
+        "matmul_n": n,
+        "tflops_alone": {"100": round(full, 1), "25": round(quarter, 1)},
+        "tflops_together": {"25": round(pair[0]["tflops"], 1), "75": round(pair[1]["tflops"], 1)},
+        "share_of_full": {
+            "25 alone": round(quarter / full, 3),
+            "25 together": round(pair[0]["tflops"] / full, 3),
+            "75 together": round(pair[1]["tflops"] / full, 3),
+        },
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -261,6 +316,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--context", type=int, default=1024, help="KV-cache tokens per sequence")
     p.add_argument("--batch", type=int, default=48, help="the busy loop's batch")
     p.add_argument("--small-batch", type=int, default=4)
+    p.add_argument("--matmul", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--matmul-n", type=int, default=8192, help="the compute-bound loop's matrix size (MPS caps)")
+    p.add_argument(
+        "--mps-shapes",
+        default="128,16,512",
+        help="more decode shapes to measure under MPS: BATCH,SMALL_BATCH,CONTEXT;... ('' for none)",
+    )
     p.add_argument("--seconds", type=float, default=4.0)
     p.add_argument("--warmup-timeout", type=float, default=120.0)
     p.add_argument("--hbm-gb-s", type=float, default=0.0, help="datasheet HBM bandwidth (default: by GPU name)")
@@ -290,6 +352,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with MpsDaemon() as mps:
                 summary["mps"] = scenario_set(args, mps.env, "mps", hbm)
+                for shape in filter(None, args.mps_shapes.split(";")):
+                    big, small, ctx = (int(x) for x in shape.split(","))
+                    other = argparse.Namespace(**(vars(args) | {"batch": big, "small_batch": small, "context": ctx}))
+                    summary[f"mps b{big} b{small} ctx{ctx}"] = scenario_set(other, mps.env, "mps", hbm)
+                summary["mps thread caps"] = thread_caps(args, mps.env)
         except (subprocess.SubprocessError, RuntimeError, OSError) as exc:
             summary["mps"] = {"error": f"{type(exc).__name__}: {exc}"}
     else:
