@@ -13,8 +13,10 @@ import pytest
 from tessera.core.cluster import NodeSpec
 from tessera.core.workload import MILLI_PER_GPU, Request
 from tessera.serving.models import CATALOG, GIB, MIB, ModelSpec
+from tessera.serving.policies.engine import Engine
+from tessera.serving.policies.engine_parts import EngineConfig
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass
-from tessera.sim.serving.fleet import Fleet
+from tessera.sim.serving.fleet import Fleet, Replica
 from tessera.sim.serving.result import PolicyRun
 from tessera.sim.serving.setups import policy_setup
 from tessera.sim.serving.sizing import replica_shape
@@ -85,8 +87,9 @@ def two_models_one_request_each(perf: PerfFactory, gap_s: float, gpus: int) -> T
 
 @pytest.mark.parametrize("sharing", ["time-slice", "mps"])
 def test_a_busy_neighbour_on_a_shared_gpu_slows_both_replicas(perf: PerfFactory, sharing: str) -> None:
-    """Time-slicing: two busy replicas each run at half speed. MPS: each is slowed by the sum of the busy replicas'
-    intensities (when over 1). An idle neighbour costs nothing either way."""
+    """Time-slicing: two busy replicas each run at half speed. MPS: two equal replicas are each slowed by the sum of
+    their intensities (their saturating times added up, over one step; when over 1). An idle neighbour costs nothing
+    either way."""
     setup = dataclasses.replace(policy_setup("tessera"), sharing=sharing)
     alone = Twin(two_models_one_request_each(perf, 100.0, gpus=1), setup)
     alone_run = alone.run()
@@ -114,6 +117,31 @@ def test_replicas_on_separate_gpus_do_not_slow_each_other(perf: PerfFactory) -> 
     together = Twin(two_models_one_request_each(perf, 0.0, gpus=2), policy_setup("static")).run()
     for name in ("a", "b"):
         assert model_outcome(together, name)[0] == pytest.approx(model_outcome(alone, name)[0])
+
+
+def test_under_mps_a_light_neighbour_waits_for_a_busy_ones_saturating_time(perf: PerfFactory) -> None:
+    """Measured on an H100 (docs/serving.md, section 9): beside a busy decode loop, a light one's step stretches to
+    the two loops' saturating times added up, so the light replica slows more than the busy one. An even split by
+    the summed intensity (the twin's earlier rule) had the total right but not this."""
+    fleet = Fleet(nodes(1, gpus=1), sharing="mps")
+    engine_perf = perf(CATALOG["llama3-8b"], GPU, 1)
+    busy, light = (
+        Replica(fleet.new_id(), name, Engine(EngineConfig(kv_blocks=1000), engine_perf), placed, 0.0, 0.0)
+        for name, placed in (("busy", fleet.place(share(0.4))), ("light", fleet.place(share(0.4))))
+        if placed is not None
+    )
+    busy.intensity, busy.step_s = 0.93, 7.19e-3  # the measured pair: batch 48 beside batch 4
+    light.intensity, light.step_s = 0.84, 3.14e-3
+    for r in (busy, light):
+        fleet.add(r, 0.0)
+    fleet.set_busy(busy, True)
+    assert fleet.slowdown(busy) == 1.0  # alone busy: its own saturating time fits in its step
+    fleet.set_busy(light, True)
+    together_s = 0.93 * 7.19e-3 + 0.84 * 3.14e-3
+    assert fleet.slowdown(busy) == pytest.approx(together_s / 7.19e-3)  # 1.30; measured 1.32
+    assert fleet.slowdown(light) == pytest.approx(together_s / 3.14e-3)  # 2.97; measured 2.96
+    fleet.set_busy(busy, False)
+    assert fleet.slowdown(light) == 1.0  # an idle neighbour costs nothing
 
 
 # ------------------------------------------------------------------------------------ tensor-parallel gangs

@@ -7,8 +7,8 @@ exactly as it does for any other workload, so several small models pack onto one
 
 **Sharing a GPU.** Replicas on one GPU share its compute and memory bandwidth. The fleet tracks the *busy*
 replicas (engine not idle) on each GPU and stretches each busy replica's iterations as ``interference`` says for
-the sharing mode (time-slicing: by the number of busy replicas; MPS: by their summed intensity, when over 1). An
-idle neighbour costs nothing.
+the sharing mode (time-slicing: by the number of busy replicas; MPS: to at least their saturating times added up).
+An idle neighbour costs nothing.
 
 **GPU-hours.** A GPU counts as in use while at least one replica (loading, ready or draining) holds a share of it.
 """
@@ -52,6 +52,7 @@ class Replica:
         "event_s",
         "size",
         "intensity",
+        "step_s",
     )
 
     def __init__(
@@ -74,6 +75,7 @@ class Replica:
         self.event_s = float("inf")  # the engine event the twin has queued for it
         self.size = 0  # which of its model's replica sizes it has
         self.intensity = 1.0  # the share of a decode step it keeps its GPUs busy (``interference``)
+        self.step_s = 0.0  # its decode step at its target batch, alone (``interference``)
 
     @property
     def node(self) -> int:
@@ -103,7 +105,7 @@ class Fleet:
         self._next_id = 0
         self._on_gpu: dict[GpuKey, list[Replica]] = {}
         self._busy: dict[GpuKey, int] = {}
-        self._busy_intensity: dict[GpuKey, float] = {}
+        self._busy_saturating: dict[GpuKey, float] = {}  # the busy replicas' saturating times, added up
         self.gpus_in_use = 0
         self.peak_gpus = 0
         self.gpu_seconds = 0.0
@@ -212,15 +214,16 @@ class Fleet:
 
     def set_busy(self, replica: Replica, busy: bool) -> None:
         step = 1 if busy else -1
-        u = step * replica.intensity
+        saturating = step * replica.intensity * replica.step_s
         for key in replica.gpus:
             self._busy[key] = self._busy.get(key, 0) + step
-            self._busy_intensity[key] = self._busy_intensity.get(key, 0.0) + u
+            self._busy_saturating[key] = self._busy_saturating.get(key, 0.0) + saturating
 
     def slowdown(self, replica: Replica) -> float:
         """How much sharing stretches ``replica``'s iterations now, on its most contended GPU (``interference``)."""
         return max(
-            slowdown(self.sharing, self._busy.get(key, 0), self._busy_intensity.get(key, 0.0)) for key in replica.gpus
+            slowdown(self.sharing, self._busy.get(key, 0), self._busy_saturating.get(key, 0.0), replica.step_s)
+            for key in replica.gpus
         )
 
 

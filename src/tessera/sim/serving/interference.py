@@ -7,9 +7,14 @@ Two modes, one per way of sharing a GPU between processes:
 - ``mps`` (an MPS daemon serves the GPU, which ``tessera up`` uses when it finds one): kernels of different
   processes run concurrently. A replica busy decoding streams its weights and KV cache from HBM for a share
   ``u`` of each iteration (its *intensity*); the rest of the iteration is time the GPU's memory system is free
-  for others (kernel-launch gaps, scheduling, sampling, small kernels). Busy replicas share the bandwidth, so each
-  is slowed by ``max(1, sum of the busy replicas' u)``: replicas whose demands fit together run at full speed,
-  and once they exceed the GPU each gets its proportional share.
+  for others (kernel-launch gaps, scheduling, sampling, small kernels). Its *saturating time* is ``u`` times its
+  step. On a shared GPU an iteration of a busy replica takes at least the busy replicas' saturating times added
+  up: each is slowed by ``max(1, sum of their saturating times / its own step)``. Replicas whose demands fit
+  together run at full speed; two equal busy replicas are each slowed by the sum of their intensities; a light
+  replica beside a busy one waits for the busy one's saturating time, so it slows more and the busy one less.
+  Measured so on an H100 with two engine-like decode loops (``scripts/gpu_check/interference.py``: within 2% in
+  four pairs, docs/serving.md section 9), where dividing by the summed intensity alone had the right total but
+  not the split.
 
 ``u`` comes from the performance model, read conservatively: of a decode step at the replica's target batch, only
 the part that a one-sequence step spends *beyond* streaming the weights (launch gaps, scheduling, sampling: time the
@@ -41,9 +46,9 @@ def intensity(
     return min(1.0, max(0.0, step_s - free_s) / step_s) if step_s > 0 else 1.0
 
 
-def slowdown(mode: str, busy_count: int, busy_intensity: float) -> float:
-    """The stretch of a busy replica's iterations on a GPU with ``busy_count`` busy replicas (itself included)
-    whose intensities sum to ``busy_intensity``."""
+def slowdown(mode: str, busy_count: int, busy_saturating_s: float, own_step_s: float) -> float:
+    """The stretch of a busy replica's iterations (each ``own_step_s`` alone) on a GPU with ``busy_count`` busy
+    replicas (itself included) whose saturating times sum to ``busy_saturating_s``."""
     if mode == "time-slice":
         return float(max(1, busy_count))
-    return max(1.0, busy_intensity)
+    return max(1.0, busy_saturating_s / own_step_s) if own_step_s > 0 else 1.0

@@ -26,6 +26,7 @@ class ModelRuntime:
         spec: ModelSpec,
         shapes: tuple[ReplicaShape, ...],
         intensities: tuple[float, ...],
+        steps_s: tuple[float, ...],
         perf: IterationTimes,
         router_name: str,
     ) -> None:
@@ -33,6 +34,7 @@ class ModelRuntime:
         self.spec = spec
         self.shapes = shapes  # the replica sizes it may use, smallest first (``sizing.replica_shapes``)
         self.intensities = intensities  # of each size (``interference``)
+        self.steps_s = steps_s  # each size's decode step at its target batch, alone (``interference``)
         self.size = 0  # the size new replicas get
         self.load_ema = 0.0  # requests in flight, averaged over about a minute
         self.busy_ema = 0.0  # the share of its ready replicas busy at a tick, averaged likewise
@@ -62,6 +64,10 @@ class ModelRuntime:
     @property
     def intensity(self) -> float:
         return self.intensities[self.size]
+
+    @property
+    def step_s(self) -> float:
+        return self.steps_s[self.size]
 
     def choose_size(self, sizing: ReplicaSizing, now_s: float) -> None:
         """Whole-GPU replicas once the averaged load is over ``grow_at`` small replicas' worth, or its replicas are

@@ -92,7 +92,8 @@ class Twin:
             per_seq = setup.sizing.tokens_per_sequence
             batches = [round(concurrency_target(shape, setup.sizing)) for shape in shapes]
             intensities = tuple(intensity(spec, gpu_model, shapes[0].gpus, perf, b, b * per_seq) for b in batches)
-            self.models[name] = ModelRuntime(name, spec, shapes, intensities, perf, setup.router)
+            steps = tuple(perf.iteration_s(0, b, b * per_seq) for b in batches)
+            self.models[name] = ModelRuntime(name, spec, shapes, intensities, steps, perf, setup.router)
         self.outcomes = Outcomes(list(self.models), inputs.targets)
         self.scaler = Scaler(setup, inputs.targets) if setup.autoscaler else None
         self.admission = AdmissionConfig() if setup.admission else None
@@ -289,6 +290,7 @@ class Twin:
         replica = Replica(self.fleet.new_id(), m.name, Engine(config, m.perf), placements, self.now + delay, self.now)
         replica.size = m.size
         replica.intensity = m.intensity
+        replica.step_s = m.step_s
         self.fleet.add(replica, self.now)
         m.replicas.append(replica)
         if preloaded:
