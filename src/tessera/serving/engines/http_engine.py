@@ -1,13 +1,16 @@
 """``HttpEngine``: what every OpenAI-compatible engine adapter shares (health, stats, start and stop over HTTP).
 
 An adapter subclasses it and says how to launch its engine (``command``) and whether it has a sleep mode; vLLM's
-sleep endpoints (``POST /sleep``, ``POST /wake_up``) are the default, which the sim serves too.
+sleep endpoints (``POST /sleep``, ``POST /wake_up``) are the default, which the sim serves too. The adapters of
+real engines launched from local weights (vLLM, SGLang, transformers serve) take their common launch options once,
+through ``LaunchedEngine``.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from typing import TypedDict, Unpack
 
 import httpx
 
@@ -99,6 +102,27 @@ class HttpEngine:
         if response.status_code != 200:
             status = response.status_code
             raise EngineError(f"{self.kind} engine at {self.base_url}: {path} answered {status}{hint(status)}")
+
+
+class LaunchOptions(TypedDict, total=False):
+    """What every launched engine's adapter takes besides its model, port and own options."""
+
+    weights: str | None  # the model's local folder (None: the served name is the folder or a hub id)
+    python: str | None  # the engines' Python (``TESSERA_ENGINE_PYTHON``)
+    env: Mapping[str, str] | None  # e.g. CUDA_VISIBLE_DEVICES and the engine's own TESSERA_*_ARGS
+    host: str
+    runner: ProcessRunner | None
+    client: httpx.AsyncClient | None
+
+
+class LaunchedEngine(HttpEngine):
+    """An ``HttpEngine`` whose process this adapter launches (``LaunchOptions``)."""
+
+    def __init__(self, model: str, port: int, **options: Unpack[LaunchOptions]) -> None:
+        super().__init__(model, port, options.get("host", "127.0.0.1"), options.get("runner"), options.get("client"))
+        self.weights = options.get("weights")
+        self.python = options.get("python")
+        self.env = dict(options.get("env") or {})
 
 
 def launch_env(env: Mapping[str, str], mem_fraction: float | None = None, python: str | None = None) -> dict[str, str]:

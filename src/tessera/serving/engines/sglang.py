@@ -16,41 +16,30 @@ responses replayed by a small HTTP server (``tests/serving/sglang_replay.py``), 
 
 from __future__ import annotations
 
-import httpx
+from typing import Unpack
 
 from tessera.serving.engine_exec import engine_argv, engine_env
-from tessera.serving.engines.base import EngineCommand, ProcessRunner
-from tessera.serving.engines.http_engine import HttpEngine, launch_env
+from tessera.serving.engines.base import EngineCommand
+from tessera.serving.engines.http_engine import LaunchedEngine, LaunchOptions, launch_env
 
 SLEEP_PATH = "/release_memory_occupation"
 WAKE_PATH = "/resume_memory_occupation"
 
 
-class SGLangEngine(HttpEngine):
+class SGLangEngine(LaunchedEngine):
     """One SGLang replica of ``model`` (the served name) with ``weights`` (a local folder)."""
 
     kind = "sglang"
     sleep_capable = True
 
     def __init__(
-        self,
-        model: str,
-        port: int,
-        *,
-        weights: str | None = None,
-        mem_fraction: float | None = None,
-        python: str | None = None,
-        host: str = "127.0.0.1",
-        runner: ProcessRunner | None = None,
-        client: httpx.AsyncClient | None = None,
+        self, model: str, port: int, *, mem_fraction: float | None = None, **options: Unpack[LaunchOptions]
     ) -> None:
-        super().__init__(model, port, host, runner, client)
-        self.weights = weights
+        super().__init__(model, port, **options)
         self.mem_fraction = mem_fraction
-        self.python = python
 
     def command(self) -> EngineCommand:
-        env = launch_env({}, self.mem_fraction, self.python)
+        env = launch_env(self.env, self.mem_fraction, self.python)
         argv = engine_argv("sglang", self.model, self.port, self.weights, env)
         return EngineCommand(tuple(argv), engine_env("sglang", env), self.host, self.port)
 

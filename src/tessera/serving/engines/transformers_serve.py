@@ -22,16 +22,18 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from typing import Unpack
 
 import httpx
 
 from tessera.serving.engine_exec import engine_env, name_link, transformers_argv
-from tessera.serving.engines.base import EngineCommand, EngineError, EngineStats, ProcessRunner
-from tessera.serving.engines.http_engine import HttpEngine, launch_env
+from tessera.serving.engines.base import EngineCommand, EngineError, EngineStats
+from tessera.serving.engines.http_engine import LaunchedEngine, LaunchOptions, launch_env
 
 
-class TransformersServeEngine(HttpEngine):
-    """One ``transformers serve`` process serving ``model`` (``weights``) and, on demand, ``others``."""
+class TransformersServeEngine(LaunchedEngine):
+    """One ``transformers serve`` process serving ``model`` (``weights``) and, on demand, ``others``; ``env`` may
+    carry ``TESSERA_TRANSFORMERS_ARGS``."""
 
     kind = "transformers"
     sleep_capable = True
@@ -41,21 +43,13 @@ class TransformersServeEngine(HttpEngine):
         model: str,
         port: int,
         *,
-        weights: str | None = None,
         others: Mapping[str, str] | None = None,
         model_timeout_s: int | None = None,
-        python: str | None = None,
-        env: Mapping[str, str] | None = None,
-        host: str = "127.0.0.1",
-        runner: ProcessRunner | None = None,
-        client: httpx.AsyncClient | None = None,
+        **options: Unpack[LaunchOptions],
     ) -> None:
-        super().__init__(model, port, host, runner, client)
-        self.weights = weights
+        super().__init__(model, port, **options)
         self.others = dict(others or {})
         self.model_timeout_s = model_timeout_s
-        self.python = python
-        self.env = dict(env or {})  # e.g. CUDA_VISIBLE_DEVICES, TESSERA_TRANSFORMERS_ARGS
 
     @property
     def pinned(self) -> bool:

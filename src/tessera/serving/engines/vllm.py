@@ -16,12 +16,11 @@ raises ``EngineError`` saying what it needs.
 from __future__ import annotations
 
 import dataclasses
-
-import httpx
+from typing import Unpack
 
 from tessera.serving.engine_exec import engine_argv, engine_env
-from tessera.serving.engines.base import EngineCommand, EngineStats, ProcessRunner
-from tessera.serving.engines.http_engine import HttpEngine, launch_env
+from tessera.serving.engines.base import EngineCommand, EngineStats
+from tessera.serving.engines.http_engine import LaunchedEngine, LaunchOptions, launch_env
 from tessera.serving.engines.metrics import parse_metrics, vllm_asleep
 
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
@@ -29,8 +28,9 @@ SLEEP_PATH = "/sleep"
 WAKE_PATH = "/wake_up"
 
 
-class VllmEngine(HttpEngine):
-    """One vLLM replica of ``model`` (the served name) with ``weights`` (a local folder)."""
+class VllmEngine(LaunchedEngine):
+    """One vLLM replica of ``model`` (the served name) with ``weights`` (a local folder); ``env`` may carry
+    ``TESSERA_VLLM_ARGS`` and ``VLLM_CPU_KVCACHE_SPACE``."""
 
     kind = "vllm"
 
@@ -39,21 +39,13 @@ class VllmEngine(HttpEngine):
         model: str,
         port: int,
         *,
-        weights: str | None = None,
         mem_fraction: float | None = None,
         sleep_mode: bool = False,
-        python: str | None = None,
-        env: dict[str, str] | None = None,
-        host: str = "127.0.0.1",
-        runner: ProcessRunner | None = None,
-        client: httpx.AsyncClient | None = None,
+        **options: Unpack[LaunchOptions],
     ) -> None:
-        super().__init__(model, port, host, runner, client)
-        self.weights = weights
+        super().__init__(model, port, **options)
         self.mem_fraction = mem_fraction
         self.sleep_mode = sleep_mode
-        self.python = python
-        self.env = dict(env or {})  # e.g. CUDA_VISIBLE_DEVICES, TESSERA_VLLM_ARGS, VLLM_CPU_KVCACHE_SPACE
 
     @property
     def sleep_capable(self) -> bool:  # type: ignore[override]  # a class constant in HttpEngine
