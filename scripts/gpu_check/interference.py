@@ -4,12 +4,14 @@
     python3 scripts/gpu_check/interference.py --device cpu --tiny --out /tmp/i.json  # the logic, on a CPU
 
 The twin (`tessera.sim.serving.interference`) says: under time-slicing k busy replicas each run k-fold slower;
-under MPS each busy replica is slowed by ``max(1, sum of the busy replicas' intensities)``, where a replica's
-intensity ``u`` counts as free for neighbours only what a one-sequence step spends beyond streaming its weights at
-85% of the datasheet bandwidth. This script measures both on the GPU it runs on, with a synthetic decoder that
-does what an engine's decode step does (per layer: the QKV, output and gated-MLP products of a batch of single
-tokens, attention over a KV cache of ``--context`` tokens per sequence; then the LM head; the step replayed as a
-CUDA graph and synchronised, as engines do before sampling):
+under MPS a busy replica's step stretches to the busy replicas' saturating times added up (each ``u`` x its step
+alone), where a replica's intensity ``u`` counts as free for neighbours only what a one-sequence step spends beyond
+streaming its weights at 85% of the datasheet bandwidth. (Until this script's first run, on an H100, the twin's MPS
+rule was ``max(1, sum of the busy replicas' intensities)``: the right total, not the right split between a busy and
+a light replica; both are printed.) This script measures both sharing modes on the GPU it runs on, with a synthetic
+decoder that does what an engine's decode step does (per layer: the QKV, output and gated-MLP products of a
+batch of single tokens, attention over a KV cache of ``--context`` tokens per sequence; then the LM head; the step
+replayed as a CUDA graph and synchronised, as engines do before sampling):
 
 1. alone: the step at batch 1 and at ``--batch``, for the intensity the twin would assign;
 2. two busy loops at once under time-slicing (no MPS daemon), and a busy loop beside a batch-4 one;
@@ -256,15 +258,24 @@ def scenario_set(args: argparse.Namespace, env: dict[str, str], mode: str, hbm: 
     u_big = intensity(sb / 1e3, s1 / 1e3, alone["weight_bytes"], hbm)
     u_small = intensity(ss / 1e3, s1 / 1e3, alone["weight_bytes"], hbm)
 
-    def predicted(us: list[float]) -> float:
-        return float(len(us)) if mode == "time-slice" else max(1.0, sum(us))
+    def twin(steps: list[float], us: list[float]) -> list[float]:
+        """The twin's slowdown of each loop (``tessera.sim.serving.interference.slowdown``): k-fold under
+        time-slicing; under MPS each step stretched to the loops' saturating times (``u`` x step) added up."""
+        if mode == "time-slice":
+            return [float(len(steps))] * len(steps)
+        saturating = sum(u * s for u, s in zip(us, steps, strict=True))
+        return [round(max(1.0, saturating / s), 3) for s in steps]
+
+    def summed_intensities(us: list[float]) -> float:  # the twin's MPS rule before this measurement
+        return float(len(us)) if mode == "time-slice" else round(max(1.0, sum(us)), 3)
 
     return {
         "alone_step_ms": {"1": s1, str(big): sb, str(small): ss},
         "intensity_twin_formula": {str(big): round(u_big, 3), str(small): round(u_small, 3)},
         "pair_same": {
             "measured_slowdown": [round(r["step_ms_median"] / sb, 3) for r in pair],
-            "twin_predicts": round(predicted([u_big, u_big]), 3),
+            "twin_predicts": twin([sb, sb], [u_big, u_big]),
+            "summed_intensity_rule": summed_intensities([u_big, u_big]),
             "throughput_vs_one_alone": round(sum(sb / r["step_ms_median"] for r in pair), 3),
         },
         "pair_mixed": {
@@ -272,7 +283,8 @@ def scenario_set(args: argparse.Namespace, env: dict[str, str], mode: str, hbm: 
                 str(big): round(mixed[0]["step_ms_median"] / sb, 3),
                 str(small): round(mixed[1]["step_ms_median"] / ss, 3),
             },
-            "twin_predicts": round(predicted([u_big, u_small]), 3),
+            "twin_predicts": dict(zip((str(big), str(small)), twin([sb, ss], [u_big, u_small]), strict=True)),
+            "summed_intensity_rule": summed_intensities([u_big, u_small]),
         },
         "weight_gib": round(alone["weight_bytes"] / 2**30, 2),
         "kv_gib_at_big_batch": round(alone["kv_bytes"] / 2**30, 2),
