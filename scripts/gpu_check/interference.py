@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 HBM_EFFICIENCY = 0.85  # the twin's (tessera.sim.serving.interference)
 DATASHEET_HBM_GB_S = {"H100": 3350.0, "H200": 4800.0, "A100": 2039.0, "L4": 300.0, "T4": 320.0}
@@ -203,17 +203,40 @@ def run_together(
     return results
 
 
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """``--mps-shapes``: ``BATCH,SMALL_BATCH,CONTEXT`` triples of positive integers, separated by ``;``."""
+    shapes = []
+    for item in filter(None, text.split(";")):
+        parts = item.split(",")
+        if len(parts) != 3 or not all(x.strip().isdigit() and int(x) > 0 for x in parts):
+            fail(f"--mps-shapes: {item!r} is not BATCH,SMALL_BATCH,CONTEXT (three positive integers)")
+        big, small, ctx = (int(x) for x in parts)
+        shapes.append((big, small, ctx))
+    return shapes
+
+
+def fail(message: str) -> NoReturn:
+    """One line on stderr, exit status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def gpu_name_and_bandwidth(args: argparse.Namespace) -> tuple[str, float]:
+    try:
+        torch: Any = importlib.import_module("torch")
+    except ImportError:
+        fail(f"{sys.executable} has no torch; run it with a Python that has")
     if args.device != "cuda":
         return "cpu", args.hbm_gb_s or 50.0
-    torch: Any = importlib.import_module("torch")
+    if not torch.cuda.is_available():
+        fail("torch sees no CUDA GPU here; --device cpu --tiny checks the script without one")
     name = torch.cuda.get_device_name(0)
     if args.hbm_gb_s:
         return name, args.hbm_gb_s
     for family, gb_s in DATASHEET_HBM_GB_S.items():
         if family in name:
             return name, gb_s
-    raise SystemExit(f"error: no datasheet bandwidth known for {name!r}; pass --hbm-gb-s")
+    fail(f"no datasheet bandwidth known for {name!r}; pass --hbm-gb-s")
 
 
 def intensity(step_s: float, one_seq_s: float, weight_bytes: int, hbm_gb_s: float) -> float:
@@ -340,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hbm-gb-s", type=float, default=0.0, help="datasheet HBM bandwidth (default: by GPU name)")
     p.add_argument("--out", type=Path, default=Path("interference.json"))
     args = p.parse_args(argv)
+    shapes = parse_shapes(args.mps_shapes)
     if args.tiny:
         args.hidden, args.ffn, args.heads, args.layers, args.vocab, args.context = 256, 512, 4, 2, 1000, 64
         args.batch, args.seconds = min(args.batch, 8), min(args.seconds, 1.0)
@@ -364,8 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with MpsDaemon() as mps:
                 summary["mps"] = scenario_set(args, mps.env, "mps", hbm)
-                for shape in filter(None, args.mps_shapes.split(";")):
-                    big, small, ctx = (int(x) for x in shape.split(","))
+                for big, small, ctx in shapes:
                     other = argparse.Namespace(**(vars(args) | {"batch": big, "small_batch": small, "context": ctx}))
                     summary[f"mps b{big} b{small} ctx{ctx}"] = scenario_set(other, mps.env, "mps", hbm)
                 summary["mps thread caps"] = thread_caps(args, mps.env)
