@@ -12,9 +12,9 @@ Two modes, one per way of sharing a GPU between processes:
   up: each is slowed by ``max(1, sum of their saturating times / its own step)``. Replicas whose demands fit
   together run at full speed; two equal busy replicas are each slowed by the sum of their intensities; a light
   replica beside a busy one waits for the busy one's saturating time, so it slows more and the busy one less.
-  Measured so on an H100 with two engine-like decode loops (``scripts/gpu_check/interference.py``: within 2% in
-  four pairs, docs/serving.md section 9), where dividing by the summed intensity alone had the right total but
-  not the split.
+  Measured so on an H100 with two engine-like decode loops (``scripts/gpu_check/interference.py``: within 3% in
+  six pairs of two model widths, docs/serving.md section 9), where dividing by the summed intensity alone had the
+  right total but not the split.
 
 ``u`` comes from the performance model, read conservatively: of a decode step at the replica's target batch, only
 the part that a one-sequence step spends *beyond* streaming the weights (launch gaps, scheduling, sampling: time the
