@@ -49,17 +49,10 @@ def replica_shape(spec: ModelSpec, gpu_model: str, sizing: ReplicaSizing) -> Rep
     usable = gpu_bytes * sizing.gpu_memory_utilization
     tp = spec.tensor_parallel
     kind = frozenset({gpu.name})
-    reserve_tokens = min(sizing.kv_reserve_tokens, int(sizing.kv_reserve_max_gib * GIB // spec.kv_bytes_per_token))
-    if sizing.shared and tp == 1:
-        kv_bytes = reserve_tokens * spec.kv_bytes_per_token
-        need = spec.weights_bytes + kv_bytes + sizing.overhead_gib * GIB
-        if need <= usable:
-            request = Request(num_gpus=1, gpu_mem_mib=math.ceil(need / MIB), gpu_types=kind)
-            return ReplicaShape(request, reserve_tokens // BLOCK_TOKENS, 1, shared=True)
     if sizing.shared:
-        # A tensor-parallel replica under sharing: a gang of ``tp`` shards on distinct GPUs of one node (``fleet``),
-        # each asking for its weight shard, one GPU's KV reserve and the overhead. The rest of each GPU is free for
-        # other (smaller) replicas.
+        # One GPU's share, or for a tensor-parallel model a gang of ``tp`` shares on distinct GPUs of one node
+        # (``fleet``): each asks for its weight shard, one GPU's KV reserve and the overhead; the rest of each GPU is
+        # free for other (smaller) replicas.
         reserve_tokens = min(  # the reserve is per GPU: a replica of tp GPUs reserves tp times as much
             tp * sizing.kv_reserve_tokens, int(tp * sizing.kv_reserve_max_gib * GIB // spec.kv_bytes_per_token)
         )
