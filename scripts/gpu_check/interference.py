@@ -1,6 +1,6 @@
 """Two LLM-like decode loops on one GPU: how much they slow each other, measured against the twin's model.
 
-    python3 scripts/gpu_check/interference.py --out $OUT/interference.json       # on the GPU machine (torch only)
+    python3 scripts/gpu_check/interference.py --out $OUT/interference.json       # on the GPU machine (needs torch)
     python3 scripts/gpu_check/interference.py --device cpu --tiny --out /tmp/i.json  # the logic, on a CPU
 
 The twin (`tessera.sim.serving.interference`) says: under time-slicing k busy replicas each run k-fold slower;
@@ -37,9 +37,12 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-HBM_EFFICIENCY = 0.85  # the twin's (tessera.sim.serving.interference)
-DATASHEET_HBM_GB_S = {"H100": 3350.0, "H200": 4800.0, "A100": 2039.0, "L4": 300.0, "T4": 320.0}
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))  # the twin's rules (standard library only)
 
+from tessera.core.errors import TesseraError  # noqa: E402
+from tessera.gpu.nvml import match_catalog_model  # noqa: E402
+from tessera.serving.gpus import gpu_spec  # noqa: E402
+from tessera.sim.serving.interference import intensity_of_steps, slowdown, weights_stream_s  # noqa: E402
 
 # -- the worker: one process, one decode loop -------------------------------------------------------------------
 
@@ -233,17 +236,11 @@ def gpu_name_and_bandwidth(args: argparse.Namespace) -> tuple[str, float]:
     name = torch.cuda.get_device_name(0)
     if args.hbm_gb_s:
         return name, args.hbm_gb_s
-    for family, gb_s in DATASHEET_HBM_GB_S.items():
-        if family in name:
-            return name, gb_s
-    fail(f"no datasheet bandwidth known for {name!r}; pass --hbm-gb-s")
-
-
-def intensity(step_s: float, one_seq_s: float, weight_bytes: int, hbm_gb_s: float) -> float:
-    """The twin's intensity of a step, from measured steps (tessera.sim.serving.interference.intensity)."""
-    weights_s = weight_bytes / (hbm_gb_s * 1e9 * HBM_EFFICIENCY)
-    free_s = max(0.0, one_seq_s - weights_s)
-    return min(1.0, max(0.0, step_s - free_s) / step_s)
+    mem_mib = torch.cuda.get_device_properties(0).total_memory >> 20
+    try:  # the GPU as Tessera's discovery names it, and the serving catalog's datasheet figure
+        return name, gpu_spec(match_catalog_model(name, mem_mib)).hbm_gb_s
+    except TesseraError as exc:
+        fail(f"no datasheet bandwidth for {name!r} ({exc}); pass --hbm-gb-s")
 
 
 class MpsDaemon:
@@ -278,16 +275,14 @@ def scenario_set(args: argparse.Namespace, env: dict[str, str], mode: str, hbm: 
     pair = run_together(args, [big, big], env, f"{mode} pair b{big}+b{big}")
     mixed = run_together(args, [big, small], env, f"{mode} pair b{big}+b{small}")
     s1, sb, ss = one["step_ms_median"], alone["step_ms_median"], alone_small["step_ms_median"]
-    u_big = intensity(sb / 1e3, s1 / 1e3, alone["weight_bytes"], hbm)
-    u_small = intensity(ss / 1e3, s1 / 1e3, alone["weight_bytes"], hbm)
+    weights_s = weights_stream_s(alone["weight_bytes"], hbm)
+    u_big = intensity_of_steps(sb / 1e3, s1 / 1e3, weights_s)
+    u_small = intensity_of_steps(ss / 1e3, s1 / 1e3, weights_s)
 
     def twin(steps: list[float], us: list[float]) -> list[float]:
-        """The twin's slowdown of each loop (``tessera.sim.serving.interference.slowdown``): k-fold under
-        time-slicing; under MPS each step stretched to the loops' saturating times (``u`` x step) added up."""
-        if mode == "time-slice":
-            return [float(len(steps))] * len(steps)
+        """The twin's slowdown of each loop when all are busy (``tessera.sim.serving.interference.slowdown``)."""
         saturating = sum(u * s for u, s in zip(us, steps, strict=True))
-        return [round(max(1.0, saturating / s), 3) for s in steps]
+        return [round(slowdown(mode, len(steps), saturating, s), 3) for s in steps]
 
     def summed_intensities(us: list[float]) -> float:  # the twin's MPS rule before this measurement
         return float(len(us)) if mode == "time-slice" else round(max(1.0, sum(us)), 3)

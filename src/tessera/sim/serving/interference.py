@@ -38,11 +38,23 @@ def intensity(
 ) -> float:
     """The share of a decode step at ``batch`` sequences holding ``kv_tokens`` during which the replica keeps the
     GPU busy (see the module docstring)."""
-    g = gpu_spec(gpu)
-    weights_s = spec.weights_bytes / tensor_parallel / (g.hbm_gb_s * 1e9 * HBM_EFFICIENCY)
-    one_seq_s = perf.iteration_s(0, 1, kv_tokens // max(batch, 1))
+    return intensity_of_steps(
+        perf.iteration_s(0, batch, kv_tokens),
+        perf.iteration_s(0, 1, kv_tokens // max(batch, 1)),
+        weights_stream_s(spec.weights_bytes / tensor_parallel, gpu_spec(gpu).hbm_gb_s),
+    )
+
+
+def weights_stream_s(weight_bytes: float, hbm_gb_s: float) -> float:
+    """How long streaming ``weight_bytes`` from device memory takes at ``HBM_EFFICIENCY`` of the datasheet rate."""
+    return weight_bytes / (hbm_gb_s * 1e9 * HBM_EFFICIENCY)
+
+
+def intensity_of_steps(step_s: float, one_seq_s: float, weights_s: float) -> float:
+    """The intensity of a decode step of ``step_s``, given a one-sequence step of ``one_seq_s`` and the time its
+    weights take to stream (``weights_stream_s``): what the one-sequence step spends beyond streaming them is free
+    for neighbours. From the performance model in the twin, from measured steps in the GPU check."""
     free_s = max(0.0, one_seq_s - weights_s)
-    step_s = perf.iteration_s(0, batch, kv_tokens)
     return min(1.0, max(0.0, step_s - free_s) / step_s) if step_s > 0 else 1.0
 
 
