@@ -17,6 +17,7 @@ from tessera.serving.policies.engine import Engine
 from tessera.serving.policies.engine_parts import EngineConfig
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass
 from tessera.sim.serving.fleet import Fleet, Replica
+from tessera.sim.serving.interference import StepDemand
 from tessera.sim.serving.result import PolicyRun
 from tessera.sim.serving.setups import policy_setup
 from tessera.sim.serving.sizing import replica_shape
@@ -99,7 +100,7 @@ def test_a_busy_neighbour_on_a_shared_gpu_slows_both_replicas(perf: PerfFactory,
     if sharing == "time-slice":
         expected = 2.0
     else:
-        intensities = [r.intensity for r in together.fleet.replicas.values()]
+        intensities = [r.demand.intensity for r in together.fleet.replicas.values()]
         assert len(intensities) == 2 and all(0.0 < u <= 1.0 for u in intensities)
         expected = max(1.0, sum(intensities))
         assert expected > 1.0, "two replicas decoding at their target batch saturate a GPU together"
@@ -130,8 +131,8 @@ def test_under_mps_a_light_neighbour_waits_for_a_busy_ones_saturating_time(perf:
         for name, placed in (("busy", fleet.place(share(0.4))), ("light", fleet.place(share(0.4))))
         if placed is not None
     )
-    busy.intensity, busy.step_s = 0.93, 7.19e-3  # the measured pair: batch 48 beside batch 4
-    light.intensity, light.step_s = 0.84, 3.14e-3
+    busy.demand = StepDemand(step_s=7.19e-3, intensity=0.93)  # the measured pair: batch 48 beside batch 4
+    light.demand = StepDemand(step_s=3.14e-3, intensity=0.84)
     for r in (busy, light):
         fleet.add(r, 0.0)
     fleet.set_busy(busy, True)

@@ -28,7 +28,7 @@ from tessera.core.placement.gang import one_node_candidates
 from tessera.core.workload import Placement, Request
 from tessera.serving.policies.engine import Engine
 from tessera.serving.policies.requests import InferenceRequest
-from tessera.sim.serving.interference import SHARING_MODES, slowdown
+from tessera.sim.serving.interference import SHARING_MODES, StepDemand, slowdown
 
 GpuKey = tuple[int, int]  # (node, GPU index)
 
@@ -51,8 +51,7 @@ class Replica:
         "started_s",
         "event_s",
         "size",
-        "intensity",
-        "step_s",
+        "demand",
     )
 
     def __init__(
@@ -74,8 +73,7 @@ class Replica:
         self.started_s = started_s
         self.event_s = float("inf")  # the engine event the twin has queued for it
         self.size = 0  # which of its model's replica sizes it has
-        self.intensity = 1.0  # the share of a decode step it keeps its GPUs busy (``interference``)
-        self.step_s = 0.0  # its decode step at its target batch, alone (``interference``)
+        self.demand = StepDemand(step_s=0.0, intensity=1.0)  # what it asks of its GPUs when busy (``interference``)
 
     @property
     def node(self) -> int:
@@ -214,7 +212,7 @@ class Fleet:
 
     def set_busy(self, replica: Replica, busy: bool) -> None:
         step = 1 if busy else -1
-        saturating = step * replica.intensity * replica.step_s
+        saturating = step * replica.demand.saturating_s
         for key in replica.gpus:
             self._busy[key] = self._busy.get(key, 0) + step
             self._busy_saturating[key] = self._busy_saturating.get(key, 0.0) + saturating
@@ -222,7 +220,7 @@ class Fleet:
     def slowdown(self, replica: Replica) -> float:
         """How much sharing stretches ``replica``'s iterations now, on its most contended GPU (``interference``)."""
         return max(
-            slowdown(self.sharing, self._busy.get(key, 0), self._busy_saturating.get(key, 0.0), replica.step_s)
+            slowdown(self.sharing, self._busy.get(key, 0), self._busy_saturating.get(key, 0.0), replica.demand.step_s)
             for key in replica.gpus
         )
 

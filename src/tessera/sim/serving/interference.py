@@ -25,6 +25,8 @@ conversation request's GPU time) are counted at the same intensity.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tessera.serving.gpus import gpu_spec
 from tessera.serving.models import ModelSpec
 from tessera.serving.policies.engine_parts import IterationTimes
@@ -33,16 +35,36 @@ SHARING_MODES = ("time-slice", "mps")
 HBM_EFFICIENCY = 0.85  # of the datasheet bandwidth a streaming kernel reaches
 
 
+@dataclass(frozen=True, slots=True)
+class StepDemand:
+    """What a busy replica asks of its GPU: its decode step at its target batch, alone, and the share of that step
+    it keeps the GPU saturated (its intensity)."""
+
+    step_s: float
+    intensity: float
+
+    @property
+    def saturating_s(self) -> float:
+        return self.intensity * self.step_s
+
+
+def step_demand(
+    spec: ModelSpec, gpu: str, tensor_parallel: int, perf: IterationTimes, batch: int, kv_tokens: int
+) -> StepDemand:
+    """A replica's decode step at ``batch`` sequences holding ``kv_tokens``, and its intensity (the module
+    docstring)."""
+    step_s = perf.iteration_s(0, batch, kv_tokens)
+    one_seq_s = perf.iteration_s(0, 1, kv_tokens // max(batch, 1))
+    weights_s = weights_stream_s(spec.weights_bytes / tensor_parallel, gpu_spec(gpu).hbm_gb_s)
+    return StepDemand(step_s, intensity_of_steps(step_s, one_seq_s, weights_s))
+
+
 def intensity(
     spec: ModelSpec, gpu: str, tensor_parallel: int, perf: IterationTimes, batch: int, kv_tokens: int
 ) -> float:
     """The share of a decode step at ``batch`` sequences holding ``kv_tokens`` during which the replica keeps the
     GPU busy (see the module docstring)."""
-    return intensity_of_steps(
-        perf.iteration_s(0, batch, kv_tokens),
-        perf.iteration_s(0, 1, kv_tokens // max(batch, 1)),
-        weights_stream_s(spec.weights_bytes / tensor_parallel, gpu_spec(gpu).hbm_gb_s),
-    )
+    return step_demand(spec, gpu, tensor_parallel, perf, batch, kv_tokens).intensity
 
 
 def weights_stream_s(weight_bytes: float, hbm_gb_s: float) -> float:

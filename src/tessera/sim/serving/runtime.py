@@ -9,6 +9,7 @@ from tessera.serving.policies.admission import RequestHeap
 from tessera.serving.policies.engine_parts import IterationTimes
 from tessera.serving.policies.router import RouterState, make_router
 from tessera.sim.serving.fleet import Replica, ReplicaState
+from tessera.sim.serving.interference import StepDemand
 from tessera.sim.serving.setups import ReplicaSizing
 from tessera.sim.serving.sizing import ReplicaShape, concurrency_target
 
@@ -25,16 +26,14 @@ class ModelRuntime:
         name: str,
         spec: ModelSpec,
         shapes: tuple[ReplicaShape, ...],
-        intensities: tuple[float, ...],
-        steps_s: tuple[float, ...],
+        demands: tuple[StepDemand, ...],
         perf: IterationTimes,
         router_name: str,
     ) -> None:
         self.name = name
         self.spec = spec
         self.shapes = shapes  # the replica sizes it may use, smallest first (``sizing.replica_shapes``)
-        self.intensities = intensities  # of each size (``interference``)
-        self.steps_s = steps_s  # each size's decode step at its target batch, alone (``interference``)
+        self.demands = demands  # what a busy replica of each size asks of its GPUs (``interference``)
         self.size = 0  # the size new replicas get
         self.load_ema = 0.0  # requests in flight, averaged over about a minute
         self.busy_ema = 0.0  # the share of its ready replicas busy at a tick, averaged likewise
@@ -62,12 +61,8 @@ class ModelRuntime:
         return self.shapes[self.size]
 
     @property
-    def intensity(self) -> float:
-        return self.intensities[self.size]
-
-    @property
-    def step_s(self) -> float:
-        return self.steps_s[self.size]
+    def demand(self) -> StepDemand:
+        return self.demands[self.size]
 
     def choose_size(self, sizing: ReplicaSizing, now_s: float) -> None:
         """Whole-GPU replicas once the averaged load is over ``grow_at`` small replicas' worth, or its replicas are

@@ -45,7 +45,7 @@ from tessera.serving.policies.model_cache import (
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass, SloTarget
 from tessera.serving.policies.router import ReplicaView
 from tessera.sim.serving.fleet import Fleet, Replica, ReplicaState, has_room
-from tessera.sim.serving.interference import intensity
+from tessera.sim.serving.interference import step_demand
 from tessera.sim.serving.outcomes import Outcomes
 from tessera.sim.serving.result import PolicyRun
 from tessera.sim.serving.runtime import ModelRuntime
@@ -91,9 +91,8 @@ class Twin:
             perf = inputs.perf(spec, gpu_model, shapes[0].gpus)
             per_seq = setup.sizing.tokens_per_sequence
             batches = [round(concurrency_target(shape, setup.sizing)) for shape in shapes]
-            intensities = tuple(intensity(spec, gpu_model, shapes[0].gpus, perf, b, b * per_seq) for b in batches)
-            steps = tuple(perf.iteration_s(0, b, b * per_seq) for b in batches)
-            self.models[name] = ModelRuntime(name, spec, shapes, intensities, steps, perf, setup.router)
+            demands = tuple(step_demand(spec, gpu_model, shapes[0].gpus, perf, b, b * per_seq) for b in batches)
+            self.models[name] = ModelRuntime(name, spec, shapes, demands, perf, setup.router)
         self.outcomes = Outcomes(list(self.models), inputs.targets)
         self.scaler = Scaler(setup, inputs.targets) if setup.autoscaler else None
         self.admission = AdmissionConfig() if setup.admission else None
@@ -289,8 +288,7 @@ class Twin:
         config = EngineConfig(kv_blocks=m.shape.kv_blocks, priority=self.setup.engine_priority)
         replica = Replica(self.fleet.new_id(), m.name, Engine(config, m.perf), placements, self.now + delay, self.now)
         replica.size = m.size
-        replica.intensity = m.intensity
-        replica.step_s = m.step_s
+        replica.demand = m.demand
         self.fleet.add(replica, self.now)
         m.replicas.append(replica)
         if preloaded:
