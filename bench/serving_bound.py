@@ -53,11 +53,12 @@ from tessera.serving.models import GIB, ModelSpec
 from tessera.serving.policies.engine_parts import EngineConfig, IterationTimes
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, SloClass
 from tessera.sim.placement_study.sweep import parse_seeds
-from tessera.sim.serving.config import parse_gpu_cluster
+from tessera.sim.serving.config import StudyConfig
 from tessera.sim.serving.interference import intensity
 from tessera.sim.serving.perf_choice import make_perf_factory
 from tessera.sim.serving.setups import ReplicaSizing
 from tessera.sim.serving.sizing import BLOCK_TOKENS, replica_shape
+from tessera.sim.serving.study import run_study
 from tessera.sim.serving.trace import read_llm_trace
 from tessera.sim.serving.workload import Workload, build_workload
 
@@ -153,11 +154,12 @@ def bound(workload: Workload, bin_s: float) -> Bound:
     )
 
 
-def static_gpu_hours(workload: Workload, seed: int) -> float:
-    from tessera.sim.serving.study import _SeedStudy  # the study's own sizing of the static baseline
-
-    study = _SeedStudy(workload, make_perf_factory(), parse_gpu_cluster(f"8x{GPU}"), seed, None)
-    return study.static().gpu_hours
+def static_gpu_hours(args: argparse.Namespace, seed: int) -> float:
+    """The ``static`` baseline's GPU-hours for one seed, sized by the study itself (``tessera simulate serving``)."""
+    config = StudyConfig(
+        trace=args.trace, models=args.models, zipf=args.zipf, load=args.load, policies=("static",), seeds=(seed,)
+    )
+    return run_study(config)[0].gpu_hours
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             "compute_gpus_mean_per_model": b.per_model_compute_mean,
         }
         if args.static:
-            static = static_gpu_hours(workload, seed)
+            static = static_gpu_hours(args, seed)
             row["static_gpu_h"] = round(static, 2)
             row["target_60pct_of_static_gpu_h"] = round(0.6 * static, 2)
             row["bound_over_target"] = round(b.fractional / (0.6 * static), 3)
