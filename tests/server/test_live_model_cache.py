@@ -35,7 +35,7 @@ def model(model_id: int, name: str, path: Path | None, slo: str = "standard", en
 
 
 def running(workload_id: int) -> list[ReplicaView]:
-    return [ReplicaView(workload_id, running=True, port=9000 + workload_id)]
+    return [ReplicaView(workload_id, running=True, address=f"http://127.0.0.1:{9000 + workload_id}")]
 
 
 def inline(work: Callable[[], object]) -> object:

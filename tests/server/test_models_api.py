@@ -37,8 +37,7 @@ def model(h: Harness, name: str, token: str = ADMIN) -> dict[str, Any]:
 
 
 def controller(h: Harness, traffic: Traffic | None = None) -> Controller:
-    ports = iter(range(20_000, 30_000))
-    return Controller(ServingPlane(h.server.ctx), traffic or Traffic(), pick_port=lambda: next(ports))
+    return Controller(ServingPlane(h.server.ctx), traffic or Traffic())
 
 
 def test_a_deployed_model_runs_its_minimum_of_replicas_as_service_workloads_sharing_one_gpu(

@@ -32,11 +32,11 @@ class Plane:
     def replicas(self, models: Sequence[DeployedModel]) -> dict[int, list[ReplicaView]]:
         return {m.id: list(self.reps[m.id]) for m in models}
 
-    def start_replica(self, model: DeployedModel, port: int) -> int:
+    def start_replica(self, model: DeployedModel) -> int:
         if model.id in self.broken:
             raise RuntimeError("the store is down")
         self.next_id += 1
-        self.reps[model.id].append(ReplicaView(self.next_id, running=False, port=port))
+        self.reps[model.id].append(ReplicaView(self.next_id, running=False, address=f"unix:/r/{self.next_id}"))
         return self.next_id
 
     def stop_replica(self, workload_id: int) -> None:
@@ -65,8 +65,7 @@ class Traffic:
 
 
 def make(plane: Plane, traffic: Traffic | None = None) -> Controller:
-    ports = iter(range(40_000, 50_000))
-    return Controller(plane, traffic or Traffic(), pick_port=lambda: next(ports))
+    return Controller(plane, traffic or Traffic())
 
 
 def test_a_model_starts_its_minimum_and_grows_with_its_requests_up_to_its_maximum() -> None:
@@ -80,13 +79,13 @@ def test_a_model_starts_its_minimum_and_grows_with_its_requests_up_to_its_maximu
         c.tick(float(t))
         plane.run_all()
     assert len(plane.reps[1]) == 3 and plane.desired[1] == 3  # the maximum, not the 500 / 32 the load asks
-    assert len({r.port for r in plane.reps[1]}) == 3  # each replica its own port
+    assert len({r.address for r in plane.reps[1]}) == 3  # each replica its own address
 
 
 def test_scaling_down_cancels_pending_replicas_before_running_ones() -> None:
     model = replace(MODEL, min_replicas=0, max_replicas=2, idle_timeout_s=5.0)
     plane = Plane(model)
-    plane.reps[1] = [ReplicaView(7, running=True, port=1), ReplicaView(8, running=False, port=2)]
+    plane.reps[1] = [ReplicaView(7, True, "unix:/r/7"), ReplicaView(8, False, "unix:/r/8")]
     c = make(plane)
     for t in range(0, 120, 2):
         c.tick(float(t))
@@ -95,7 +94,7 @@ def test_scaling_down_cancels_pending_replicas_before_running_ones() -> None:
 
 def test_a_deleted_model_is_forgotten_only_after_its_replicas_have_ended() -> None:
     plane = Plane(replace(MODEL, deleting=True))
-    plane.reps[1] = [ReplicaView(7, running=True, port=1)]
+    plane.reps[1] = [ReplicaView(7, running=True, address="unix:/r/7")]
     c = make(plane)
     c.tick(0.0)
     assert plane.stopped == [7] and plane.forgotten == []
@@ -113,6 +112,12 @@ def test_one_failing_model_does_not_stop_the_others() -> None:
     plane.broken.add(1)
     make(plane).tick(0.0)
     assert len(plane.reps[2]) == 1 and plane.desired == {2: 1}
+
+
+def test_a_replica_listens_on_its_private_socket_and_names_no_port_or_secret_on_its_command_line() -> None:
+    argv, env = replica_command(replace(MODEL, engine="sim"), None)
+    assert argv[1:] == ["-m", "tessera.serving.engine_exec", "sim", "--name", "chat", "--socket"]
+    assert "TESSERA_ENGINE_PORT" not in env  # its address is its runtime directory's, known only at launch
 
 
 def test_a_replica_runs_the_engine_shim_on_its_own_port() -> None:

@@ -37,6 +37,9 @@ class LaunchSpec:
     node: str | None = None
     gpus: tuple[GpuShare, ...] = ()
     cpu_milli: int = 0
+    # Run it in a network namespace of its own (loopback only) where the backend can make one; a model replica asks,
+    # so that no other tenant reaches the TCP ports its engine opens. ``Backend.private_network`` says if it can.
+    private_network: bool = False
 
 
 JsonScalar = str | int | float | bool | None
@@ -107,6 +110,16 @@ class Backend(Protocol):
         never launched (nothing of it was started) or its end was reported since. A workload that ran and ended
         meanwhile is found too: ``adopt`` its handle and the next ``poll`` reports that end. Recovery asks this
         before it launches anything again, so a launch is never repeated while (or after) the first one ran."""
+        ...
+
+    def runtime_dir(self, workload_id: str) -> Path | None:
+        """The workload's private runtime directory on its node (``TESSERA_RUNTIME_DIR`` in its environment: only
+        its own OS user and the server can enter it; made at launch, removed at its end), or None when this backend
+        gives workloads none."""
+        ...
+
+    def private_network(self) -> bool:
+        """Whether ``LaunchSpec.private_network`` is honoured (a network namespace of the workload's own)."""
         ...
 
     def pids(self, handle: Handle) -> list[int]:

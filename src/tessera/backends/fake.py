@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tessera.backends.base import Backend, BackendNode, ExitStatus, Handle, LaunchSpec
@@ -65,6 +66,12 @@ class FakeBackend:
     def find(self, workload_id: str) -> Handle | None:
         with self._lock:
             return self._findable.get(workload_id)
+
+    def runtime_dir(self, workload_id: str) -> Path | None:
+        return None  # nothing runs: no directory to give
+
+    def private_network(self) -> bool:
+        return False
 
     def pids(self, handle: Handle) -> list[int]:
         pid = fake_pid(handle)

@@ -130,6 +130,13 @@ class LocalBackend:
         """This host, the only one."""
         return [BackendNode(NODE_NAME, socket.gethostname())]
 
+    def runtime_dir(self, workload_id: str) -> Path | None:
+        """The workload's ``TESSERA_RUNTIME_DIR`` (``runtime_dirs``); None where no safe one could be made."""
+        return self.exec.runtime_dir(file_stem(workload_id))
+
+    def private_network(self) -> bool:
+        return self.exec.private_network
+
     def spec_path(self, workload_id: str) -> Path:
         """Where ``launch`` leaves the command's spec for the supervisor (which deletes it once read)."""
         return self.run_dir / f"{file_stem(workload_id)}.spec.json"
@@ -178,7 +185,7 @@ class LocalBackend:
                         start_new_session=True,  # leads its own session and process group: pgid == pid
                     )
             except BaseException:
-                self.exec.undo(spec_file, cgroup)
+                self.exec.undo(file_stem(spec.workload_id), spec_file, cgroup)
                 raise
             crash_point("after-launch")
             marker = procfs.read_start_marker(popen.pid)  # our unreaped child: its /proc entry is there

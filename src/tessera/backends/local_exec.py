@@ -8,6 +8,9 @@
   the spec names a directory. All of it goes in ``<id>.spec.json`` (0600; the supervisor deletes it once read).
 - **The log** is opened by the server (0600, in a 0700 directory) and handed over as stdout: a tenant's user can
   write its own log through it but read no log at all.
+- **A private runtime directory** per workload (``runtime_dirs``: ``TESSERA_RUNTIME_DIR``, 0700, its own user's),
+  and for a workload that asks (a model replica) a network namespace of its own (``netns``) where the server is
+  root: what it listens on there, only the server reaches.
 - **Containment**: a cgroup per workload where one is usable (``cgroups.py``), which the supervisor joins before it
   starts the command, and which the backend kills and removes when the workload ends, also when the supervisor was
   SIGKILLed. The supervisor is a child subreaper too (``reaper.py``), the fallback without cgroups.
@@ -25,9 +28,10 @@ from pathlib import Path
 from typing import IO
 
 import tessera
-from tessera.backends import cgroups
+from tessera.backends import cgroups, netns
 from tessera.backends.accounts import DEFAULT_PATH, LANG, Account, TenantAccounts, server_account, workload_env
 from tessera.backends.base import LaunchSpec
+from tessera.backends.runtime_dirs import RUNTIME_DIR_ENV, RuntimeDirError, RuntimeDirs, runtime_base
 from tessera.backends.supervisor import RELAYED_SIGNALS, CommandSpec
 
 logger = logging.getLogger(__name__)
@@ -47,6 +51,18 @@ class LocalExec:
         self.supervisor_env = {"PATH": DEFAULT_PATH, "LANG": LANG, "PYTHONPATH": package_root()}
         how = f"a {self.cgroups.kind} cgroup each" if self.cgroups else "their supervisor as subreaper (no cgroup)"
         logger.info("workloads are contained by %s", how)
+        self.runtime = _runtime_dirs(run_dir)
+        self._private_network: bool | None = None  # found out at the first launch that asks
+
+    @property
+    def private_network(self) -> bool:
+        """Whether a supervisor can give its command a network namespace of its own (tried once)."""
+        if self._private_network is None:
+            self._private_network = netns.private_network_usable(self.python, self.supervisor_env)
+            if not self._private_network:
+                logger.warning("no private network namespaces here (not root, or forbidden): replicas share the "
+                               "host's loopback")  # fmt: skip
+        return self._private_network
 
     def command(self, exit_file: Path, spec_file: Path, argv: Sequence[str]) -> list[str]:
         """The supervisor's command line (``--exit-file PATH`` right after the module: recovery looks for it)."""
@@ -61,8 +77,15 @@ class LocalExec:
         """Makes the workload's cgroup (if any, returned) and writes the spec file for the supervisor."""
         cgroup = self.cgroups.create(stem) if self.cgroups else None
         runs_as = account or self.server_account
+        env = dict(spec.env)
+        try:
+            if self.runtime is not None:
+                env[RUNTIME_DIR_ENV] = str(self.runtime.make(stem, runs_as.uid, runs_as.gid))
+        except BaseException:
+            self.undo(stem, spec_file, cgroup)
+            raise
         command_spec = CommandSpec(
-            env=workload_env(runs_as, spec.env),
+            env=workload_env(runs_as, env),
             cwd=str(spec.workdir or _home_or_root(account)),
             uid=None if account is None else account.uid,
             gid=None if account is None else account.gid,
@@ -70,19 +93,22 @@ class LocalExec:
             umask=WORKLOAD_UMASK,
             cgroup=None if cgroup is None else str(cgroup),
             cgroup_kind=None if self.cgroups is None else self.cgroups.kind,
+            private_network=spec.private_network and self.private_network,
         )
         try:
             write_private(spec_file, json.dumps(command_spec.to_json()))
         except BaseException:
-            self.undo(spec_file, cgroup)
+            self.undo(stem, spec_file, cgroup)
             raise
         return cgroup
 
-    def undo(self, spec_file: Path, cgroup: Path | None) -> None:
+    def undo(self, stem: str, spec_file: Path, cgroup: Path | None) -> None:
         """What ``prepare`` made, removed (the supervisor did not start)."""
         spec_file.unlink(missing_ok=True)
         if cgroup is not None and self.cgroups is not None:
             self.cgroups.remove(cgroup)
+        if self.runtime is not None:
+            self.runtime.remove(stem)
 
     def cgroup(self, stem: str) -> Path | None:
         """The workload's cgroup (None without cgroups; it may not exist)."""
@@ -109,8 +135,13 @@ class LocalExec:
         if cgroup is not None:
             cgroups.signal_members(cgroup, signum, spare_group=spare_group)
 
+    def runtime_dir(self, stem: str) -> Path | None:
+        return None if self.runtime is None else self.runtime.path(stem)
+
     def remove(self, stem: str) -> None:
-        """Removes the ended workload's empty cgroup."""
+        """Removes the ended workload's runtime directory and its empty cgroup."""
+        if self.runtime is not None:
+            self.runtime.remove(stem)
         cgroup = self.cgroup(stem)
         if cgroup is not None and self.cgroups is not None and not self.cgroups.remove(cgroup):
             logger.warning("cannot remove cgroup %s yet: processes are still in it", cgroup)
@@ -118,6 +149,14 @@ class LocalExec:
     def close(self) -> None:
         if self.cgroups is not None:
             self.cgroups.close()
+
+
+def _runtime_dirs(run_dir: Path) -> RuntimeDirs | None:
+    try:
+        return RuntimeDirs(runtime_base(run_dir))
+    except RuntimeDirError as exc:
+        logger.warning("%s: workloads get no TESSERA_RUNTIME_DIR, replicas listen on TCP ports", exc)
+        return None
 
 
 @contextmanager

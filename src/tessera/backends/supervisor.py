@@ -37,7 +37,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from types import FrameType
 
-from tessera.backends import cgroups, reaper
+from tessera.backends import cgroups, netns, reaper
 
 # Not __name__: run with ``-m`` this module is "__main__".
 logger = logging.getLogger("tessera.backends.supervisor")
@@ -61,6 +61,7 @@ class CommandSpec:
     umask: int | None = None
     cgroup: str | None = None  # the workload's cgroup directory, which the supervisor joins
     cgroup_kind: str | None = None  # cgroups.KINDS
+    private_network: bool = False  # enter a network namespace of its own first (``netns``; needs root)
 
     def to_json(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -208,6 +209,19 @@ def run_command(command: list[str], relay: _SignalRelay, spec: CommandSpec | Non
     return code
 
 
+def enter_network(spec: CommandSpec) -> int:
+    """0, or 126 when the spec asks for a private network namespace and none can be made: CMD is then not started
+    (it would run reachable by everyone on the host's loopback)."""
+    if not spec.private_network:
+        return 0
+    try:
+        netns.enter_private_network()
+    except OSError as error:
+        logger.error("cannot give the command a network of its own: %s", error)
+        return EXIT_CANNOT_EXECUTE
+    return 0
+
+
 def wait_reaping(pid: int) -> int:
     """Waits for ``pid`` and returns its exit code, reaping meanwhile the orphans a subreaper inherits."""
     while True:
@@ -277,7 +291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             logger.warning("cannot join cgroup %s (%s); containing by subreaper only", cgroup, error)
             cgroup = None
     relay.cgroup = cgroup
-    exit_code = run_command(command, relay, spec)
+    exit_code = enter_network(spec)
+    if exit_code == 0:
+        exit_code = run_command(command, relay, spec)
     if exit_code < 0:
         logger.info("%r was ended by signal %s", command[0], signal_name(-exit_code))
     try:

@@ -8,8 +8,9 @@ module (the CLI layer, above both) composes them through ``server.up.ServingFron
 - ``TokenAuth``: a bearer token is looked up in the store (``server.auth``) and cached for ``ttl_s`` so that a
   stream of requests does not hit the database each time; a revoked token stops working within ``ttl_s``.
 - ``GatewayBridge``: the controller's ``DemandSource`` (requests in flight and held, per model) and its replica sink
-  (``publish``: the models deployed and their running replicas; a replica joins the registry once its engine
-  answers ``/health``). The registry is changed only on the gateway's event loop (``call_soon_threadsafe``).
+  (``publish``: the models deployed and their running replicas; a replica joins the registry once it is proven,
+  ``replica_probe.prove_replica``: its engine answers ``/health`` and the process listening on its socket is the
+  replica workload's own). The registry is changed only on the gateway's event loop (``call_soon_threadsafe``).
 """
 
 from __future__ import annotations
@@ -24,11 +25,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
-import httpx
-
 from tessera.server.auth import principal_for
 from tessera.server.context import ServerContext
-from tessera.server.serving_plane import deployed
+from tessera.server.serving_plane import deployed, replica_owns
 from tessera.server.store import served
 from tessera.server.up import ServingFront
 from tessera.serving.controller import Demand, ReplicaView
@@ -36,6 +35,7 @@ from tessera.serving.gateway.app import Gateway, GatewayConfig
 from tessera.serving.gateway.auth import ANY_TENANT
 from tessera.serving.gateway.metrics import GatewayMetrics
 from tessera.serving.gateway.registry import InMemoryRegistry, ModelRoute
+from tessera.serving.gateway.replica_probe import prove_replica
 from tessera.serving.policies.requests import SloClass
 from tessera.serving.replicas import DeployedModel
 
@@ -144,15 +144,22 @@ def route_of(model: DeployedModel) -> ModelRoute:
     return ModelRoute(model.name, model.tenant, SloClass.parse(model.slo), "least-load", int(model.created_s))
 
 
+ReplicaKey = tuple[int, int]  # (workload id, attempt): a replica restarted in place is proven again
+Endpoint = tuple[str, int | None]  # (address, the proven listener's pid)
+
+
 class GatewayBridge:
-    def __init__(self, registry: LiveRegistry, gateway: Gateway, wake: threading.Event) -> None:
+    def __init__(
+        self, registry: LiveRegistry, gateway: Gateway, wake: threading.Event, owns: Callable[[int, int], bool]
+    ) -> None:
         self.registry = registry
         self.gateway = gateway
         self.wake = wake  # set when a request waits for a model with no replica
+        self.owns = owns  # (workload id, pid): is that process the replica's own
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._endpoints: dict[str, dict[int, int]] = {}  # model -> workload id -> registry replica id
+        self._endpoints: dict[str, dict[ReplicaKey, int]] = {}  # model -> replica -> registry replica id
         self._last_busy: dict[str, float] = {}
-        self._http = httpx.Client(timeout=HEALTH_TIMEOUT_S, trust_env=False)
+        self._refused: dict[ReplicaKey, str] = {}  # why a replica was not registered (logged once)
 
     # ------------------------------------------------------------------------------------ the demand source
     def take_demand(self, model_key: str) -> Demand:
@@ -170,30 +177,42 @@ class GatewayBridge:
         if self.loop is None:
             return
         snapshot_s = time.monotonic()
-        wanted: dict[str, dict[int, str]] = {}
+        wanted: dict[str, dict[ReplicaKey, Endpoint | None]] = {}
         routes = []
         for m in models:
             if m.deleting:
                 continue
             routes.append(route_of(m))
             known = self._endpoints.get(m.name, {})
-            ready: dict[int, str] = {}
+            ready: dict[ReplicaKey, Endpoint | None] = {}
             for r in replicas.get(m.id, []):
-                if not r.running or r.stopping or r.port is None:
+                if not r.running or r.stopping or r.address is None:
                     continue
-                url = f"http://127.0.0.1:{r.port}"
-                if r.workload_id in known or self._healthy(url):
-                    ready[r.workload_id] = url
+                key = (r.workload_id, r.attempt)
+                if key in known:
+                    ready[key] = None  # registered already
+                elif (endpoint := self._prove(key, r.address)) is not None:
+                    ready[key] = endpoint
             wanted[m.name] = ready
         self.loop.call_soon_threadsafe(self._apply, routes, wanted, snapshot_s)
 
-    def _healthy(self, url: str) -> bool:
-        try:
-            return self._http.get(f"{url}/health").status_code == 200
-        except httpx.HTTPError:
-            return False
+    def _prove(self, key: ReplicaKey, address: str) -> Endpoint | None:
+        """The replica's address and listener once it is proven (``prove_replica``), else None (tried again at the
+        next publish; an impostor at its address is logged once)."""
+        proof = prove_replica(address, lambda pid: self.owns(key[0], pid), HEALTH_TIMEOUT_S)
+        if proof.ready:
+            self._refused.pop(key, None)
+            return address, proof.listener_pid
+        if proof.listener_pid is not None and self._refused.get(key) != proof.reason:
+            self._refused[key] = proof.reason
+            log.warning("replica workload %d at %s not registered: %s", key[0], address, proof.reason)
+        if len(self._refused) > 10_000:
+            self._refused.clear()
+        return None
 
-    def _apply(self, routes: list[ModelRoute], wanted: dict[str, dict[int, str]], snapshot_s: float) -> None:
+    def _apply(
+        self, routes: list[ModelRoute], wanted: dict[str, dict[ReplicaKey, Endpoint | None]], snapshot_s: float
+    ) -> None:
         """On the gateway's loop: the registry becomes ``routes`` with the ``wanted`` endpoints. A route the
         registry looked up after this snapshot was read stays (the snapshot is older than its deployment)."""
         looked_up = self.registry.looked_up
@@ -207,15 +226,15 @@ class GatewayBridge:
             if self.registry.route(route.name) != route:
                 self.registry.deploy(route)
             known = self._endpoints.setdefault(route.name, {})
-            for workload_id in list(known):
-                if workload_id not in wanted[route.name]:
-                    self.registry.remove_replica(route.name, known.pop(workload_id))
-            for workload_id, url in wanted[route.name].items():
-                if workload_id not in known:
-                    known[workload_id] = self.registry.add_replica(route.name, url)
+            for key in list(known):
+                if key not in wanted[route.name]:
+                    self.registry.remove_replica(route.name, known.pop(key))
+            for key, endpoint in wanted[route.name].items():
+                if key not in known and endpoint is not None:
+                    known[key] = self.registry.add_replica(route.name, *endpoint)
 
     def close(self) -> None:
-        self._http.close()
+        pass
 
 
 MAX_HOLD_ENV = "TESSERA_GATEWAY_MAX_HOLD_S"
@@ -247,7 +266,7 @@ def serving_front(ctx: ServerContext) -> ServingFront:
         on_demand=lambda model: wake.set(), max_hold_s=max_hold_s(os.environ), freeze_heap_on_start=True
     )
     gateway = Gateway(registry, TokenAuth(ctx), config, metrics=metrics)
-    bridge = GatewayBridge(registry, gateway, wake)
+    bridge = GatewayBridge(registry, gateway, wake, lambda workload_id, pid: replica_owns(ctx, workload_id, pid))
     return ServingFront(
         wrap=lambda app: with_gateway(app, gateway, bridge), demand=bridge, sinks=[bridge], wake=wake,
         close=bridge.close, collectors=[metrics.registry],

@@ -140,6 +140,7 @@ class Launcher:
             node=node,
             gpus=shares,
             cpu_milli=row.cpu_milli,
+            private_network=row.model_id is not None,  # a model replica: reachable only through its socket
         )
 
     def _node_of(self, entry: RunningEntry) -> str | None:

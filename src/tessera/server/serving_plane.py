@@ -2,22 +2,29 @@
 the store, replicas submitted and cancelled as ``service`` workloads of the model's tenant, through the very path a
 ``POST /v1/workloads`` takes (validated, queued, placed by the core scheduler, counted against the quota).
 
+A replica listens on a Unix socket in its private runtime directory (``engine_exec --socket``) when the backend
+gives workloads one (the local backend), else on a TCP port picked here; ``replicas`` tells the gateway each one's
+address. Its engine shim runs with the interpreter ``EngineRunner`` found that the tenant's OS user can run.
+
 ``start_controller`` runs the controller on its own thread beside the scheduler loop (``tessera up``).
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable, Sequence
 
 from tessera.api import WorkloadSpec
 from tessera.server.context import ServerContext
+from tessera.server.engine_runner import EngineRunner
 from tessera.server.store import served
 from tessera.server.store.models import ServedModelRow, WorkloadRow
 from tessera.server.submit import Principal, workload_row
 from tessera.serving.controller import Controller, ControlPlane, DemandSource, ReplicaSink, ReplicaView
-from tessera.serving.replicas import PORT_ENV, DeployedModel, replica_command
+from tessera.serving.engine_exec import SOCKET_NAME
+from tessera.serving.replicas import PORT_ENV, DeployedModel, ReplicaRunner, replica_command
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +57,19 @@ def replica_port(row: WorkloadRow) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def replica_spec(model: DeployedModel, port: int) -> WorkloadSpec:
-    """The workload one replica of ``model`` is: what ``POST /v1/workloads`` would take for it."""
-    command, env = replica_command(model, port)
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the engine binds it moments later): for a backend without runtime
+    directories only."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def replica_spec(model: DeployedModel, port: int | None, runner: ReplicaRunner | None = None) -> WorkloadSpec:
+    """The workload one replica of ``model`` is: what ``POST /v1/workloads`` would take for it (listening on its
+    runtime directory's socket when ``port`` is None)."""
+    command, env = replica_command(model, port, runner=runner)
     return WorkloadSpec(
         command=command,
         env=env,
@@ -66,17 +83,41 @@ def replica_spec(model: DeployedModel, port: int) -> WorkloadSpec:
     )
 
 
-def replica_row(model: DeployedModel, port: int, ctx: ServerContext, now_s: float) -> WorkloadRow:
+def replica_row(
+    model: DeployedModel, port: int | None, ctx: ServerContext, now_s: float, runner: ReplicaRunner | None = None
+) -> WorkloadRow:
     """The stored workload of one replica, validated as any submission is (the queue, the pool)."""
     principal = Principal(model.tenant, is_admin=False)
-    row = workload_row(replica_spec(model, port), principal, ctx.store.queues(), ctx.pool, now_s)
+    row = workload_row(replica_spec(model, port, runner), principal, ctx.store.queues(), ctx.pool, now_s)
     row.model_id = model.id
     return row
 
 
+def replica_owns(ctx: ServerContext, workload_id: int, pid: int) -> bool:
+    """Whether process ``pid`` is one of replica ``workload_id``'s own (its proof of identity to the gateway)."""
+    entry = ctx.loop.running.get(workload_id)
+    if entry is None or entry.handle is None:
+        return False
+    return pid in ctx.loop.backend.pids(entry.handle)
+
+
 class ServingPlane(ControlPlane):
-    def __init__(self, ctx: ServerContext) -> None:
+    def __init__(self, ctx: ServerContext, runner: EngineRunner | None = None) -> None:
         self.ctx = ctx
+        self.runner = runner or EngineRunner(check_unprivileged=False)
+        # Replicas listen on their runtime directory's socket where the backend makes one (any id tells).
+        self.sockets = ctx.loop.backend.runtime_dir("0") is not None
+
+    def address(self, row: WorkloadRow) -> str | None:
+        """Where replica ``row`` listens: its port's URL, or its private socket."""
+        port = replica_port(row)
+        if port is not None:
+            return f"http://127.0.0.1:{port}"
+        runtime = self.ctx.loop.backend.runtime_dir(str(row.id))
+        return None if runtime is None else f"unix:{runtime / SOCKET_NAME}"
+
+    def owns(self, workload_id: int, pid: int) -> bool:
+        return replica_owns(self.ctx, workload_id, pid)
 
     def models(self) -> list[DeployedModel]:
         return [deployed(row) for row in served.models(self.ctx.store)]
@@ -84,17 +125,23 @@ class ServingPlane(ControlPlane):
     def replicas(self, models: Sequence[DeployedModel]) -> dict[int, list[ReplicaView]]:
         rows = served.active_replicas(self.ctx.store, [m.id for m in models])
         return {
-            model_id: [ReplicaView(r.id, r.state == "running", replica_port(r), r.cancel_requested) for r in replicas]
+            model_id: [
+                ReplicaView(r.id, r.state == "running", self.address(r), r.cancel_requested, r.attempts)
+                for r in replicas
+            ]
             for model_id, replicas in rows.items()
         }
 
-    def start_replica(self, model: DeployedModel, port: int) -> int:
+    def start_replica(self, model: DeployedModel) -> int:
         now = self.ctx.clock()
-        row = replica_row(model, port, self.ctx, now)
+        port = None if self.sockets else free_port()
+        runner = ReplicaRunner(self.runner.python(), tuple(self.runner.path))
+        row = replica_row(model, port, self.ctx, now, runner)
         stored = self.ctx.store.add_workload(row, now)
         self.ctx.metrics.replica_starts.labels(model.name).inc()
         self.ctx.loop.wake()
-        log.info("model %s: replica workload %d submitted (port %d)", model.key, stored.id, port)
+        where = "its private socket" if port is None else f"port {port}"
+        log.info("model %s: replica workload %d submitted (listening on %s)", model.key, stored.id, where)
         return stored.id
 
     def stop_replica(self, workload_id: int) -> None:
@@ -116,10 +163,11 @@ def start_controller(
     sinks: Sequence[ReplicaSink] = (),
     wake: threading.Event | None = None,
     tick_s: float = 1.0,
+    plane: ServingPlane | None = None,
 ) -> tuple[Controller, threading.Thread]:
     """Run a serving controller every ``tick_s`` (or at once when ``wake`` is set: a request waits for a model
     with no replica) until ``stopping()``."""
-    controller = Controller(ServingPlane(ctx), tick_s=tick_s, sinks=list(sinks))
+    controller = Controller(plane or ServingPlane(ctx), tick_s=tick_s, sinks=list(sinks))
     if demand is not None:
         controller.demand = demand
     event = wake if wake is not None else threading.Event()

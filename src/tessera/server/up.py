@@ -35,6 +35,7 @@ from tessera.server.api.app import create_app
 from tessera.server.auth import create_tenant_token, ensure_admin_token, token_key
 from tessera.server.context import ServerContext
 from tessera.server.demo import DEMO_TENANT, submit_demo
+from tessera.server.engine_runner import EngineRunner
 from tessera.server.host import isolation_notice, make_private, run_as_mode, tenant_accounts
 from tessera.server.logfiles import DEFAULT_LOG_MAX_BYTES, LogFiles
 from tessera.server.loop import SchedulerLoop
@@ -45,7 +46,7 @@ from tessera.server.node_sync import NodeFollower
 from tessera.server.pool import HostResources, Pool, detect_host
 from tessera.server.ray_up import connect as connect_ray
 from tessera.server.records import unlimited_queue
-from tessera.server.serving_plane import start_controller
+from tessera.server.serving_plane import ServingPlane, start_controller
 from tessera.server.store import served
 from tessera.server.store.db import open_engine
 from tessera.server.store.store import Store
@@ -239,7 +240,8 @@ def serve(
     keeper = ModelCacheKeeper()
     server.ctx.model_tiers = keeper.tiers
     server.ctx.metrics.register(keeper.collector())
-    start_controller(server.ctx, server.stopping.is_set, front.demand, [*front.sinks, keeper], front.wake)
+    plane = ServingPlane(server.ctx, EngineRunner(check_unprivileged=mode == "tenant-users"))
+    start_controller(server.ctx, server.stopping.is_set, front.demand, [*front.sinks, keeper], front.wake, plane=plane)
     if demo:
         token, _ = create_tenant_token(server.ctx.store, DEMO_TENANT, "demo", server.ctx.clock())
         gpu_count = sum(n.gpu_count for n in pool.nodes)

@@ -20,8 +20,7 @@ The seams: ``ControlPlane`` (the server's store and scheduler, ``server.serving_
 from __future__ import annotations
 
 import logging
-import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -39,8 +38,9 @@ DEFAULT_TARGETS: dict[str, float] = {"vllm": 32.0, "sglang": 32.0, "transformers
 class ReplicaView:
     workload_id: int
     running: bool  # False: pending (waiting for room, or not yet launched)
-    port: int | None  # where its engine listens on its node
+    address: str | None  # where its engine listens: unix:PATH (its private socket) or http://HOST:PORT
     stopping: bool = False  # asked to stop, not yet ended
+    attempt: int = 0  # its launches so far: a replica restarted in place is another process at the same address
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ class ControlPlane(Protocol):
 
     def replicas(self, models: Sequence[DeployedModel]) -> dict[int, list[ReplicaView]]: ...
 
-    def start_replica(self, model: DeployedModel, port: int) -> int: ...
+    def start_replica(self, model: DeployedModel) -> int: ...
 
     def stop_replica(self, workload_id: int) -> None: ...
 
@@ -82,21 +82,12 @@ class NoDemand:
         return Demand()
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the engine binds it moments later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @dataclass
 class Controller:
     plane: ControlPlane
     demand: DemandSource = field(default_factory=NoDemand)
     tick_s: float = 1.0
     targets: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TARGETS))
-    pick_port: Callable[[], int] = free_port
     sinks: list[ReplicaSink] = field(default_factory=list)
     _states: dict[int, AutoscalerState] = field(default_factory=dict)
 
@@ -125,7 +116,7 @@ class Controller:
             return
         desired = self.desired(model, replicas, now_s)
         for _ in range(desired - len(replicas)):
-            self.plane.start_replica(model, self.pick_port())
+            self.plane.start_replica(model)
         if len(replicas) > desired:
             surplus = sorted(replicas, key=lambda r: (r.running, -r.workload_id))[: len(replicas) - desired]
             for replica in surplus:

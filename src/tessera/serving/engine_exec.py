@@ -1,5 +1,12 @@
-"""``python -m tessera.serving.engine_exec ENGINE --name NAME --port PORT [--weights W]``: start one replica's
-engine in this process's place, with the memory cap its GPU share allows.
+"""``python -m tessera.serving.engine_exec ENGINE --name NAME (--socket | --port PORT) [--weights W]``: start one
+replica's engine in this process's place, with the memory cap its GPU share allows.
+
+``--socket``: the engine listens on the Unix socket ``engine.sock`` in the replica's private runtime directory
+(``$TESSERA_RUNTIME_DIR``, which the backend makes: only the replica's user and the server can enter it), so no other
+tenant can reach it, use it or take its address; ``tessera up`` starts every local replica so. The sim engine and
+vLLM listen there themselves (``--uds``); an engine that only speaks TCP (transformers serve, SGLang) listens on a
+loopback port, in the replica's private network namespace when the server is root, and ``engine_bridge`` relays the
+socket to it. ``--port``: the engine listens on 127.0.0.1:PORT (a backend without runtime directories).
 
 A replica is launched as a Tessera workload, so its share is only known at launch, from the variables the backend
 sets (``gpu.isolation``). This shim turns ``TESSERA_GPU_MEM_FRACTION`` into the engine's own flag (vLLM's and
@@ -21,11 +28,14 @@ fit in the machine's memory), unless the variable is set already.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from tessera.serving import engine_bridge
 
 SIM_GPU = "A100-80GB"
 ENGINE_PYTHON = "TESSERA_ENGINE_PYTHON"
@@ -33,6 +43,9 @@ CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
 CPU_KV_DEFAULT_GIB = 1
 CPU_KV_MAX_GIB = 2
 REAL_ENGINES = ("vllm", "sglang", "transformers")
+RUNTIME_DIR_ENV = "TESSERA_RUNTIME_DIR"  # set by the local backend (backends.runtime_dirs)
+SOCKET_NAME = "engine.sock"
+LISTENS_ON_UNIX = ("sim", "vllm")  # the engines with a Unix-socket option of their own (``--uds``)
 # What the server hands on to every replica from its own environment (the workload's environment is clean).
 SERVER_ENV = (ENGINE_PYTHON, CPU_KV_ENV, *(f"TESSERA_{e.upper()}_ARGS" for e in REAL_ENGINES))
 
@@ -85,9 +98,22 @@ def extra_args(engine: str, env: Mapping[str, str]) -> list[str]:
     return shlex.split(env.get(f"TESSERA_{engine.upper()}_ARGS", ""))
 
 
-def engine_argv(engine: str, name: str, port: int, weights: str | None, env: Mapping[str, str]) -> list[str]:
-    """The engine's command line (the program first)."""
-    host = ["--host", "127.0.0.1", "--port", str(port)]
+def socket_path(env: Mapping[str, str]) -> str:
+    """Where a ``--socket`` replica listens: ``engine.sock`` in its runtime directory."""
+    runtime = env.get(RUNTIME_DIR_ENV)
+    if not runtime:
+        raise SystemExit(f"engine_exec: --socket needs {RUNTIME_DIR_ENV}, which this backend did not set")
+    return os.path.join(runtime, SOCKET_NAME)
+
+
+def engine_argv(
+    engine: str, name: str, port: int, weights: str | None, env: Mapping[str, str], uds: str | None = None
+) -> list[str]:
+    """The engine's command line (the program first): listening on ``uds`` (sim and vLLM only), else on
+    127.0.0.1:``port``."""
+    host = ["--uds", uds] if uds is not None else ["--host", "127.0.0.1", "--port", str(port)]
+    if uds is not None and engine not in LISTENS_ON_UNIX:
+        raise ValueError(f"{engine} cannot listen on a Unix socket itself")
     fraction = memory_fraction(env)
     if engine == "sim":  # the timing of a catalog model (on the sim engine's default GPU type)
         perf = ["--perf", f"{weights}@{SIM_GPU}"] if weights else []
@@ -163,13 +189,24 @@ def main(args: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tessera.serving.engine_exec")
     parser.add_argument("engine", choices=("vllm", "sglang", "transformers", "sim"))
     parser.add_argument("--name", required=True)
-    parser.add_argument("--port", type=int, required=True)
+    listen = parser.add_mutually_exclusive_group(required=True)
+    listen.add_argument("--port", type=int)
+    listen.add_argument("--socket", action="store_true", help=f"listen on $TESSERA_RUNTIME_DIR/{SOCKET_NAME}")
     parser.add_argument("--weights")
     ns = parser.parse_args(args)
-    argv = engine_argv(ns.engine, ns.name, ns.port, ns.weights, os.environ)
+    uds = socket_path(os.environ) if ns.socket else None
     if ns.engine == "transformers" and ns.weights:
         os.chdir(name_link(ns.name, ns.weights, os.environ))
-    os.execvpe(argv[0], argv, engine_env(ns.engine, os.environ))
+    env = engine_env(ns.engine, os.environ)
+    if uds is not None and ns.engine not in LISTENS_ON_UNIX:  # a TCP-only engine behind the socket
+        port = engine_bridge.free_loopback_port()
+        argv = engine_argv(ns.engine, ns.name, port, ns.weights, os.environ)
+        sys.exit(engine_bridge.run_bridged(argv, env, uds, port))
+    if uds is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(uds)  # left by an earlier run of this replica
+    argv = engine_argv(ns.engine, ns.name, ns.port or 0, ns.weights, os.environ, uds)
+    os.execvpe(argv[0], argv, env)
 
 
 if __name__ == "__main__":

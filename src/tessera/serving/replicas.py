@@ -50,19 +50,36 @@ class DeployedModel:
         return f"{self.tenant}/{self.name}"
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaRunner:
+    """How a replica's shim is run: the interpreter, and this Tessera's import path (its source root first: the
+    shim a replica runs is the server's own version, not whichever the interpreter has installed)."""
+
+    python: str = sys.executable
+    path: tuple[str, ...] = (PACKAGE_ROOT,)
+
+
 def replica_command(
-    model: DeployedModel, port: int, server_env: Mapping[str, str] | None = None
+    model: DeployedModel,
+    port: int | None,
+    server_env: Mapping[str, str] | None = None,
+    runner: ReplicaRunner | None = None,
 ) -> tuple[list[str], dict[str, str]]:
-    """The argv and the extra environment of one replica of ``model`` listening on 127.0.0.1:``port``; the engine
-    settings in the server's environment (``engine_exec.SERVER_ENV``: which interpreter runs the real engines, their
-    extra flags) go along, since a workload's environment is otherwise clean, and so does this Tessera's import
-    path: the shim a replica runs is the server's own version, not whichever the interpreter has installed."""
+    """The argv and the extra environment of one replica of ``model``: listening on its Unix socket
+    (``engine_exec --socket``) when ``port`` is None, else on 127.0.0.1:``port``. The engine settings in the
+    server's environment (``engine_exec.SERVER_ENV``: which interpreter runs the real engines, their extra flags) go
+    along, since a workload's environment is otherwise clean."""
     given = os.environ if server_env is None else server_env
+    runner = runner or ReplicaRunner()
     env = {k: given[k] for k in SERVER_ENV if given.get(k)}
-    env |= {PORT_ENV: str(port), MODEL_ENV: model.name, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
-    env["PYTHONPATH"] = PACKAGE_ROOT
-    argv = [sys.executable, "-m", "tessera.serving.engine_exec", model.engine, "--name", model.name]
-    argv += ["--port", str(port)]
+    env |= {MODEL_ENV: model.name, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(runner.path)
+    argv = [runner.python, "-m", "tessera.serving.engine_exec", model.engine, "--name", model.name]
+    if port is None:
+        argv += ["--socket"]
+    else:
+        env[PORT_ENV] = str(port)
+        argv += ["--port", str(port)]
     if model.weights:
         argv += ["--weights", model.weights]
     return argv, env

@@ -38,13 +38,19 @@ class FakeReplicas:
         self.bodies: list[tuple[str, bytes]] = []
         self.running: dict[str, int] = {}
         self.down: set[str] = set()  # hosts that refuse connections
+        self.asleep: set[str] = set()  # hosts whose engine sleeps (until a POST /wake_up)
 
     def handler(self, request: httpx.Request) -> httpx.Response:
         host = f"{request.url.host}:{request.url.port}"
         if host in self.down:
             raise httpx.ConnectError("connection refused", request=request)
         if request.url.path == "/metrics":
-            return httpx.Response(200, text=f"vllm:num_requests_running {self.running.get(host, 0)}\n")
+            text = f"vllm:num_requests_running {self.running.get(host, 0)}\n"
+            text += f"tessera_sim:is_sleeping {int(host in self.asleep)}\n"
+            return httpx.Response(200, text=text)
+        if request.url.path == "/wake_up" and request.method == "POST":
+            self.asleep.discard(host)
+            return httpx.Response(200, json={})
         self.bodies.append((host, request.content))
         body = json.dumps({"served_by": host, "object": "chat.completion"}).encode()
         return httpx.Response(200, headers={"content-type": "application/json"}, stream=_Body(body))
@@ -60,7 +66,7 @@ async def gateway(
     fake = FakeReplicas()
     upstream = httpx.AsyncClient(transport=httpx.MockTransport(fake.handler))
     config = config or GatewayConfig(scrape_interval_s=3600)
-    app = Gateway(registry, StaticKeys(KEYS), config, HttpxUpstream(upstream), upstream, metrics)
+    app = Gateway(registry, StaticKeys(KEYS), config, HttpxUpstream(upstream), metrics)
     await app.start()
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
     try:
@@ -197,7 +203,7 @@ def test_the_router_avoids_the_replica_whose_metrics_say_it_is_busy() -> None:
             registry.add_replica("chat-a", "http://127.0.0.1:9001")
             registry.add_replica("chat-a", "http://127.0.0.1:9002")
             fake.running["127.0.0.1:9001"] = 50
-            await app.replicas.scrape_once(app._client)  # type: ignore[arg-type]
+            await app.replicas.scrape_once(app.upstream)
             for _ in range(3):
                 response = await client.post("/v1/chat/completions", json=CHAT, headers=A)
                 assert response.json()["served_by"] == "127.0.0.1:9002"
@@ -219,3 +225,36 @@ def test_a_replica_that_cannot_be_reached_is_skipped_and_with_none_left_the_answ
             assert failed.status_code == 502 and failed.json()["error"]["code"] == "replica_unreachable"
 
     run(go)
+
+
+def test_a_replica_found_asleep_is_woken_and_serves_again() -> None:
+    """A replica put to sleep behind Tessera's back (``POST /sleep``) once held every request of its model until
+    the hold's timeout, while the API showed it ready: the scrape now wakes it."""
+
+    async def go() -> None:
+        async with gateway() as (app, registry, fake, client):
+            registry.add_replica("chat-a", "http://127.0.0.1:9001")
+            fake.asleep.add("127.0.0.1:9001")
+            await app.replicas.scrape_once(app.upstream)
+            assert not fake.asleep  # woken
+            await app.replicas.scrape_once(app.upstream)
+            assert all(load.view().accepting for load in app.replicas.loads("chat-a"))
+            response = await client.post("/v1/chat/completions", json=CHAT, headers=A)
+            assert response.status_code == 200 and response.json()["served_by"] == "127.0.0.1:9001"
+
+    run(go)
+
+
+def test_a_replica_that_leaves_the_registry_has_its_connections_dropped() -> None:
+    async def go() -> list[str]:
+        async with gateway() as (app, registry, _, client):
+            forgotten: list[str] = []
+            app.upstream.forget = forgotten.append  # type: ignore[method-assign,assignment]
+            first = registry.add_replica("chat-a", "http://127.0.0.1:9001")
+            registry.add_replica("chat-a", "http://127.0.0.1:9002")
+            assert (await client.post("/v1/chat/completions", json=CHAT, headers=A)).status_code == 200
+            registry.remove_replica("chat-a", first)
+            registry.undeploy("chat-a")
+            return forgotten
+
+    assert asyncio.run(go()) == ["http://127.0.0.1:9001", "http://127.0.0.1:9002"]

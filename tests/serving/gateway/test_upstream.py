@@ -1,13 +1,18 @@
-"""RawUpstream's response reading without a socket: a StreamReader fed by hand, the bytes split anywhere."""
+"""RawUpstream: its response reading without a socket (a StreamReader fed by hand, the bytes split anywhere); with
+in-process servers, its timeouts, the proof of who listens on a replica's Unix socket, the idle connections it
+closes and the stream gap it bounds."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tessera.serving.gateway.replica_probe import Proof, prove_replica
 from tessera.serving.gateway.upstream import RawUpstream, UpstreamError, _RawResponse
 
 
@@ -112,3 +117,107 @@ def test_a_replica_that_never_answers_times_out_and_a_cancel_still_cancels() -> 
 
     waited, cancelled = asyncio.run(go())
     assert waited < 1.0 and cancelled
+
+
+async def _serve_unix(path: str, answer: bytes) -> asyncio.AbstractServer:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await reader.readuntil(b"\r\n\r\n"):
+            writer.write(answer)
+
+    return await asyncio.start_unix_server(lambda r, w: handle(r, w), path)
+
+
+OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+
+
+def test_a_unix_socket_served_by_another_process_than_the_proven_one_is_refused(tmp_path: Path) -> None:
+    """The gateway registers a replica with the pid proven to listen on its socket; a connection that some other
+    process answers (an impostor who took the address) must never carry a request."""
+
+    async def go() -> None:
+        path = str(tmp_path / "engine.sock")
+        server = await _serve_unix(path, OK)
+        upstream = RawUpstream(timeout_s=5)
+        try:
+            assert await upstream.call("GET", f"unix:{path}", "/health", peer_pid=os.getpid()) == (200, b"{}")
+            with pytest.raises(UpstreamError, match="not by the replica"):
+                await upstream.post(f"unix:{path}", "/v1/completions", b"{}", peer_pid=os.getpid() + 1)
+        finally:
+            await upstream.aclose()
+            server.close()
+
+    asyncio.run(go())
+
+
+def test_prove_replica_wants_health_and_a_listener_of_the_replicas_own(tmp_path: Path) -> None:
+    async def go() -> list[Proof]:
+        path = str(tmp_path / "engine.sock")
+        server = await _serve_unix(path, OK)
+        proofs = []
+        for owned in (lambda pid: pid == os.getpid(), lambda pid: False):
+            proofs.append(await asyncio.to_thread(prove_replica, f"unix:{path}", owned, 2.0))
+        server.close()
+        proofs.append(await asyncio.to_thread(prove_replica, f"unix:{tmp_path / 'none.sock'}", lambda pid: True))
+        return proofs
+
+    mine, impostor, nothing = asyncio.run(go())
+    assert mine.ready and mine.listener_pid == os.getpid()
+    assert not impostor.ready and "not the replica's" in impostor.reason
+    assert not nothing.ready and nothing.listener_pid is None
+
+
+def test_idle_connections_the_replica_closed_or_that_left_are_closed_not_kept_in_close_wait() -> None:
+    """Three deploy -> stream -> delete cycles once exhausted the server's descriptors: pooled connections to
+    replicas that had gone stayed open (CLOSE_WAIT). Now the replica's close is noticed by the sweep, and a
+    replica that leaves the registry has its idle connections dropped at once."""
+
+    async def go() -> tuple[int, int, int]:
+        writers: list[asyncio.StreamWriter] = []
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writers.append(writer)
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(OK)
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        upstream = RawUpstream(timeout_s=5)
+        await asyncio.gather(*(upstream.call("POST", url, "/v1/completions", b"{}") for _ in range(3)))
+        kept = upstream.idle_connections()
+        for writer in writers[:2]:
+            writer.close()  # the replica ends two of them
+        await asyncio.sleep(1.5)  # a sweep
+        after_close = upstream.idle_connections()
+        upstream.forget(url)  # the replica leaves
+        after_forget = upstream.idle_connections()
+        server.close()
+        await upstream.aclose()
+        return kept, after_close, after_forget
+
+    assert asyncio.run(go()) == (3, 1, 0)
+
+
+def test_a_stream_that_stalls_ends_with_an_error_after_the_chunk_gap() -> None:
+    """A replica stopped mid-answer (SIGSTOP) once held a client's stream for ever."""
+
+    async def go() -> tuple[bytes, float]:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(SSE + b"\r\n\r\n" + b"6\r\ndata: \r\n")  # one chunk, then silence
+            await asyncio.sleep(60)
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        upstream = RawUpstream(timeout_s=5, chunk_gap_s=0.3)
+        response = await upstream.post(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", "/v1/x", b"{}")
+        got = b""
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(UpstreamError, match="no data from the replica for 0.3 s"):
+            async for chunk in response.chunks():
+                got += chunk
+        waited = asyncio.get_running_loop().time() - started
+        await response.close()
+        server.close()
+        return got, waited
+
+    got, waited = asyncio.run(go())
+    assert got == b"data: " and waited < 5

@@ -181,6 +181,12 @@ class RayBackend:
         data.update(node=names.get(node, ""), node_id=node, log_path=described["log_path"])
         return Handle(workload_id, KIND, data)
 
+    def runtime_dir(self, workload_id: str) -> Path | None:
+        return None  # workloads run on other nodes, as the server's user: no private directory there (docs/ray.md)
+
+    def private_network(self) -> bool:
+        return False
+
     def pids(self, handle: Handle) -> list[int]:
         _names(handle)
         return []

@@ -162,3 +162,9 @@ async def serve(handler: Handler, host: str, port: int) -> asyncio.Server:
     """Listen on ``host:port`` (port 0: any free port; read it from the server's sockets)."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(lambda: HttpConnection(handler), host, port, reuse_address=True, backlog=4096)
+
+
+async def serve_unix(handler: Handler, path: str) -> asyncio.Server:
+    """Listen on the Unix socket ``path`` (a stale socket file of an earlier run there is replaced)."""
+    loop = asyncio.get_running_loop()
+    return await loop.create_unix_server(lambda: HttpConnection(handler), path, backlog=4096)

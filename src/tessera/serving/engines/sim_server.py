@@ -3,8 +3,10 @@
 An OpenAI-compatible server (``sim_api``) whose tokens come at the pace of the part-1 engine model (``sim_live``)
 timed by the performance model of a catalog model on a GPU type (``--perf llama3-8b@A100-80GB``), optionally sped
 up (``--speedup 10``: ten times faster, for tests). It binds 127.0.0.1 unless told otherwise, and prints one line,
-``tessera-sim listening on http://HOST:PORT``, once it accepts connections (port 0 picks a free one). SIGTERM and
-SIGINT stop it. Bad options: one line naming the option, exit code 2.
+``tessera-sim listening on http://HOST:PORT``, once it accepts connections (port 0 picks a free one); with
+``--uds PATH`` it listens on that Unix socket instead (how a replica of ``tessera up`` serves: only the gateway can
+reach it) and prints ``tessera-sim listening on unix:PATH``. SIGTERM and SIGINT stop it. Bad options: one line
+naming the option, exit code 2.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tessera.serving.engines.http_lite import serve
+from tessera.serving.engines.http_lite import serve, serve_unix
 from tessera.serving.engines.sim_api import SimApi, SimSettings
 from tessera.serving.engines.sim_live import LiveEngine
 from tessera.serving.gpus import gpu_spec
@@ -41,6 +43,7 @@ class SimOptions:
     kv_blocks: int = 0  # 0: what the GPU's memory leaves beside the weights
     max_model_len: int = 8192
     default_output_tokens: int = 16
+    uds: str | None = None  # listen on this Unix socket instead of host:port
 
 
 class OptionError(ValueError):
@@ -71,7 +74,9 @@ def build_engine(options: SimOptions) -> LiveEngine:
 def parse_options(argv: Sequence[str]) -> SimOptions:
     parser = argparse.ArgumentParser(prog="python -m tessera.serving.engines.sim_server", description=__doc__)
     parser.add_argument("--model", required=True, help="the model name it serves")
-    parser.add_argument("--port", type=int, required=True, help="TCP port (0: any free one)")
+    listen = parser.add_mutually_exclusive_group(required=True)
+    listen.add_argument("--port", type=int, help="TCP port (0: any free one)")
+    listen.add_argument("--uds", help="a Unix socket's path to listen on instead of a TCP port")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--perf", default=DEFAULT_PERF, help="timing: <catalog model>@<GPU type>")
     parser.add_argument("--speedup", type=float, default=1.0, help="run the modelled time this many times faster")
@@ -79,23 +84,29 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
     parser.add_argument("--max-model-len", type=int, default=8192)
     parser.add_argument("--default-output-tokens", type=int, default=16)
     ns = parser.parse_args(list(argv))
-    if not 0 <= ns.port <= 65535:
+    if ns.port is not None and not 0 <= ns.port <= 65535:
         parser.exit(2, f"--port: must be in 0..65535, got {ns.port}\n")
     return SimOptions(
-        ns.model, ns.port, ns.host, ns.perf, ns.speedup, ns.kv_blocks, ns.max_model_len, ns.default_output_tokens
-    )
+        ns.model, ns.port or 0, ns.host, ns.perf, ns.speedup, ns.kv_blocks, ns.max_model_len,
+        ns.default_output_tokens, ns.uds,
+    )  # fmt: skip
 
 
 async def run(options: SimOptions) -> None:
     live = build_engine(options)
     settings = SimSettings(options.model, options.max_model_len, options.default_output_tokens)
-    server = await serve(SimApi(settings, live), options.host, options.port)
-    port = server.sockets[0].getsockname()[1]
+    api = SimApi(settings, live)
+    if options.uds is not None:
+        server = await serve_unix(api, options.uds)
+        where = f"unix:{options.uds}"
+    else:
+        server = await serve(api, options.host, options.port)
+        where = f"http://{options.host}:{server.sockets[0].getsockname()[1]}"
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    sys.stdout.write(f"{READY_LINE} http://{options.host}:{port}\n")
+    sys.stdout.write(f"{READY_LINE} {where}\n")
     sys.stdout.flush()
     async with server:
         await stop.wait()

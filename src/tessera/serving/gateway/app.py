@@ -25,8 +25,6 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import httpx
-
 from tessera.serving.engines.openai_wire import (
     ChatRequest,
     CompletionRequest,
@@ -64,6 +62,7 @@ class GatewayConfig:
     scrape_interval_s: float = 0.5  # how often the replicas' /metrics are read
     predicted_output_tokens: int = 256  # the router's guess of a request's output when it sets no max_tokens
     upstream_timeout_s: float = 600.0  # connect and first-answer timeout towards a replica
+    chunk_gap_s: float = 60.0  # a streamed answer silent this long (a stalled replica) ends with an error event
     scrape_timeout_s: float = 2.0
     max_body_bytes: int = 16 * 1024 * 1024
     max_prefix_entries: int = 200_000  # per model, the prefix-affinity router's index cap
@@ -90,7 +89,6 @@ class Gateway:
         auth: Authenticator | None = None,
         config: GatewayConfig | None = None,
         upstream: Upstream | None = None,
-        scrape_client: httpx.AsyncClient | None = None,
         metrics: GatewayMetrics | None = None,
     ) -> None:
         self.registry = registry
@@ -99,20 +97,20 @@ class Gateway:
         self.config = config if config is not None else GatewayConfig()
         self.replicas = LiveReplicas(registry, max_prefix_entries=self.config.max_prefix_entries)
         self.hold = HoldArea(self.config.max_hold_s, self.config.max_held_per_model)
-        self.upstream: Upstream = upstream if upstream is not None else RawUpstream(self.config.upstream_timeout_s)
-        self._client = scrape_client  # for the replicas' /metrics (a few requests a second)
+        if upstream is None:
+            upstream = RawUpstream(self.config.upstream_timeout_s, chunk_gap_s=self.config.chunk_gap_s)
+        self.upstream: Upstream = upstream
         self._scraper: asyncio.Task[None] | None = None
+        self._urls: dict[str, set[str]] = {}  # each model's replicas' addresses, to drop the connections of gone ones
         self._ids = itertools.count()
         registry.subscribe(self._on_change)
 
     # ------------------------------------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.config.scrape_timeout_s, trust_env=False)
         if self._scraper is None:
-            self._scraper = asyncio.ensure_future(
-                self.replicas.scrape_forever(self._client, self.config.scrape_interval_s)
-            )
+            config = self.config
+            scrape = self.replicas.scrape_forever(self.upstream, config.scrape_interval_s, config.scrape_timeout_s)
+            self._scraper = asyncio.ensure_future(scrape)
         if self.config.freeze_heap_on_start:
             freeze_startup_heap()
 
@@ -122,11 +120,14 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scraper
             self._scraper = None
-        if self._client is not None:
-            await self._client.aclose()
         await self.upstream.aclose()
 
     def _on_change(self, model: str) -> None:
+        urls = {e.base_url for e in self.registry.replicas(model)}
+        for gone in self._urls.pop(model, set()) - urls:
+            self.upstream.forget(gone)  # its kept-alive connections would wait in CLOSE_WAIT for ever
+        if urls:
+            self._urls[model] = urls
         if self.registry.route(model) is None:
             self.replicas.forget(model)
             self.hold.release(model)  # they find the model gone: 404

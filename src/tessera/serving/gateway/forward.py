@@ -77,7 +77,7 @@ async def forward(
     """POST ``body`` to the replica's ``path`` and relay the answer (status, type, bytes as they arrive). False
     when the replica could not be reached and nothing was sent to the client (the caller may try another)."""
     try:
-        response = await upstream.post(load.endpoint.base_url, path, body)
+        response = await upstream.post(load.endpoint.base_url, path, body, load.endpoint.peer_pid)
     except UpstreamError as exc:
         log.warning("replica %s unreachable: %s", load.endpoint.base_url, exc)
         return False
@@ -98,11 +98,13 @@ async def forward(
                     watch.finishing()
                     ended = True
                 await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
-        except UpstreamError:  # the replica died mid-answer: end the answer cleanly, saying so
+        except UpstreamError as exc:  # the replica died or stalled mid-answer: end the answer cleanly, saying so
             watch.finishing()
+            log.warning("replica %s failed mid-answer: %s", load.endpoint.base_url, exc)
             tail = b""
             if stream:
-                tail = b"data: " + error_body("the replica failed mid-answer", "api_error", "replica_failed") + b"\n\n"
+                message = f"the replica failed mid-answer: {exc}"
+                tail = b"data: " + error_body(message, "api_error", "replica_failed") + b"\n\n"
             await send({"type": "http.response.body", "body": tail, "more_body": False})
             return True
         if not ended:

@@ -29,7 +29,10 @@ class ModelRoute:
 @dataclass(frozen=True, slots=True)
 class ReplicaEndpoint:
     replica: int  # id, unique per model (the router's replica id)
-    base_url: str  # http://host:port of its OpenAI-compatible API
+    base_url: str  # http://host:port or unix:PATH of its OpenAI-compatible API
+    # The process proven to be the replica when it was registered (it listens on ``base_url``'s Unix socket and
+    # belongs to the replica's workload); the upstream refuses a connection served by any other. None: not checked.
+    peer_pid: int | None = None
 
 
 ChangeListener = Callable[[str], None]  # called with the model whose replicas (or route) changed
@@ -79,13 +82,13 @@ class InMemoryRegistry:
         self._replicas.pop(model, None)
         self._notify(model)
 
-    def add_replica(self, model: str, base_url: str) -> int:
-        """A replica of ``model`` is ready at ``base_url``; returns its id."""
+    def add_replica(self, model: str, base_url: str, peer_pid: int | None = None) -> int:
+        """A replica of ``model`` is ready at ``base_url`` (served by process ``peer_pid``); returns its id."""
         if model not in self._routes:
             raise KeyError(f"model {model!r} is not deployed")
         rid = self._next_id
         self._next_id += 1
-        self._replicas.setdefault(model, {})[rid] = ReplicaEndpoint(rid, base_url)
+        self._replicas.setdefault(model, {})[rid] = ReplicaEndpoint(rid, base_url, peer_pid)
         self._notify(model)
         return rid
 

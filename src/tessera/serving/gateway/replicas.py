@@ -7,6 +7,10 @@ and their predicted tokens), which is fresh between scrapes. ``ReplicaLoad.view`
 over them. ``scrape_forever`` reads every replica's metrics each ``interval_s``; a replica whose scrape fails keeps
 its last figures (the in-flight counts still move). The ``running`` a router sees is this gateway's own in-flight
 count now plus the other requests the engine held at the last scrape.
+
+A replica found asleep (vLLM's ``/sleep``, the sim's) is woken (``/wake_up``): Tessera never puts a live replica
+to sleep, and a sleeping replica takes no requests, so one left asleep would hold its model's requests until they
+time out.
 """
 
 from __future__ import annotations
@@ -16,12 +20,12 @@ import logging
 import zlib
 from dataclasses import dataclass, field
 
-import httpx
 import numpy as np
 
 from tessera.serving.engines.base import EngineStats
 from tessera.serving.engines.metrics import parse_metrics
 from tessera.serving.gateway.registry import ReplicaEndpoint, ReplicaRegistry
+from tessera.serving.gateway.upstream import Upstream, UpstreamError
 from tessera.serving.policies.requests import InferenceRequest
 from tessera.serving.policies.router import ReplicaView, Router, RouterState, make_router
 
@@ -138,25 +142,31 @@ class LiveReplicas:
         self._ready.pop(model, None)
         self._routing.pop(model, None)
 
-    async def scrape_forever(self, client: httpx.AsyncClient, interval_s: float) -> None:
+    async def scrape_forever(self, upstream: Upstream, interval_s: float, timeout_s: float = 2.0) -> None:
         while True:
-            await self.scrape_once(client)
+            await self.scrape_once(upstream, timeout_s)
             await asyncio.sleep(interval_s)
 
-    async def scrape_once(self, client: httpx.AsyncClient) -> None:
+    async def scrape_once(self, upstream: Upstream, timeout_s: float = 2.0) -> None:
         loads = [load for route in self.registry.routes() for load in self.loads(route.name)]
-        await asyncio.gather(*(self._scrape(client, load) for load in loads))
+        await asyncio.gather(*(self._scrape(upstream, load, timeout_s) for load in loads))
 
     @staticmethod
-    async def _scrape(client: httpx.AsyncClient, load: ReplicaLoad) -> None:
+    async def _scrape(upstream: Upstream, load: ReplicaLoad, timeout_s: float) -> None:
+        endpoint = load.endpoint
         try:
-            response = await client.get(f"{load.endpoint.base_url}/metrics")
-            response.raise_for_status()
-        except httpx.HTTPError as exc:
+            async with asyncio.timeout(timeout_s):
+                status, body = await upstream.call("GET", endpoint.base_url, "/metrics", peer_pid=endpoint.peer_pid)
+                if status != 200:
+                    raise UpstreamError(f"status {status}")
+                load.scraped = parse_metrics(body.decode("utf-8", "replace"))
+                if load.scraped.sleeping:  # asleep, and not by the gateway's doing: wake it
+                    log.warning("replica %s asleep, not by Tessera's doing: waking it", endpoint.base_url)
+                    await upstream.call("POST", endpoint.base_url, "/wake_up", peer_pid=endpoint.peer_pid)
+        except (UpstreamError, TimeoutError) as exc:
             load.scrape_failures += 1
             if load.scrape_failures == 1:
-                log.warning("metrics of replica %s unreadable: %s", load.endpoint.base_url, exc)
+                log.warning("metrics of replica %s unreadable: %s", endpoint.base_url, exc or type(exc).__name__)
             return
         load.scrape_failures = 0
-        load.scraped = parse_metrics(response.text)
         load.inflight_at_scrape = load.inflight

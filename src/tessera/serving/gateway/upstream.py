@@ -1,11 +1,20 @@
 """The gateway's client towards the replicas: one seam (``Upstream``), two implementations.
 
+A replica's address is ``http://HOST:PORT`` or ``unix:PATH``: a replica of ``tessera up`` on the local backend
+listens on a Unix socket in its private runtime directory (``serving.engine_exec``), which only the server can
+reach. A request may name the process that must be listening (``peer_pid``, the one the gateway proved to be the
+replica when it registered it): a new connection to a Unix socket whose listener is another process is refused
+(``SO_PEERCRED``), so nothing but the replica ever receives a request meant for it.
+
 - ``RawUpstream`` (the default): HTTP/1.1 over asyncio streams with a keep-alive pool per replica. It exists
   because httpx's pool (httpcore) checks every pooled connection on every request (``is_idle``,
   ``has_expired``, a readability poll of each socket): with the few hundred connections that 1,000 streaming
   requests/s keep open, that was most of the gateway's time and capped it near 100 requests/s on this machine.
   Here a request takes an idle connection in O(1), and a streamed body is read as it comes (whatever the socket
   holds, chunk frames decoded in one pass) and handed on at once.
+  Idle connections are closed when the replica closed its end (no ``CLOSE_WAIT`` left behind), after
+  ``idle_timeout_s``, and when the replica leaves the registry (``forget``); at most ``max_idle_total`` are kept.
+  A streamed answer that sends nothing for ``chunk_gap_s`` (a stalled engine) ends with ``UpstreamError``.
 - ``HttpxUpstream``: the same over an ``httpx.AsyncClient`` (tests drive the gateway through httpx's mock
   transport with it).
 
@@ -18,14 +27,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator
-from typing import Protocol
+import socket
+import struct
+from collections.abc import AsyncIterator, Awaitable
+from typing import Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
 
 READ_BYTES = 65536
 MAX_HEAD_BYTES = 64 * 1024
+MAX_CALL_BODY_BYTES = 16 * 1024 * 1024  # an answer read whole (``call``: metrics, health)
+UNIX_SCHEME = "unix:"
+_T = TypeVar("_T")
 
 
 class UpstreamError(ConnectionError):
@@ -51,8 +65,18 @@ class UpstreamResponse(Protocol):
 
 
 class Upstream(Protocol):
-    async def post(self, base_url: str, path: str, body: bytes) -> UpstreamResponse:
+    async def post(self, base_url: str, path: str, body: bytes, peer_pid: int | None = None) -> UpstreamResponse:
         """Send the request and return once the response's status and headers are in (``UpstreamError``)."""
+        ...
+
+    async def call(
+        self, method: str, base_url: str, path: str, body: bytes = b"", peer_pid: int | None = None
+    ) -> tuple[int, bytes]:
+        """A small exchange read whole (metrics, health, wake-up): the status and the body (``UpstreamError``)."""
+        ...
+
+    def forget(self, base_url: str) -> None:
+        """The replica at ``base_url`` is gone: drop its idle connections."""
         ...
 
     async def aclose(self) -> None: ...
@@ -60,13 +84,14 @@ class Upstream(Protocol):
 
 # -------------------------------------------------------------------------------------------------- raw asyncio
 _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+_Key = tuple[str, int]  # (host, port), or (the socket's path, 0)
 
 
 class _Deadlines:
     """Deadlines of many tasks on one recurring timer: a task still registered when a check finds it past its
     deadline is cancelled (checks every ``tick_s``, so up to that late). An ``asyncio.timeout`` per exchange arms
-    and disarms a loop timer per request, about 3% of the gateway's CPU at 1,000 req/s; the first-answer timeout
-    is minutes long, so a coarse check is enough."""
+    and disarms a loop timer per request, about 3% of the gateway's CPU at 1,000 req/s; the timeouts here are
+    seconds to minutes long, so a coarse check is enough."""
 
     def __init__(self, tick_s: float) -> None:
         self.tick_s = tick_s
@@ -98,11 +123,27 @@ class _Deadlines:
         if self._due:
             self._timer = loop.call_later(self.tick_s, self._check, loop)
 
+    async def within(self, awaitable: Awaitable[_T], limit_s: float, late: str) -> _T:
+        """``await awaitable``, raising ``UpstreamError(late)`` once ``limit_s`` has passed; any other cancel
+        (the client left) goes through as it is."""
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        self.add(task, loop.time() + limit_s, loop)
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            if self.remove(task) and task.uncancel() == 0:
+                raise UpstreamError(late) from None
+            raise
+        finally:
+            self.remove(task)
+
 
 class _RawResponse:
     closes_at_once = True
 
-    def __init__(self, pool: RawUpstream, key: tuple[str, int], conn: _Conn, head: bytes, rest: bytes) -> None:
+    def __init__(self, pool: RawUpstream, key: _Key, conn: _Conn, head: bytes, rest: bytes) -> None:
         self._pool, self._key, self._conn = pool, key, conn
         lines = head.decode("latin-1").split("\r\n")
         self.status = int(lines[0].split(" ", 2)[1])
@@ -121,8 +162,14 @@ class _RawResponse:
     def chunks(self) -> AsyncIterator[bytes]:
         return self._chunked_body() if self._chunked else self._sized_body()
 
+    async def _read_some(self) -> bytes:
+        """What the socket holds next, waiting at most the pool's ``chunk_gap_s`` (a stalled replica)."""
+        gap = self._pool.chunk_gap_s
+        late = f"no data from the replica for {gap:g} s"
+        return await self._pool._deadlines.within(self._conn[0].read(READ_BYTES), gap, late)
+
     async def _read(self) -> bytes:
-        data = await self._conn[0].read(READ_BYTES)
+        data = await self._read_some()
         if not data:
             raise UpstreamError("the replica closed the connection mid-answer")
         return data
@@ -133,7 +180,7 @@ class _RawResponse:
             self._reusable = False
             if self._buffer:
                 yield bytes(self._buffer)
-            while data := await self._conn[0].read(READ_BYTES):
+            while data := await self._read_some():
                 yield data
             self.complete = True
             return
@@ -185,79 +232,165 @@ class _RawResponse:
 
 
 @functools.lru_cache(maxsize=4096)  # replicas come and go: bounded
-def _request_head(base_url: str, path: str) -> tuple[tuple[str, int], bytes]:
-    """The replica's (host, port) and the request head up to the length, parsed once per URL and path."""
-    parts = urlsplit(base_url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    head = f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\ncontent-length: "
-    return (host, port), head.encode("latin-1")
+def _request_head(method: str, base_url: str, path: str) -> tuple[_Key, bytes]:
+    """The replica's key and the request head up to the length, parsed once per method, URL and path."""
+    if base_url.startswith(UNIX_SCHEME):
+        key, host_header = (base_url[len(UNIX_SCHEME) :], 0), "localhost"
+    else:
+        parts = urlsplit(base_url)
+        host, port = parts.hostname or "127.0.0.1", parts.port or 80
+        key, host_header = (host, port), f"{host}:{port}"
+    head = f"{method} {path} HTTP/1.1\r\nhost: {host_header}\r\ncontent-type: application/json\r\ncontent-length: "
+    return key, head.encode("latin-1")
+
+
+def peer_pid_of(sock: socket.socket) -> int | None:
+    """The process listening at the other end of a connected Unix socket (``SO_PEERCRED``), None for TCP."""
+    if sock.family != socket.AF_UNIX:
+        return None
+    pid: int = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+    return pid
 
 
 class RawUpstream:
     """See the module docstring."""
 
-    def __init__(self, timeout_s: float = 600.0, max_idle_per_replica: int = 1024) -> None:
+    def __init__(
+        self,
+        timeout_s: float = 600.0,
+        max_idle_per_replica: int = 1024,
+        *,
+        chunk_gap_s: float = 300.0,
+        idle_timeout_s: float = 30.0,
+        max_idle_total: int = 8192,
+    ) -> None:
         self.timeout_s = timeout_s
         self.max_idle_per_replica = max_idle_per_replica
-        self._idle: dict[tuple[str, int], list[_Conn]] = {}
-        self._deadlines = _Deadlines(min(1.0, max(0.01, timeout_s / 10)))  # for the first answer
+        self.chunk_gap_s = chunk_gap_s
+        self.idle_timeout_s = idle_timeout_s
+        self.max_idle_total = max_idle_total
+        # Each replica's kept-alive connections, newest last: (connection, idle since, the pid listening at a socket)
+        self._idle: dict[_Key, list[tuple[_Conn, float, int | None]]] = {}
+        self._idle_count = 0
+        self._sweep_timer: asyncio.TimerHandle | None = None
+        self._deadlines = _Deadlines(min(1.0, max(0.01, min(timeout_s, chunk_gap_s) / 10)))
 
-    async def post(self, base_url: str, path: str, body: bytes) -> UpstreamResponse:
-        key, head = _request_head(base_url, path)
-        host, port = key
+    async def post(self, base_url: str, path: str, body: bytes, peer_pid: int | None = None) -> UpstreamResponse:
+        return await self._send("POST", base_url, path, body, peer_pid)
+
+    async def call(
+        self, method: str, base_url: str, path: str, body: bytes = b"", peer_pid: int | None = None
+    ) -> tuple[int, bytes]:
+        response = await self._send(method, base_url, path, body, peer_pid)
+        try:
+            data = bytearray()
+            async for chunk in response.chunks():
+                data += chunk
+                if len(data) > MAX_CALL_BODY_BYTES:
+                    raise UpstreamError(f"the answer to {method} {path} is over {MAX_CALL_BODY_BYTES} bytes")
+            return response.status, bytes(data)
+        finally:
+            await response.close()
+
+    async def _send(self, method: str, base_url: str, path: str, body: bytes, peer_pid: int | None) -> _RawResponse:
+        key, head = _request_head(method, base_url, path)
         payload = b"%b%d\r\n\r\n%b" % (head, len(body), body)
         idle = self._idle.get(key)
         while idle:  # a kept-alive connection the replica may have closed meanwhile: one fresh retry then
-            conn = idle.pop()
-            if conn[0].at_eof() or conn[1].is_closing():
+            conn, _, listener = idle.pop()
+            self._idle_count -= 1
+            if conn[0].at_eof() or conn[1].is_closing() or (peer_pid is not None and listener != peer_pid):
                 conn[1].close()
                 continue
             with contextlib.suppress(UpstreamError):
                 return await self._exchange(key, conn, payload)
             break
-        try:
-            async with asyncio.timeout(self.timeout_s):  # no task of its own, unlike wait_for before 3.12
-                conn = await asyncio.open_connection(host, port)
-        except (OSError, TimeoutError) as exc:
-            raise UpstreamError(f"cannot connect to {host}:{port}: {exc}") from exc
+        conn = await self._connect(key, peer_pid)
         return await self._exchange(key, conn, payload)
 
-    async def _exchange(self, key: tuple[str, int], conn: _Conn, payload: bytes) -> _RawResponse:
+    async def _connect(self, key: _Key, peer_pid: int | None) -> _Conn:
+        where = key[0] if key[1] == 0 else f"{key[0]}:{key[1]}"
+        try:
+            async with asyncio.timeout(self.timeout_s):  # no task of its own, unlike wait_for before 3.12
+                if key[1] == 0:
+                    conn = await asyncio.open_unix_connection(key[0])
+                else:
+                    conn = await asyncio.open_connection(key[0], key[1])
+        except (OSError, TimeoutError) as exc:
+            raise UpstreamError(f"cannot connect to {where}: {exc}") from exc
+        if peer_pid is not None:
+            listener = peer_pid_of(conn[1].get_extra_info("socket"))
+            if listener is not None and listener != peer_pid:
+                conn[1].close()
+                raise UpstreamError(f"{where} is served by process {listener}, not by the replica ({peer_pid})")
+        return conn
+
+    async def _exchange(self, key: _Key, conn: _Conn, payload: bytes) -> _RawResponse:
         reader, writer = conn
-        task = asyncio.current_task()
-        assert task is not None
-        loop = asyncio.get_running_loop()
-        self._deadlines.add(task, loop.time() + self.timeout_s, loop)
+        where = key[0] if key[1] == 0 else f"{key[0]}:{key[1]}"
+        late = f"no answer from {where} in {self.timeout_s} s"
         try:
             writer.write(payload)
-            head = await reader.readuntil(b"\r\n\r\n")
+            head = await self._deadlines.within(reader.readuntil(b"\r\n\r\n"), self.timeout_s, late)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             writer.close()
-            raise UpstreamError(f"no answer from {key[0]}:{key[1]}: {type(exc).__name__}") from exc
-        except asyncio.CancelledError:  # the client left, or the answer is late: the replica must see the close
-            writer.close()
-            if self._deadlines.remove(task) and task.uncancel() == 0:
-                raise UpstreamError(f"no answer from {key[0]}:{key[1]} in {self.timeout_s} s") from None
-            raise
-        except BaseException:
+            raise UpstreamError(f"no answer from {where}: {type(exc).__name__}") from exc
+        except BaseException:  # late (UpstreamError), or the client left: the replica must see the close
             writer.close()
             raise
-        finally:
-            self._deadlines.remove(task)
         return _RawResponse(self, key, conn, head[:-4], b"")
 
-    def _give_back(self, key: tuple[str, int], conn: _Conn) -> None:
+    def _give_back(self, key: _Key, conn: _Conn) -> None:
         idle = self._idle.setdefault(key, [])
-        if len(idle) < self.max_idle_per_replica:
-            idle.append(conn)
-        else:
+        if len(idle) >= self.max_idle_per_replica or self._idle_count >= self.max_idle_total:
             conn[1].close()
+            return
+        loop = asyncio.get_running_loop()
+        listener = peer_pid_of(conn[1].get_extra_info("socket")) if key[1] == 0 else None  # (a Unix socket's)
+        idle.append((conn, loop.time(), listener))
+        self._idle_count += 1
+        if self._sweep_timer is None:
+            self._sweep_timer = loop.call_later(1.0, self._sweep, loop)
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Close the idle connections that the replica closed (they would sit in CLOSE_WAIT) or that have been idle
+        for ``idle_timeout_s``; again every second while any is kept."""
+        self._sweep_timer = None
+        oldest = loop.time() - self.idle_timeout_s
+        for key in list(self._idle):
+            kept = []
+            for held in self._idle[key]:
+                conn, since, _ = held
+                if since < oldest or conn[0].at_eof() or conn[1].is_closing():
+                    conn[1].close()
+                else:
+                    kept.append(held)
+            self._idle_count -= len(self._idle[key]) - len(kept)
+            if kept:
+                self._idle[key] = kept
+            else:
+                del self._idle[key]
+        if self._idle_count:
+            self._sweep_timer = loop.call_later(1.0, self._sweep, loop)
+
+    def idle_connections(self) -> int:
+        return self._idle_count
+
+    def forget(self, base_url: str) -> None:
+        key = _request_head("POST", base_url, "/")[0]
+        for conn, _, _ in self._idle.pop(key, []):
+            conn[1].close()
+            self._idle_count -= 1
 
     async def aclose(self) -> None:
         for idle in self._idle.values():
-            for _, writer in idle:
+            for (_, writer), _, _ in idle:
                 writer.close()
         self._idle.clear()
+        self._idle_count = 0
+        if self._sweep_timer is not None:
+            self._sweep_timer.cancel()
+            self._sweep_timer = None
 
 
 # ------------------------------------------------------------------------------------------------------ httpx
@@ -288,7 +421,19 @@ class HttpxUpstream:
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
 
-    async def post(self, base_url: str, path: str, body: bytes) -> UpstreamResponse:
+    async def call(
+        self, method: str, base_url: str, path: str, body: bytes = b"", peer_pid: int | None = None
+    ) -> tuple[int, bytes]:
+        try:
+            response = await self.client.request(method, base_url + path, content=body or None)
+        except httpx.HTTPError as exc:
+            raise UpstreamError(f"{type(exc).__name__}: {exc}") from exc
+        return response.status_code, response.content
+
+    def forget(self, base_url: str) -> None:
+        pass  # httpx's pool closes what it no longer uses
+
+    async def post(self, base_url: str, path: str, body: bytes, peer_pid: int | None = None) -> UpstreamResponse:
         request = self.client.build_request(
             "POST", base_url + path, content=body, headers={"content-type": "application/json"}
         )

@@ -1,0 +1,125 @@
+"""Which Python interpreter runs a replica's engine shim (``serving.engine_exec``) and Tessera's own sim engine.
+
+As root, ``tessera up`` runs each tenant's workloads as the tenant's own OS user (``backends.accounts``), and a
+replica is one. The server's own interpreter is often out of those users' reach: a virtualenv's ``python`` links to
+an interpreter under ``/root`` (pyenv, conda, a clone in root's home), a 0700 directory. ``EngineRunner`` finds, once,
+an interpreter that an unprivileged user can run with this Tessera and its dependencies importable:
+
+1. ``TESSERA_ENGINE_RUNNER_PYTHON`` when set (the operator's choice, checked like the others);
+2. the server's own interpreter;
+3. another interpreter of the same version on the system's ``PATH`` (e.g. Debian's ``/usr/bin/python3.11`` beside a
+   pyenv build), with the server's package directories on its ``PYTHONPATH`` (compiled packages are built for the
+   version, not for one build of it).
+
+Each candidate is tried by running it as ``nobody`` (no group, no home: what any tenant's user can do, it can) to
+import the sim engine. If none passes, ``python`` raises ``RunnerUnreachable`` naming what was tried and why it
+failed: a model's replicas then fail at once, saying so, instead of never answering. Servers that run workloads
+as their own user need no check.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import site
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from tessera.backends.accounts import DEFAULT_PATH, LANG
+from tessera.errors import TesseraError
+
+log = logging.getLogger(__name__)
+
+RUNNER_PYTHON_ENV = "TESSERA_ENGINE_RUNNER_PYTHON"
+PROBE_MODULE = "tessera.serving.engines.sim_server"
+PROBE_TIMEOUT_S = 120.0
+UNPRIVILEGED_USER = "nobody"
+
+
+class RunnerUnreachable(TesseraError):
+    """No interpreter that tenants' users can run imports Tessera here."""
+
+
+def package_path() -> list[str]:
+    """This Tessera's source root and the server's package directories (what a replica's ``PYTHONPATH`` holds)."""
+    root = str(Path(__file__).resolve().parents[2])
+    sites = [p for p in site.getsitepackages() if os.path.isdir(p)]
+    return [root, *[p for p in sites if p != root]]
+
+
+def candidates(env_choice: str | None, version: Sequence[int] = sys.version_info[:2]) -> list[str]:
+    """The interpreters to try, in order (see the module docstring); duplicates removed."""
+    same = f"python{version[0]}.{version[1]}"
+    found: list[str] = [env_choice] if env_choice else []
+    found.append(sys.executable)
+    for folder in DEFAULT_PATH.split(os.pathsep):
+        path = os.path.join(folder, same)
+        if os.access(path, os.X_OK):
+            found.append(path)
+    unique: list[str] = []
+    for path in found:
+        if path not in unique:
+            unique.append(path)
+    return unique
+
+
+class EngineRunner:
+    """The interpreter a replica's shim runs with (``python``), found once and then remembered; thread-safe.
+    ``check_unprivileged``: the workloads run as other users than the server's (root's tenant users)."""
+
+    def __init__(self, check_unprivileged: bool) -> None:
+        self.check_unprivileged = check_unprivileged
+        self.path = package_path()
+        self._lock = threading.Lock()
+        self._found: str | None = None
+        self._failure: str | None = None
+
+    def python(self) -> str:
+        if not self.check_unprivileged:
+            return sys.executable
+        with self._lock:
+            if self._found is None and self._failure is None:
+                self._find()
+            if self._found is None:
+                raise RunnerUnreachable(self._failure or "no interpreter")
+            return self._found
+
+    def _find(self) -> None:
+        reasons = []
+        for python in candidates(os.environ.get(RUNNER_PYTHON_ENV)):
+            problem = self._probe(python)
+            if problem is None:
+                if python != sys.executable:
+                    log.info("replicas' engine shim runs with %s (tenants cannot run %s)", python, sys.executable)
+                self._found = python
+                return
+            reasons.append(f"{python}: {problem}")
+        self._failure = (
+            f"no Python interpreter that tenants' OS users may run can import Tessera here ({'; '.join(reasons)}); "
+            f"install Tessera where other users can read it, set {RUNNER_PYTHON_ENV} to such an interpreter, or "
+            "run tessera up --run-as server"
+        )
+        log.error("%s", self._failure)
+
+    def _probe(self, python: str) -> str | None:
+        """None when ``python``, run as an unprivileged user, imports the sim engine; else why not (one line)."""
+        try:
+            nobody = pwd.getpwnam(UNPRIVILEGED_USER)
+        except KeyError:
+            return f"no user {UNPRIVILEGED_USER!r} to try it as"
+        env = {"PATH": DEFAULT_PATH, "LANG": LANG, "PYTHONPATH": os.pathsep.join(self.path)}
+        try:
+            done = subprocess.run(
+                [python, "-c", f"import {PROBE_MODULE}"], env=env, cwd="/", capture_output=True, text=True,
+                timeout=PROBE_TIMEOUT_S, user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[], check=False,
+            )  # fmt: skip
+        except (OSError, subprocess.SubprocessError) as exc:
+            return str(exc)
+        if done.returncode == 0:
+            return None
+        lines = done.stderr.strip().splitlines()
+        return lines[-1] if lines else f"exit code {done.returncode}"
