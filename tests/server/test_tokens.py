@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from server_harness import ADMIN, MakeHarness
 
+from tessera.cli.gateway_up import TokenAuth
 from tessera.errors import InvalidRequestError
 from tessera.server.auth import TOKEN_KEY_FILE, ensure_admin_token, token_key
 from tessera.server.store.db import open_engine
@@ -116,3 +117,15 @@ def test_a_token_key_file_readable_by_others_is_made_private(tmp_path: Path) -> 
     (tmp_path / TOKEN_KEY_FILE).chmod(0o644)
     assert token_key(tmp_path) == key
     assert stat.S_IMODE((tmp_path / TOKEN_KEY_FILE).stat().st_mode) == 0o600
+
+
+def test_a_revoked_token_stops_working_on_the_gateway_at_once(make_harness: MakeHarness) -> None:
+    """The gateway caches who a token is (a stream of requests must not read the store each time); a revoked token
+    once kept working there for the cache's 5 s. Revoking now drops the cache."""
+    h = make_harness()
+    secret = h.http.post("/v1/tokens", json={"tenant": "team-a"}, headers=h.as_(ADMIN)).json()["token"]
+    auth = TokenAuth(h.server.ctx, ttl_s=3600)
+    assert auth.tenant(secret) == "team-a"  # cached for an hour
+    token_id = next(t["id"] for t in h.http.get("/v1/tokens", headers=h.as_(ADMIN)).json() if t["tenant"])
+    assert h.http.delete(f"/v1/tokens/{token_id}", headers=h.as_(ADMIN)).status_code == 200
+    assert auth.tenant(secret) is None

@@ -6,7 +6,8 @@ module (the CLI layer, above both) composes them through ``server.up.ServingFron
 - ``with_gateway(app, gateway)``: one ASGI application; a path under ``/openai/`` goes to the gateway (prefix
   removed), anything else to the control plane's FastAPI app. A string comparison per request, no framework.
 - ``TokenAuth``: a bearer token is looked up in the store (``server.auth``) and cached for ``ttl_s`` so that a
-  stream of requests does not hit the database each time; a revoked token stops working within ``ttl_s``.
+  stream of requests does not hit the database each time; the cache is dropped whenever the server revokes a token
+  (``Store.revocations``), so a revoked token stops working at once.
 - ``GatewayBridge``: the controller's ``DemandSource`` (requests in flight and held, per model) and its replica sink
   (``publish``: the models deployed and their running replicas; a replica joins the registry once it is proven,
   ``replica_probe.prove_replica``: its engine answers ``/health`` and the process listening on its socket is the
@@ -54,10 +55,14 @@ class TokenAuth:
         self.ctx = ctx
         self.ttl_s = ttl_s
         self._cache: dict[bytes, tuple[str | None, float]] = {}
+        self._revocations = ctx.store.revocations
 
     def tenant(self, api_key: str | None) -> str | None:
         if not api_key:
             return None
+        if self._revocations != self.ctx.store.revocations:  # a token was revoked since: ask the store again
+            self._revocations = self.ctx.store.revocations
+            self._cache.clear()
         digest = hashlib.sha256(api_key.encode()).digest()
         now = time.monotonic()
         cached = self._cache.get(digest)

@@ -76,6 +76,9 @@ class Store:
         self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
         self._token_key = token_key
+        # Bumped after every revocation this process makes: a cache of who a token is (the gateway's) drops its
+        # answers when it changes, so a revoked token stops working at once there too.
+        self.revocations = 0
 
     def session(self) -> Session:
         return self._sessions()
@@ -256,7 +259,8 @@ class Store:
             row = session.get(TokenRow, token_id, with_for_update=True)
             if row is not None:
                 session.delete(row)
-            return row
+        self.revocations += 1
+        return row
 
     def set_admin_token(self, secret: str, label: str, now_s: float) -> list[TokenRow]:
         """Make ``secret`` the one admin token: stored if new, and every other admin token revoked, atomically.
@@ -272,6 +276,7 @@ class Store:
                 session.delete(row)
             if same is None:
                 session.add(self._token_row(secret, None, True, label, now_s))
+        self.revocations += 1
         return others
 
     def has_admin_token(self) -> bool:
