@@ -269,3 +269,31 @@ def _try(call: Any) -> Any:
         return call()
     except openai.APIError:
         return None
+
+
+def test_a_model_whose_engine_cannot_start_shows_failing_backs_off_and_fails_requests_fast(
+    server: LiveServer,
+) -> None:
+    """``models deploy x --engine vllm --model /nonexistent`` once showed ``ready`` while 55 replicas failed in 60 s
+    with no back-off, and a client hung. Now: ``failing`` with the engine's last line, replicas started ever more
+    slowly, a request answered 503 with Retry-After at once, the CLI and the metric say so."""
+    with server.client() as client:
+        client.deploy_model({"name": "broken", "engine": "vllm", "model": "/nonexistent", "gpu_fraction": 0.25})
+        failing = wait_for(
+            lambda: (m := client.model("broken"))["state"] == "failing" and m, timeout_s=60, interval_s=0.5
+        )
+        assert failing["last_error"] and failing["replica_failures"] >= 2 and failing["replicas"] == 0
+        started = time.monotonic()
+        ai = gateway(server, timeout=30)
+        with pytest.raises(openai.InternalServerError) as raised:
+            ai.completions.create(model="broken", prompt="hello", max_tokens=2)
+        waited = time.monotonic() - started
+        assert raised.value.status_code == 503 and int(raised.value.response.headers["retry-after"]) >= 1
+        assert "is failing" in str(raised.value) and waited < 5
+        time.sleep(15)
+        replicas = client.workloads(name="broken-replica")
+        metrics = httpx.get(f"{server.url}/metrics", headers={"authorization": f"Bearer {ADMIN}"}).text
+    assert len(replicas) <= 8, len(replicas)  # backing off: not one start per second (the old code: ~55 a minute)
+    assert 'tessera_model_failing{served_model="broken"} 1.0' in metrics
+    listed = tessera(server, "models")
+    assert listed.returncode == 0 and "failing" in listed.stdout and "replica failures in a row" in listed.stdout

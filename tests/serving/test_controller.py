@@ -1,6 +1,7 @@
 """The serving controller against an in-memory control plane: replicas follow the autoscaler within the model's
 bounds, surplus replicas leave pending ones first, a deleted model is forgotten only once its replicas are gone,
-and one model's failure does not stop the others'."""
+one model's failure does not stop the others', and replicas that keep failing are replaced with a growing back-off
+while the model shows ``failing`` with the last error."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from tessera.serving.controller import Controller, Demand, ReplicaView
+from tessera.serving.replica_health import BACKOFF_CAP_S, ModelHealth, ReplicaEnd
 from tessera.serving.replicas import DeployedModel, replica_command
 
 MODEL = DeployedModel(
@@ -25,6 +27,9 @@ class Plane:
         self.forgotten: list[int] = []
         self.desired: dict[int, int] = {}
         self.broken: set[int] = set()
+        self.ends: dict[int, ReplicaEnd] = {}
+        self.health: dict[int, ModelHealth] = {}
+        self.starts: list[int] = []
 
     def models(self) -> list[DeployedModel]:
         return list(self.listed)
@@ -35,6 +40,7 @@ class Plane:
     def start_replica(self, model: DeployedModel) -> int:
         if model.id in self.broken:
             raise RuntimeError("the store is down")
+        self.starts.append(model.id)
         self.next_id += 1
         self.reps[model.id].append(ReplicaView(self.next_id, running=False, address=f"unix:/r/{self.next_id}"))
         return self.next_id
@@ -50,6 +56,19 @@ class Plane:
     def forget(self, model: DeployedModel) -> None:
         self.forgotten.append(model.id)
         self.listed = [m for m in self.listed if m.id != model.id]
+
+    def replica_end(self, workload_id: int) -> ReplicaEnd | None:
+        return self.ends.get(workload_id)
+
+    def record_health(self, model: DeployedModel, health: ModelHealth) -> None:
+        self.health[model.id] = health
+
+    def crash_all(self, line: str) -> None:
+        """Every replica ends on its own, as an engine that cannot start does."""
+        for reps in self.reps.values():
+            for r in reps:
+                self.ends[r.workload_id] = ReplicaEnd(r.workload_id, "failed", "exit code 1", line)
+            reps.clear()
 
     def run_all(self) -> None:
         for reps in self.reps.values():
@@ -111,7 +130,7 @@ def test_one_failing_model_does_not_stop_the_others() -> None:
     plane.reps[2] = []
     plane.broken.add(1)
     make(plane).tick(0.0)
-    assert len(plane.reps[2]) == 1 and plane.desired == {2: 1}
+    assert len(plane.reps[2]) == 1 and plane.desired[2] == 1 and not plane.reps[1]
 
 
 def test_a_replica_listens_on_its_private_socket_and_names_no_port_or_secret_on_its_command_line() -> None:
@@ -126,3 +145,46 @@ def test_a_replica_runs_the_engine_shim_on_its_own_port() -> None:
         "-m", "tessera.serving.engine_exec", "vllm", "--name", "chat", "--port", "41234", "--weights", "/models/smol",
     ]  # fmt: skip
     assert env["TESSERA_ENGINE_PORT"] == "41234" and env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_replicas_that_keep_failing_are_replaced_with_a_growing_back_off_and_the_model_shows_failing() -> None:
+    """An engine that cannot start (``--model /nonexistent``) once had 55 replicas started and failed in 60 s with
+    no back-off while the model showed ready. Each start now waits twice as long as the last, up to a cap."""
+    plane = Plane(MODEL)
+    c = make(plane)
+    starts_at: list[float] = []
+    for t in range(0, 700):
+        before = len(plane.starts)
+        c.tick(float(t))
+        starts_at += [float(t)] * (len(plane.starts) - before)
+        plane.crash_all("FileNotFoundError: /nonexistent")
+    gaps = [b - a for a, b in zip(starts_at, starts_at[1:], strict=False)]
+    # seen ended at the next tick, then 1 s of back-off after the first failure, doubling with each one after
+    assert gaps[:6] == [2.0, 3.0, 5.0, 9.0, 17.0, 33.0]
+    assert max(gaps) <= BACKOFF_CAP_S + 1 and len(starts_at) < 20  # not one per tick
+    health = plane.health[1]
+    assert health.failing and health.last_error == "exit code 1: FileNotFoundError: /nonexistent"
+    assert health.retry_at_s is not None and health.retry_at_s > 699
+
+
+def test_a_replica_that_becomes_ready_ends_the_failure_streak() -> None:
+    plane = Plane(MODEL)
+    c = make(plane)
+    for t in range(0, 4):
+        c.tick(float(t))
+        plane.crash_all("boom")
+    assert plane.health[1].failing
+    for t in range(4, 40):
+        c.tick(float(t))
+        plane.run_all()
+    assert plane.health[1] == ModelHealth(None, 0, "", None)
+
+
+def test_a_replica_that_cannot_even_be_submitted_is_a_failure_too() -> None:
+    plane = Plane(MODEL)
+    plane.broken.add(1)  # e.g. no interpreter the tenant's user may run
+    c = make(plane)
+    for t in range(0, 10):
+        c.tick(float(t))
+    assert plane.health[1].failing and "cannot start a replica: the store is down" in plane.health[1].last_error
+    assert plane.health[1].failures < 10  # backing off, not one try per tick

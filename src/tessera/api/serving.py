@@ -15,7 +15,7 @@ Weights = Annotated[Text, Field(min_length=1, max_length=1000)]
 
 EngineName = Literal["vllm", "sglang", "transformers", "sim"]
 SloName = Literal["interactive", "standard", "batch"]
-ModelState = Literal["deploying", "ready", "stopping", "scaled-to-zero", "deleting"]
+ModelState = Literal["deploying", "ready", "failing", "stopping", "scaled-to-zero", "deleting"]
 CacheTier = Literal["hot", "warm", "cold"]
 Duration = StrictInt | StrictFloat | Name  # seconds, or "30s", "5m"
 
@@ -46,8 +46,11 @@ class ModelOut(BaseModel):
     queue: str
     engine: str
     model: str
-    state: ModelState
-    replicas: int = Field(description="replicas running now")
+    state: ModelState = Field(
+        description="ready: a replica's engine answers; failing: its replicas keep ending on their own (last_error "
+        "says why; the gateway answers 503 until one is ready); deploying, stopping, scaled-to-zero, deleting"
+    )
+    replicas: int = Field(description="replicas ready now (their engine answers)")
     desired_replicas: int
     min_replicas: int
     max_replicas: int
@@ -62,3 +65,6 @@ class ModelOut(BaseModel):
     replica_workloads: list[int] = Field(description="ids of its replica workloads that are pending or running")
     openai_base_url: str = Field(description="point an OpenAI client here (with a tenant token as the API key)")
     created_at: float
+    last_error: str | None = Field(None, description="why its last replica ended on its own, while failures go on")
+    replica_failures: int = Field(0, description="replicas in a row that ended on their own, none ready meanwhile")
+    retry_at: float | None = Field(None, description="when the next replica may start (backing off after failures)")

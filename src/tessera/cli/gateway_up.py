@@ -38,6 +38,7 @@ from tessera.serving.gateway.metrics import GatewayMetrics
 from tessera.serving.gateway.registry import InMemoryRegistry, ModelRoute
 from tessera.serving.gateway.replica_probe import prove_replica
 from tessera.serving.policies.requests import SloClass
+from tessera.serving.replica_health import ModelHealth
 from tessera.serving.replicas import DeployedModel
 
 log = logging.getLogger(__name__)
@@ -145,8 +146,14 @@ class LiveRegistry(InMemoryRegistry):
         return found
 
 
-def route_of(model: DeployedModel) -> ModelRoute:
-    return ModelRoute(model.name, model.tenant, SloClass.parse(model.slo), "least-load", int(model.created_s))
+def route_of(model: DeployedModel, health: ModelHealth | None = None, now_s: float = 0.0) -> ModelRoute:
+    """The gateway's route of ``model``: failing (answered 503 at once) while its replicas keep failing."""
+    failing = health.last_error or "no replica is ready" if health is not None and health.failing else ""
+    retry_after_s = 0
+    if failing and health is not None and health.retry_at_s is not None:
+        retry_after_s = max(1, math.ceil(health.retry_at_s - now_s))
+    slo = SloClass.parse(model.slo)
+    return ModelRoute(model.name, model.tenant, slo, "least-load", int(model.created_s), failing, retry_after_s)
 
 
 ReplicaKey = tuple[int, int]  # (workload id, attempt): a replica restarted in place is proven again
@@ -155,12 +162,19 @@ Endpoint = tuple[str, int | None]  # (address, the proven listener's pid)
 
 class GatewayBridge:
     def __init__(
-        self, registry: LiveRegistry, gateway: Gateway, wake: threading.Event, owns: Callable[[int, int], bool]
+        self,
+        registry: LiveRegistry,
+        gateway: Gateway,
+        wake: threading.Event,
+        owns: Callable[[int, int], bool],
+        health: Callable[[int], ModelHealth | None] = lambda model_id: None,
     ) -> None:
         self.registry = registry
         self.gateway = gateway
         self.wake = wake  # set when a request waits for a model with no replica
         self.owns = owns  # (workload id, pid): is that process the replica's own
+        self.health = health  # a model's health as the serving controller saw it last
+        self.proven: frozenset[ReplicaKey] = frozenset()  # the replicas registered (or being registered) now
         self.loop: asyncio.AbstractEventLoop | None = None
         self._endpoints: dict[str, dict[ReplicaKey, int]] = {}  # model -> replica -> registry replica id
         self._last_busy: dict[str, float] = {}
@@ -176,18 +190,22 @@ class GatewayBridge:
             self._last_busy[name] = now
         return Demand(in_flight=in_flight, held=held, last_request_s=self._last_busy.get(name))
 
+    def ready(self, workload_id: int, attempt: int) -> bool:
+        """Whether that replica was proven and registered (the controller's ``readiness``)."""
+        return (workload_id, attempt) in self.proven
+
     # -------------------------------------------------------------------------------------- the replica sink
     def publish(self, models: Sequence[DeployedModel], replicas: dict[int, list[ReplicaView]]) -> None:
         """Routes for the models deployed; endpoints for their running replicas whose engines answer."""
         if self.loop is None:
             return
-        snapshot_s = time.monotonic()
+        snapshot_s, now_s = time.monotonic(), time.time()
         wanted: dict[str, dict[ReplicaKey, Endpoint | None]] = {}
         routes = []
         for m in models:
             if m.deleting:
                 continue
-            routes.append(route_of(m))
+            routes.append(route_of(m, self.health(m.id), now_s))
             known = self._endpoints.get(m.name, {})
             ready: dict[ReplicaKey, Endpoint | None] = {}
             for r in replicas.get(m.id, []):
@@ -199,6 +217,7 @@ class GatewayBridge:
                 elif (endpoint := self._prove(key, r.address)) is not None:
                     ready[key] = endpoint
             wanted[m.name] = ready
+        self.proven = frozenset(key for ready in wanted.values() for key in ready)
         self.loop.call_soon_threadsafe(self._apply, routes, wanted, snapshot_s)
 
     def _prove(self, key: ReplicaKey, address: str) -> Endpoint | None:
@@ -271,8 +290,10 @@ def serving_front(ctx: ServerContext) -> ServingFront:
         on_demand=lambda model: wake.set(), max_hold_s=max_hold_s(os.environ), freeze_heap_on_start=True
     )
     gateway = Gateway(registry, TokenAuth(ctx), config, metrics=metrics)
-    bridge = GatewayBridge(registry, gateway, wake, lambda workload_id, pid: replica_owns(ctx, workload_id, pid))
+    bridge = GatewayBridge(
+        registry, gateway, wake, lambda workload_id, pid: replica_owns(ctx, workload_id, pid), ctx.model_health.get
+    )
     return ServingFront(
         wrap=lambda app: with_gateway(app, gateway, bridge), demand=bridge, sinks=[bridge], wake=wake,
-        close=bridge.close, collectors=[metrics.registry],
+        close=bridge.close, collectors=[metrics.registry], readiness=bridge.ready,
     )  # fmt: skip

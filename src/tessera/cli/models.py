@@ -22,7 +22,8 @@ models_app = typer.Typer(
 def list_models(
     ctx: typer.Context, as_json: JsonOption = False, url: UrlOption = None, token: TokenOption = None
 ) -> None:
-    """List your models: state, cache tier (hot, warm, cold), replicas running, and the OpenAI base URL."""
+    """List your models: state, cache tier (hot, warm, cold), replicas ready, and the OpenAI base URL; a failing
+    model's last error below it."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -39,6 +40,7 @@ def list_models(
         return
     table = Table("NAME", "TENANT", "ENGINE", "STATE", "CACHE", "REPLICAS", "SHARE", "SLO")
     table.add_column("OPENAI BASE URL", overflow="fold")
+    failing = []
     for m in models:
         replicas = f"{m['replicas']}/{m['desired_replicas']} ({m['min_replicas']}-{m['max_replicas']})"
         table.add_row(
@@ -46,7 +48,12 @@ def list_models(
             m["slo"],
             m["openai_base_url"],
         )  # fmt: skip
-    Console().print(table)
+        if m.get("last_error"):
+            failing.append(f"{m['name']}: {m['replica_failures']} replica failures in a row; last: {m['last_error']}")
+    console = Console()
+    console.print(table)
+    for line in failing:
+        console.print(escape(line), style="red", soft_wrap=True)
 
 
 @models_app.command("deploy")

@@ -12,6 +12,7 @@ from tessera.server.metrics import ServerMetrics
 from tessera.server.pool import Pool
 from tessera.server.store.store import Store
 from tessera.server.usage_history import UsageHistory
+from tessera.serving.replica_health import ModelHealth
 
 
 @dataclass
@@ -28,5 +29,8 @@ class ServerContext:
     closing: Callable[[], bool] = lambda: False
     # The tier of each served model by id ("hot", "warm", "cold"), kept by ``model_cache.ModelCacheKeeper``.
     model_tiers: dict[int, str] = field(default_factory=dict)
+    # Each served model's replicas' health by id (ready ones, failures in a row, the last error), kept by the serving
+    # controller (``serving_plane.ServingPlane.record_health``).
+    model_health: dict[int, ModelHealth] = field(default_factory=dict)
     # Each queue's GPU usage over time (``GET /v1/queues/usage``), sampled after every step (``up.build_server``).
     usage: UsageHistory = field(default_factory=UsageHistory)

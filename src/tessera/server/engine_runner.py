@@ -71,8 +71,9 @@ class EngineRunner:
     """The interpreter a replica's shim runs with (``python``), found once and then remembered; thread-safe.
     ``check_unprivileged``: the workloads run as other users than the server's (root's tenant users)."""
 
-    def __init__(self, check_unprivileged: bool) -> None:
+    def __init__(self, check_unprivileged: bool, tried: Sequence[str] | None = None) -> None:
         self.check_unprivileged = check_unprivileged
+        self.tried = tried  # the interpreters to try; None: ``candidates`` (see the module docstring)
         self.path = package_path()
         self._lock = threading.Lock()
         self._found: str | None = None
@@ -90,7 +91,8 @@ class EngineRunner:
 
     def _find(self) -> None:
         reasons = []
-        for python in candidates(os.environ.get(RUNNER_PYTHON_ENV)):
+        tried = self.tried if self.tried is not None else candidates(os.environ.get(RUNNER_PYTHON_ENV))
+        for python in tried:
             problem = self._probe(python)
             if problem is None:
                 if python != sys.executable:

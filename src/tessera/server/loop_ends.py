@@ -34,7 +34,9 @@ def end_outcome(stop: StopReason | None, row: WorkloadRow, code: int | None, con
     """The end of ``row``'s process (``code`` None: no exit code), given the stop the loop sent it, if any: a cancel
     ends it cancelled, the watchdog or its walltime failed, a preemption requeues it (or ends it preempted when
     ``config.requeue_preempted`` is off); a service that exited on its own restarts up to
-    ``config.service_max_restarts`` times; otherwise the exit code decides between succeeded and failed."""
+    ``config.service_max_restarts`` times, unless it is a model's replica (the serving controller replaces those,
+    backing off while they keep failing: ``serving.replica_health``); otherwise the exit code decides between
+    succeeded and failed."""
     if stop is not None and stop.kind is StopKind.CANCEL:
         return EndOutcome(WorkloadState.CANCELLED, "cancelled")
     if stop is not None and stop.kind is StopKind.WATCHDOG:
@@ -45,7 +47,7 @@ def end_outcome(stop: StopReason | None, row: WorkloadRow, code: int | None, con
         if config.requeue_preempted:
             return EndOutcome(None, f"{stop.text()}; requeued")
         return EndOutcome(WorkloadState.PREEMPTED, stop.text())
-    if row.kind == "service" and row.attempts <= config.service_max_restarts:
+    if row.kind == "service" and row.model_id is None and row.attempts <= config.service_max_restarts:
         return EndOutcome(None, f"service exited ({exit_text(code)}); restarting")
     if code == 0:
         return EndOutcome(WorkloadState.SUCCEEDED, "exit code 0")

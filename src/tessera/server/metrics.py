@@ -13,7 +13,7 @@ has them all (served to an admin token), ``public`` leaves them out (served with
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -32,6 +32,7 @@ from tessera.server.metrics_workloads import (
 from tessera.server.records import NO_LIMIT
 from tessera.server.store import served
 from tessera.server.store.store import Store
+from tessera.serving.replica_health import ModelHealth
 
 if TYPE_CHECKING:
     from tessera.server.loop import SchedulerLoop
@@ -49,6 +50,7 @@ class ServerMetrics:
         clock: Callable[[], float] | None = None,
         usage: ProcessUsageProbe | None = None,
         pids: Callable[[Handle], list[int]] | None = None,
+        model_health: Mapping[int, ModelHealth] | None = None,
     ) -> None:
         """``clock``: the server's (the lifecycle counters settle events by their time; default the loop's);
         ``usage`` and ``pids`` (real GPUs through NVML): each workload process's GPU use."""
@@ -85,7 +87,19 @@ class ServerMetrics:
             ["served_model"],
             registry=self.registry,
         )
-        self.registry.register(_StateCollector(store, loop))
+        self.replica_failures = Counter(
+            "tessera_model_replica_failures",
+            "Replicas that ended on their own (crashed, or their engine could not start)",
+            ["served_model"],
+            registry=self.registry,
+        )
+        self.model_failing = Gauge(
+            "tessera_model_failing",
+            "1 while the model's replicas keep failing and none is ready (the gateway answers 503), else 0",
+            ["served_model"],
+            registry=self.registry,
+        )
+        self.registry.register(_StateCollector(store, loop, model_health if model_health is not None else {}))
         self.registry.register(WorkloadGpuCollector(loop, usage, pids))
         self.registry.register(LifecycleCounters(store, clock or loop.clock))
         self.public = CollectorRegistry(auto_describe=False)
@@ -117,9 +131,10 @@ class _WithoutLabels(Collector):
 
 
 class _StateCollector(Collector):
-    def __init__(self, store: Store, loop: SchedulerLoop) -> None:
+    def __init__(self, store: Store, loop: SchedulerLoop, model_health: Mapping[int, ModelHealth]) -> None:
         self.store = store
         self.loop = loop
+        self.model_health = model_health  # the serving controller's view (``ServerContext.model_health``)
 
     def collect(self) -> Iterator[Metric]:
         yield self._workloads()
@@ -148,7 +163,7 @@ class _StateCollector(Collector):
             running = sum(r.state == "running" and not r.cancel_requested for r in replicas[m.id])
             family.add_metric([m.name, "running"], running)
             family.add_metric([m.name, "desired"], m.desired_replicas)
-            now = served.model_state(m, replicas[m.id])
+            now = served.model_state(m, replicas[m.id], self.model_health.get(m.id))
             for name in served.MODEL_STATES:
                 state.add_metric([m.name, name], float(name == now))
             evicted.add_metric([m.name], evictions.get(m.id, 0))

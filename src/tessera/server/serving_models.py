@@ -19,6 +19,7 @@ from tessera.server.store import served
 from tessera.server.store.models import ServedModelRow, WorkloadRow
 from tessera.server.submit import Principal, queue_for
 from tessera.serving.models import CATALOG
+from tessera.serving.replica_health import ModelHealth
 from tessera.serving.replicas import DeployedModel
 
 NEEDS_WEIGHTS = ("vllm", "sglang")
@@ -66,16 +67,23 @@ def deployed_draft(row: ServedModelRow) -> DeployedModel:
     return dataclasses.replace(deployed(row), id=0)
 
 
-def model_out(row: ServedModelRow, replicas: list[WorkloadRow], base_url: str, tier: str | None = None) -> ModelOut:
+def model_out(
+    row: ServedModelRow,
+    replicas: list[WorkloadRow],
+    base_url: str,
+    tier: str | None = None,
+    health: ModelHealth | None = None,
+) -> ModelOut:
     live = [r for r in replicas if not r.cancel_requested]
-    running = sum(r.state == "running" for r in live)
+    running = served.ready_replicas(live, health)
+    failing = health is not None and health.failures > 0
     return ModelOut(
         name=row.name,
         tenant=row.tenant,
         queue=row.queue,
         engine=row.engine,
         model=row.weights,
-        state=served.model_state(row, replicas),
+        state=served.model_state(row, replicas, health),
         replicas=running,
         desired_replicas=row.desired_replicas,
         min_replicas=row.min_replicas,
@@ -89,6 +97,9 @@ def model_out(row: ServedModelRow, replicas: list[WorkloadRow], base_url: str, t
         replica_workloads=[r.id for r in live],
         openai_base_url=f"{base_url.rstrip('/')}/openai/v1",
         created_at=row.created_at,
+        last_error=health.last_error if failing and health is not None else None,
+        replica_failures=health.failures if health is not None else 0,
+        retry_at=health.retry_at_s if health is not None else None,
     )
 
 

@@ -12,9 +12,11 @@ address. Its engine shim runs with the interpreter ``EngineRunner`` found that t
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from tessera.api import WorkloadSpec
 from tessera.server.context import ServerContext
@@ -24,6 +26,7 @@ from tessera.server.store.models import ServedModelRow, WorkloadRow
 from tessera.server.submit import Principal, workload_row
 from tessera.serving.controller import Controller, ControlPlane, DemandSource, ReplicaSink, ReplicaView
 from tessera.serving.engine_exec import SOCKET_NAME
+from tessera.serving.replica_health import ModelHealth, ReplicaEnd
 from tessera.serving.replicas import PORT_ENV, DeployedModel, ReplicaRunner, replica_command
 
 log = logging.getLogger(__name__)
@@ -93,6 +96,18 @@ def replica_row(
     return row
 
 
+def last_log_line(path: Path, tail_bytes: int = 4096) -> str:
+    """The last non-empty line of a log (what an engine said last before it died), at most 300 characters."""
+    try:
+        with open(path, "rb") as log_file:
+            log_file.seek(max(0, log_file.seek(0, os.SEEK_END) - tail_bytes))
+            text = log_file.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
 def replica_owns(ctx: ServerContext, workload_id: int, pid: int) -> bool:
     """Whether process ``pid`` is one of replica ``workload_id``'s own (its proof of identity to the gateway)."""
     entry = ctx.loop.running.get(workload_id)
@@ -153,7 +168,24 @@ class ServingPlane(ControlPlane):
 
     def forget(self, model: DeployedModel) -> None:
         served.forget(self.ctx.store, model.id)
+        self.ctx.model_health.pop(model.id, None)
         log.info("model %s deleted", model.key)
+
+    def replica_end(self, workload_id: int) -> ReplicaEnd | None:
+        row = self.ctx.store.get_workload(workload_id)
+        if row is None:
+            return None
+        return ReplicaEnd(workload_id, row.state, row.reason, last_log_line(self.ctx.loop.launcher.log_path(row.id)))
+
+    def record_health(self, model: DeployedModel, health: ModelHealth) -> None:
+        before = self.ctx.model_health.get(model.id)
+        self.ctx.model_health[model.id] = health
+        failures = health.failures - (before.failures if before is not None else 0)
+        if failures > 0:
+            self.ctx.metrics.replica_failures.labels(model.name).inc(failures)
+        self.ctx.metrics.model_failing.labels(model.name).set(int(health.failing))
+        if health.failing and (before is None or not before.failing):
+            log.warning("model %s is failing: %s", model.key, health.last_error)
 
 
 def start_controller(
@@ -164,10 +196,11 @@ def start_controller(
     wake: threading.Event | None = None,
     tick_s: float = 1.0,
     plane: ServingPlane | None = None,
+    readiness: Callable[[int, int], bool] | None = None,
 ) -> tuple[Controller, threading.Thread]:
     """Run a serving controller every ``tick_s`` (or at once when ``wake`` is set: a request waits for a model
-    with no replica) until ``stopping()``."""
-    controller = Controller(plane or ServingPlane(ctx), tick_s=tick_s, sinks=list(sinks))
+    with no replica) until ``stopping()``; ``readiness``: which replicas the gateway proved ready."""
+    controller = Controller(plane or ServingPlane(ctx), tick_s=tick_s, sinks=list(sinks), readiness=readiness)
     if demand is not None:
         controller.demand = demand
     event = wake if wake is not None else threading.Event()

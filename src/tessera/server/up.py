@@ -52,6 +52,7 @@ from tessera.server.store.db import open_engine
 from tessera.server.store.store import Store
 from tessera.server.submit import DEFAULT_QUEUE
 from tessera.serving.controller import DemandSource, ReplicaSink
+from tessera.serving.replica_health import ModelHealth
 
 log = logging.getLogger(__name__)
 
@@ -129,11 +130,13 @@ def build_server(
     _check_pool(store, pool)
     _ensure_default_queue(store, clock())
     loop = SchedulerLoop(store, runner, pool, loop_config, clock, memory_probe=_memory_probe(probe, pool))
-    metrics = ServerMetrics(store, loop, clock, _usage_probe(probe, pool), runner.pids)
+    model_health: dict[int, ModelHealth] = {}
+    metrics = ServerMetrics(store, loop, clock, _usage_probe(probe, pool), runner.pids, model_health)
     loop.on_start = lambda row, waited: metrics.pending_seconds.labels(row.queue).observe(waited)
     if not pool.simulated:
         metrics.register(GpuUsageCollector(probe))
     ctx = ServerContext(store, loop, pool, metrics, clock, LogFiles(loop.log_path, config.log_max_bytes))
+    ctx.model_health = model_health
 
     def on_step(report: StepReport) -> None:
         metrics.observe_step(report.duration_s, report.cpu_s)
@@ -202,6 +205,8 @@ class ServingFront:
     wake: threading.Event | None = None
     close: Callable[[], None] = lambda: None
     collectors: Sequence[Collector] = ()  # its metrics, served at /metrics
+    # (workload id, attempt) -> whether the gateway proved that replica ready; None: running counts as ready
+    readiness: Callable[[int, int], bool] | None = None
 
 
 def serve(
@@ -241,7 +246,10 @@ def serve(
     server.ctx.model_tiers = keeper.tiers
     server.ctx.metrics.register(keeper.collector())
     plane = ServingPlane(server.ctx, EngineRunner(check_unprivileged=mode == "tenant-users"))
-    start_controller(server.ctx, server.stopping.is_set, front.demand, [*front.sinks, keeper], front.wake, plane=plane)
+    start_controller(
+        server.ctx, server.stopping.is_set, front.demand, [*front.sinks, keeper], front.wake, plane=plane,
+        readiness=front.readiness,
+    )  # fmt: skip
     if demo:
         token, _ = create_tenant_token(server.ctx.store, DEMO_TENANT, "demo", server.ctx.clock())
         gpu_count = sum(n.gpu_count for n in pool.nodes)

@@ -9,6 +9,11 @@ Once per tick, for every model, ``Controller.tick``:
 3. submits the missing replicas through the control plane (so the core scheduler places them, they count against
    the tenant's quota and a crash loses nothing) and cancels the surplus, pending ones first, then the newest.
 
+A replica that ends on its own (a crash, an engine that cannot start) is a failure: the next start waits an
+exponential back-off, and a model whose replicas keep failing is ``failing`` (``replica_health``), which the control
+plane records (``record_health``) for the API and the gateway. A replica counts as ready once the gateway has
+proven it (``readiness``); without a gateway, once it runs.
+
 A deleted model's replicas are cancelled; once none is left its record goes. The controller holds no state that a
 restart would need: the replicas are in the store, and the autoscaler's memory starts afresh (the first decision
 counts the replicas that exist).
@@ -20,11 +25,12 @@ The seams: ``ControlPlane`` (the server's store and scheduler, ``server.serving_
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from tessera.serving.policies.autoscaler import AutoscalerConfig, AutoscalerState, ModelSignals, decide
+from tessera.serving.replica_health import HealthTracker, ModelHealth, ReplicaEnd
 from tessera.serving.replicas import DeployedModel
 
 log = logging.getLogger(__name__)
@@ -64,6 +70,12 @@ class ControlPlane(Protocol):
 
     def forget(self, model: DeployedModel) -> None: ...
 
+    def replica_end(self, workload_id: int) -> ReplicaEnd | None:
+        """How a replica that is no longer pending or running ended (None if the store does not know it)."""
+        ...
+
+    def record_health(self, model: DeployedModel, health: ModelHealth) -> None: ...
+
 
 class DemandSource(Protocol):
     def take_demand(self, model_key: str) -> Demand: ...
@@ -89,7 +101,10 @@ class Controller:
     tick_s: float = 1.0
     targets: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TARGETS))
     sinks: list[ReplicaSink] = field(default_factory=list)
+    # (workload id, attempt) -> whether the gateway has proven that replica ready; None: no gateway, running is ready
+    readiness: Callable[[int, int], bool] | None = None
     _states: dict[int, AutoscalerState] = field(default_factory=dict)
+    _health: dict[int, HealthTracker] = field(default_factory=dict)
 
     def tick(self, now_s: float) -> None:
         models = self.plane.models()
@@ -101,6 +116,8 @@ class Controller:
                 log.exception("serving controller: model %s", model.key)
         for gone in self._states.keys() - {m.id for m in models}:
             del self._states[gone]
+        for gone in self._health.keys() - {m.id for m in models}:
+            del self._health[gone]
         if self.sinks:
             replicas = self.plane.replicas(models)  # after this tick's starts and stops
             for sink in self.sinks:
@@ -108,20 +125,43 @@ class Controller:
 
     def _reconcile(self, model: DeployedModel, everyone: list[ReplicaView], now_s: float) -> None:
         replicas = [r for r in everyone if not r.stopping]
+        health = self._health.setdefault(model.id, HealthTracker())
+        ends = [self.plane.replica_end(i) for i in health.vanished(r.workload_id for r in everyone)]
+        health.ended([end for end in ends if end is not None], now_s)
         if model.deleting:
             for replica in replicas:
-                self.plane.stop_replica(replica.workload_id)
+                self._stop(health, replica.workload_id)
             if not everyone:
                 self.plane.forget(model)
             return
+        ready = self._ready(replicas)
+        health.ready(sum(r.running for r in replicas) if ready is None else ready)
         desired = self.desired(model, replicas, now_s)
         for _ in range(desired - len(replicas)):
-            self.plane.start_replica(model)
+            if not health.may_start(now_s):
+                break  # backing off after failures
+            try:
+                health.known.add(self.plane.start_replica(model))
+            except Exception as exc:  # e.g. no interpreter the tenant's user may run: a failure, said once
+                log.warning("model %s: cannot start a replica: %s", model.key, exc)
+                health.failed(f"cannot start a replica: {exc}", now_s)
+                break
         if len(replicas) > desired:
             surplus = sorted(replicas, key=lambda r: (r.running, -r.workload_id))[: len(replicas) - desired]
             for replica in surplus:
-                self.plane.stop_replica(replica.workload_id)
+                self._stop(health, replica.workload_id)
         self.plane.record_desired(model, desired)
+        self.plane.record_health(model, health.health(ready, now_s))
+
+    def _stop(self, health: HealthTracker, workload_id: int) -> None:
+        health.stopped.add(workload_id)
+        self.plane.stop_replica(workload_id)
+
+    def _ready(self, replicas: list[ReplicaView]) -> int | None:
+        """Replicas the gateway has proven ready (None without a gateway)."""
+        if self.readiness is None:
+            return None
+        return sum(self.readiness(r.workload_id, r.attempt) for r in replicas if r.running)
 
     def desired(self, model: DeployedModel, replicas: list[ReplicaView], now_s: float) -> int:
         """The autoscaler's decision for ``model`` now (``serving.policies.autoscaler``)."""

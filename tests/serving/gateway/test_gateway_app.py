@@ -258,3 +258,20 @@ def test_a_replica_that_leaves_the_registry_has_its_connections_dropped() -> Non
             return forgotten
 
     assert asyncio.run(go()) == ["http://127.0.0.1:9001", "http://127.0.0.1:9002"]
+
+
+def test_a_failing_model_is_answered_503_at_once_with_the_reason_and_held_requests_too() -> None:
+    """A model whose engine cannot start once held every request for the hold's 120 s (and answered 504 with no
+    reason). A failing route is answered at once: 503, Retry-After, the last error."""
+
+    async def go() -> None:
+        async with gateway() as (app, registry, _, client):
+            held = asyncio.ensure_future(client.post("/v1/chat/completions", json=CHAT, headers=A))
+            await _wait_until(lambda: app.hold.held("chat-a") == 1)
+            registry.deploy(ModelRoute("chat-a", "team-a", failing="exit code 1: no weights", retry_after_s=8))
+            for response in (await held, await client.post("/v1/chat/completions", json=CHAT, headers=A)):
+                assert response.status_code == 503 and response.headers["retry-after"] == "8"
+                assert "no weights" in response.json()["error"]["message"]
+                assert response.json()["error"]["code"] == "model_failing"
+
+    run(go)

@@ -28,7 +28,9 @@ def router(ctx: ServerContext) -> APIRouter:
 
     def out(rows: list[ServedModelRow], request: Request) -> list[ModelOut]:
         replicas = served.active_replicas(ctx.store, [r.id for r in rows])
-        return [model_out(r, replicas[r.id], str(request.base_url), ctx.model_tiers.get(r.id)) for r in rows]
+        base = str(request.base_url)
+        tiers, health = ctx.model_tiers, ctx.model_health
+        return [model_out(r, replicas[r.id], base, tiers.get(r.id), health.get(r.id)) for r in rows]
 
     def visible(name: str, caller: Principal) -> ServedModelRow:
         row = served.model(ctx.store, name)

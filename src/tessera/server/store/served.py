@@ -15,6 +15,7 @@ from tessera.api.serving import ModelState
 from tessera.errors import InvalidRequestError
 from tessera.server.store.models import EventRow, ServedModelRow, WorkloadRow
 from tessera.server.store.store import ACTIVE_STATES, Store
+from tessera.serving.replica_health import ModelHealth
 
 
 class ModelExistsError(InvalidRequestError):
@@ -66,13 +67,23 @@ def active_replicas(store: Store, model_ids: list[int]) -> dict[int, list[Worklo
 MODEL_STATES: tuple[ModelState, ...] = get_args(ModelState)
 
 
-def model_state(row: ServedModelRow, replicas: list[WorkloadRow]) -> ModelState:
-    """The lifecycle state of a model, from its row and its pending and running replicas (``active_replicas``)."""
+def ready_replicas(replicas: list[WorkloadRow], health: ModelHealth | None = None) -> int:
+    """Replicas whose engine answers: as the gateway proved them (``health``), else the running ones."""
+    if health is not None and health.ready is not None:
+        return health.ready
+    return sum(r.state == "running" and not r.cancel_requested for r in replicas)
+
+
+def model_state(row: ServedModelRow, replicas: list[WorkloadRow], health: ModelHealth | None = None) -> ModelState:
+    """The lifecycle state of a model, from its row, its pending and running replicas (``active_replicas``) and
+    its health as the serving controller saw it last (``replica_health``)."""
     live = [r for r in replicas if not r.cancel_requested]
     if row.deleting:
         return "deleting"
-    if any(r.state == "running" for r in live):
+    if ready_replicas(live, health):
         return "ready"
+    if health is not None and health.failing:
+        return "failing"
     if row.desired_replicas == 0 and not replicas:
         return "scaled-to-zero"  # and its GPU share is free: no replica is left, not even one stopping
     if row.desired_replicas == 0 and not live:

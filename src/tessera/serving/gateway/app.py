@@ -9,7 +9,8 @@ A request goes: API key -> tenant (``auth``; 401) -> body parsed (400 naming the
 the registry, visible to the tenant (else 404, the same for a model that exists elsewhere) -> SLO class (the
 model's, or the ``x-tessera-slo`` header) -> a replica picked by the model's router (``replicas``) or, with none
 ready, held (``hold``; ``on_demand`` asks the controller for one; 429 + ``Retry-After`` when the hold queue is
-full, 504 when the bounded wait runs out) -> forwarded (``forward``; a replica that cannot be reached is left
+full, 504 when the bounded wait runs out; 503 + ``Retry-After`` at once, with the reason, while the model's
+replicas keep failing) -> forwarded (``forward``; a replica that cannot be reached is left
 alone for a second and the request goes to another, 502 when ``MAX_REPLICA_TRIES`` could not be reached).
 """
 
@@ -128,11 +129,12 @@ class Gateway:
             self.upstream.forget(gone)  # its kept-alive connections would wait in CLOSE_WAIT for ever
         if urls:
             self._urls[model] = urls
-        if self.registry.route(model) is None:
+        route = self.registry.route(model)
+        if route is None:
             self.replicas.forget(model)
             self.hold.release(model)  # they find the model gone: 404
-        elif self.registry.replicas(model):
-            self.hold.release(model)
+        elif urls or route.failing:
+            self.hold.release(model)  # a replica to go to, or a failing model to answer 503 for
 
     # --------------------------------------------------------------------------------------------------- ASGI
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -278,6 +280,9 @@ class Gateway:
         if self.metrics is not None:
             self.metrics.decision.observe(time.perf_counter() - picked_at)
         while load is None:
+            if route.failing:
+                await _failing(send, route)
+                return None
             if self.config.on_demand is not None:
                 self.config.on_demand(request.model)
             try:
@@ -293,6 +298,7 @@ class Gateway:
             if current is None:
                 await _not_found(send, request.model)
                 return None
+            route = current
             load = self.replicas.pick(request, current.router, loop.time())
         return load
 
@@ -366,6 +372,12 @@ async def _unauthorized(send: Send) -> None:
         "a valid API key is required (Authorization: Bearer KEY)", "invalid_request_error", "invalid_api_key"
     )
     await send_json(send, 401, body, [(b"www-authenticate", b"Bearer")])
+
+
+async def _failing(send: Send, route: ModelRoute) -> None:
+    message = f"model {route.name!r} is failing: its replicas keep ending on their own ({route.failing})"
+    retry = [(b"retry-after", str(max(1, route.retry_after_s)).encode())]
+    await send_json(send, 503, error_body(message, "api_error", "model_failing"), retry)
 
 
 async def _not_found(send: Send, model: str) -> None:

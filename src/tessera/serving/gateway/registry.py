@@ -24,6 +24,10 @@ class ModelRoute:
     slo: SloClass = SloClass.STANDARD  # default class of its requests (a request header may override it)
     router: str = "least-load"  # one of policies.router.ROUTER_NAMES
     created_s: int = 0  # Unix time, for /v1/models
+    # Why its replicas keep failing ("" while they do not): with none ready, its requests are answered 503 at once
+    # (``Retry-After``: ``retry_after_s``) instead of waiting for a replica that will not come.
+    failing: str = ""
+    retry_after_s: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,43 @@
+"""Which interpreter runs a replica's engine shim as a tenant's OS user (issue 25, defect 7): as root the project's
+virtualenv often links to an interpreter under /root (0700), which tenants' users cannot run, and a sim model never
+became ready. ``EngineRunner`` finds one they can run (tried as ``nobody``), or says at once why there is none."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+
+import pytest
+
+from tessera.server.engine_runner import EngineRunner, RunnerUnreachable
+
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(os.geteuid() != 0, reason="runs probes as nobody: needs root")]
+
+
+def test_the_interpreter_found_imports_the_sim_engine_as_an_unprivileged_user() -> None:
+    runner = EngineRunner(check_unprivileged=True)
+    python = runner.python()
+    nobody = pwd.getpwnam("nobody")
+    done = subprocess.run(
+        [python, "-c", "import tessera.serving.engines.sim_server"],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(runner.path)}, cwd="/", capture_output=True,
+        user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[], timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert runner.python() == python  # found once
+
+
+def test_with_no_interpreter_that_can_import_tessera_it_fails_fast_saying_why() -> None:
+    runner = EngineRunner(check_unprivileged=True, tried=["/usr/bin/python3", "/nonexistent/python3"])
+    runner.path = ["/nonexistent-tessera"]  # nothing can import Tessera from there
+    with pytest.raises(RunnerUnreachable, match="No module named 'tessera'") as raised:
+        runner.python()
+    assert "/nonexistent/python3: [Errno 2] No such file" in str(raised.value)
+    assert "TESSERA_ENGINE_RUNNER_PYTHON" in str(raised.value) and "--run-as server" in str(raised.value)
+    with pytest.raises(RunnerUnreachable):
+        runner.python()  # the verdict is kept: no new probes per replica
+
+
+def test_a_server_that_runs_workloads_as_itself_needs_no_probe() -> None:
+    assert EngineRunner(check_unprivileged=False).python() == __import__("sys").executable
