@@ -262,17 +262,20 @@ class GatewayBridge:
 
 
 MAX_HOLD_ENV = "TESSERA_GATEWAY_MAX_HOLD_S"
-DEFAULT_MAX_HOLD_S = GatewayConfig().max_hold_s
+CHUNK_GAP_ENV = "TESSERA_GATEWAY_CHUNK_GAP_S"
+DEFAULTS = GatewayConfig()
 
 
-def max_hold_s(env: Mapping[str, str]) -> float:
-    """How long a request waits for a replica of its model: ``TESSERA_GATEWAY_MAX_HOLD_S`` when set to a positive
-    number, else the gateway's default (a real engine's cold start, e.g. vLLM's on a busy CPU, can take minutes)."""
+def env_seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A positive number of seconds from the environment variable ``name``, else ``default``. The gateway's waits:
+    ``TESSERA_GATEWAY_MAX_HOLD_S``, how long a request waits for a replica of its model (a real engine's cold start,
+    e.g. vLLM's on a busy CPU, can take minutes); ``TESSERA_GATEWAY_CHUNK_GAP_S``, how long a streamed answer that
+    has begun may stay silent before it is ended with an error event (a stalled replica)."""
     try:
-        value = float(env.get(MAX_HOLD_ENV, ""))
+        value = float(env.get(name, ""))
     except ValueError:
-        return DEFAULT_MAX_HOLD_S
-    return value if value > 0 and math.isfinite(value) else DEFAULT_MAX_HOLD_S
+        return default
+    return value if value > 0 and math.isfinite(value) else default
 
 
 def serving_front(ctx: ServerContext) -> ServingFront:
@@ -287,7 +290,10 @@ def serving_front(ctx: ServerContext) -> ServingFront:
     wake = threading.Event()
     metrics = GatewayMetrics()
     config = GatewayConfig(
-        on_demand=lambda model: wake.set(), max_hold_s=max_hold_s(os.environ), freeze_heap_on_start=True
+        on_demand=lambda model: wake.set(),
+        max_hold_s=env_seconds(os.environ, MAX_HOLD_ENV, DEFAULTS.max_hold_s),
+        chunk_gap_s=env_seconds(os.environ, CHUNK_GAP_ENV, DEFAULTS.chunk_gap_s),
+        freeze_heap_on_start=True,
     )
     gateway = Gateway(registry, TokenAuth(ctx), config, metrics=metrics)
     bridge = GatewayBridge(

@@ -14,7 +14,8 @@ replica when it registered it): a new connection to a Unix socket whose listener
   holds, chunk frames decoded in one pass) and handed on at once.
   Idle connections are closed when the replica closed its end (no ``CLOSE_WAIT`` left behind), after
   ``idle_timeout_s``, and when the replica leaves the registry (``forget``); at most ``max_idle_total`` are kept.
-  A streamed answer that sends nothing for ``chunk_gap_s`` (a stalled engine) ends with ``UpstreamError``.
+  A streamed answer that sends nothing for ``chunk_gap_s`` once it has begun (a stalled engine) ends with
+  ``UpstreamError``; its first bytes may take ``timeout_s``, as its head may.
 - ``HttpxUpstream``: the same over an ``httpx.AsyncClient`` (tests drive the gateway through httpx's mock
   transport with it).
 
@@ -157,16 +158,20 @@ class _RawResponse:
         self._chunked = headers.get("transfer-encoding", "").lower() == "chunked"
         self._reusable = headers.get("connection", "").lower() != "close"
         self._buffer = bytearray(rest)
+        self._begun = bool(rest)  # some of the body has come
         self.complete = False
 
     def chunks(self) -> AsyncIterator[bytes]:
         return self._chunked_body() if self._chunked else self._sized_body()
 
     async def _read_some(self) -> bytes:
-        """What the socket holds next, waiting at most the pool's ``chunk_gap_s`` (a stalled replica)."""
-        gap = self._pool.chunk_gap_s
+        """What the socket holds next, waiting at most the pool's ``chunk_gap_s`` (a stalled replica) once the body
+        has begun; before, its ``timeout_s`` (an engine may queue a request a long while before its first token)."""
+        gap = self._pool.chunk_gap_s if self._begun else self._pool.timeout_s
         late = f"no data from the replica for {gap:g} s"
-        return await self._pool._deadlines.within(self._conn[0].read(READ_BYTES), gap, late)
+        data = await self._pool._deadlines.within(self._conn[0].read(READ_BYTES), gap, late)
+        self._begun = True
+        return data
 
     async def _read(self) -> bytes:
         data = await self._read_some()
