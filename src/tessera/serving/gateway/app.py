@@ -63,7 +63,7 @@ class GatewayConfig:
     scrape_interval_s: float = 0.5  # how often the replicas' /metrics are read
     predicted_output_tokens: int = 256  # the router's guess of a request's output when it sets no max_tokens
     upstream_timeout_s: float = 600.0  # connect and first-answer timeout towards a replica
-    chunk_gap_s: float = 60.0  # a streamed answer silent this long (a stalled replica) ends with an error event
+    chunk_gap_s: float = 300.0  # a streamed answer silent this long (a stalled replica) ends with an error event
     scrape_timeout_s: float = 2.0
     max_body_bytes: int = 16 * 1024 * 1024
     max_prefix_entries: int = 200_000  # per model, the prefix-affinity router's index cap
