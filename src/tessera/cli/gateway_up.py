@@ -8,10 +8,9 @@ module (the CLI layer, above both) composes them through ``server.up.ServingFron
 - ``TokenAuth``: a bearer token is looked up in the store (``server.auth``) and cached for ``ttl_s`` so that a
   stream of requests does not hit the database each time; the cache is dropped whenever the server revokes a token
   (``Store.revocations``), so a revoked token stops working at once.
-- ``GatewayBridge``: the controller's ``DemandSource`` (requests in flight and held, per model) and its replica sink
-  (``publish``: the models deployed and their running replicas; a replica joins the registry once it is proven,
-  ``replica_probe.prove_replica``: its engine answers ``/health`` and the process listening on its socket is the
-  replica workload's own). The registry is changed only on the gateway's event loop (``call_soon_threadsafe``).
+- ``serving_front``: the gateway, its registry (``gateway.bridge.LiveRegistry``, which looks models up in the
+  store) and its ``GatewayBridge`` to the serving controller (demand, replicas proven before they are registered,
+  which replicas are ready), wired to this server's store, loop and backend.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 from tessera.server.auth import principal_for
@@ -31,15 +30,11 @@ from tessera.server.context import ServerContext
 from tessera.server.serving_plane import deployed, replica_owns
 from tessera.server.store import served
 from tessera.server.up import ServingFront
-from tessera.serving.controller import Demand, ReplicaView
 from tessera.serving.gateway.app import Gateway, GatewayConfig
 from tessera.serving.gateway.auth import ANY_TENANT
+from tessera.serving.gateway.bridge import GatewayBridge, LiveRegistry, route_of
 from tessera.serving.gateway.metrics import GatewayMetrics
-from tessera.serving.gateway.registry import InMemoryRegistry, ModelRoute
-from tessera.serving.gateway.replica_probe import prove_replica
-from tessera.serving.policies.requests import SloClass
-from tessera.serving.replica_health import ModelHealth
-from tessera.serving.replicas import DeployedModel
+from tessera.serving.gateway.registry import ModelRoute
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +43,6 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-HEALTH_TIMEOUT_S = 0.5
 
 
 class TokenAuth:
@@ -113,154 +107,6 @@ async def _lifespan(
     await send({"type": "lifespan.shutdown.complete"})
 
 
-MISS_TTL_S = 0.25  # an unknown model name is looked up in the store again after this long
-
-
-class LiveRegistry(InMemoryRegistry):
-    """The gateway's registry, fed by the controller each tick, that also looks a model it does not know up in the
-    store: a model deployed a moment ago is served (held until a replica is up), never a 404, even before the
-    controller's next tick. Names found unknown are remembered for ``MISS_TTL_S`` so that a flood of made-up
-    names costs the store one read per name and interval."""
-
-    def __init__(self, lookup: Callable[[str], ModelRoute | None]) -> None:
-        super().__init__()
-        self.lookup = lookup
-        self.looked_up: dict[str, float] = {}  # route deployed by a look-up -> when (monotonic)
-        self._misses: dict[str, float] = {}
-
-    def route(self, model: str) -> ModelRoute | None:
-        found = super().route(model)
-        if found is not None:
-            return found
-        now = time.monotonic()
-        if self._misses.get(model, 0.0) > now:
-            return None
-        found = self.lookup(model)
-        if found is None:
-            if len(self._misses) > 10_000:
-                self._misses.clear()
-            self._misses[model] = now + MISS_TTL_S
-            return None
-        self.looked_up[model] = now
-        self.deploy(found)
-        return found
-
-
-def route_of(model: DeployedModel, health: ModelHealth | None = None, now_s: float = 0.0) -> ModelRoute:
-    """The gateway's route of ``model``: failing (answered 503 at once) while its replicas keep failing."""
-    failing = health.last_error or "no replica is ready" if health is not None and health.failing else ""
-    retry_after_s = 0
-    if failing and health is not None and health.retry_at_s is not None:
-        retry_after_s = max(1, math.ceil(health.retry_at_s - now_s))
-    slo = SloClass.parse(model.slo)
-    return ModelRoute(model.name, model.tenant, slo, "least-load", int(model.created_s), failing, retry_after_s)
-
-
-ReplicaKey = tuple[int, int]  # (workload id, attempt): a replica restarted in place is proven again
-Endpoint = tuple[str, int | None]  # (address, the proven listener's pid)
-
-
-class GatewayBridge:
-    def __init__(
-        self,
-        registry: LiveRegistry,
-        gateway: Gateway,
-        wake: threading.Event,
-        owns: Callable[[int, int], bool],
-        health: Callable[[int], ModelHealth | None] = lambda model_id: None,
-    ) -> None:
-        self.registry = registry
-        self.gateway = gateway
-        self.wake = wake  # set when a request waits for a model with no replica
-        self.owns = owns  # (workload id, pid): is that process the replica's own
-        self.health = health  # a model's health as the serving controller saw it last
-        self.proven: frozenset[ReplicaKey] = frozenset()  # the replicas registered (or being registered) now
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self._endpoints: dict[str, dict[ReplicaKey, int]] = {}  # model -> replica -> registry replica id
-        self._last_busy: dict[str, float] = {}
-        self._refused: dict[ReplicaKey, str] = {}  # why a replica was not registered (logged once)
-
-    # ------------------------------------------------------------------------------------ the demand source
-    def take_demand(self, model_key: str) -> Demand:
-        name = model_key.partition("/")[2] or model_key
-        in_flight = sum(load.inflight for load in self.gateway.replicas.loads(name))
-        held = self.gateway.hold.held(name)
-        now = time.time()
-        if in_flight or held:
-            self._last_busy[name] = now
-        return Demand(in_flight=in_flight, held=held, last_request_s=self._last_busy.get(name))
-
-    def ready(self, workload_id: int, attempt: int) -> bool:
-        """Whether that replica was proven and registered (the controller's ``readiness``)."""
-        return (workload_id, attempt) in self.proven
-
-    # -------------------------------------------------------------------------------------- the replica sink
-    def publish(self, models: Sequence[DeployedModel], replicas: dict[int, list[ReplicaView]]) -> None:
-        """Routes for the models deployed; endpoints for their running replicas whose engines answer."""
-        if self.loop is None:
-            return
-        snapshot_s, now_s = time.monotonic(), time.time()
-        wanted: dict[str, dict[ReplicaKey, Endpoint | None]] = {}
-        routes = []
-        for m in models:
-            if m.deleting:
-                continue
-            routes.append(route_of(m, self.health(m.id), now_s))
-            known = self._endpoints.get(m.name, {})
-            ready: dict[ReplicaKey, Endpoint | None] = {}
-            for r in replicas.get(m.id, []):
-                if not r.running or r.stopping or r.address is None:
-                    continue
-                key = (r.workload_id, r.attempt)
-                if key in known:
-                    ready[key] = None  # registered already
-                elif (endpoint := self._prove(key, r.address)) is not None:
-                    ready[key] = endpoint
-            wanted[m.name] = ready
-        self.proven = frozenset(key for ready in wanted.values() for key in ready)
-        self.loop.call_soon_threadsafe(self._apply, routes, wanted, snapshot_s)
-
-    def _prove(self, key: ReplicaKey, address: str) -> Endpoint | None:
-        """The replica's address and listener once it is proven (``prove_replica``), else None (tried again at the
-        next publish; an impostor at its address is logged once)."""
-        proof = prove_replica(address, lambda pid: self.owns(key[0], pid), HEALTH_TIMEOUT_S)
-        if proof.ready:
-            self._refused.pop(key, None)
-            return address, proof.listener_pid
-        if proof.listener_pid is not None and self._refused.get(key) != proof.reason:
-            self._refused[key] = proof.reason
-            log.warning("replica workload %d at %s not registered: %s", key[0], address, proof.reason)
-        if len(self._refused) > 10_000:
-            self._refused.clear()
-        return None
-
-    def _apply(
-        self, routes: list[ModelRoute], wanted: dict[str, dict[ReplicaKey, Endpoint | None]], snapshot_s: float
-    ) -> None:
-        """On the gateway's loop: the registry becomes ``routes`` with the ``wanted`` endpoints. A route the
-        registry looked up after this snapshot was read stays (the snapshot is older than its deployment)."""
-        looked_up = self.registry.looked_up
-        for gone in {r.name for r in self.registry.routes()} - {r.name for r in routes}:
-            if looked_up.get(gone, -math.inf) >= snapshot_s:
-                continue
-            self.registry.undeploy(gone)
-            self._endpoints.pop(gone, None)
-            looked_up.pop(gone, None)
-        for route in routes:
-            if self.registry.route(route.name) != route:
-                self.registry.deploy(route)
-            known = self._endpoints.setdefault(route.name, {})
-            for key in list(known):
-                if key not in wanted[route.name]:
-                    self.registry.remove_replica(route.name, known.pop(key))
-            for key, endpoint in wanted[route.name].items():
-                if key not in known and endpoint is not None:
-                    known[key] = self.registry.add_replica(route.name, *endpoint)
-
-    def close(self) -> None:
-        pass
-
-
 MAX_HOLD_ENV = "TESSERA_GATEWAY_MAX_HOLD_S"
 CHUNK_GAP_ENV = "TESSERA_GATEWAY_CHUNK_GAP_S"
 DEFAULTS = GatewayConfig()
@@ -301,5 +147,5 @@ def serving_front(ctx: ServerContext) -> ServingFront:
     )
     return ServingFront(
         wrap=lambda app: with_gateway(app, gateway, bridge), demand=bridge, sinks=[bridge], wake=wake,
-        close=bridge.close, collectors=[metrics.registry], readiness=bridge.ready,
+        collectors=[metrics.registry], readiness=bridge.ready,
     )  # fmt: skip

@@ -155,9 +155,9 @@ def test_prove_replica_wants_health_and_a_listener_of_the_replicas_own(tmp_path:
         server = await _serve_unix(path, OK)
         proofs = []
         for owned in (lambda pid: pid == os.getpid(), lambda pid: False):
-            proofs.append(await asyncio.to_thread(prove_replica, f"unix:{path}", owned, 2.0))
+            proofs.append(await prove_replica(f"unix:{path}", owned, 2.0))
         server.close()
-        proofs.append(await asyncio.to_thread(prove_replica, f"unix:{tmp_path / 'none.sock'}", lambda pid: True))
+        proofs.append(await prove_replica(f"unix:{tmp_path / 'none.sock'}", lambda pid: True))
         return proofs
 
     mine, impostor, nothing = asyncio.run(go())
@@ -221,3 +221,28 @@ def test_a_stream_that_stalls_ends_with_an_error_after_the_chunk_gap() -> None:
 
     got, waited = asyncio.run(go())
     assert got == b"data: " and waited < 5
+
+
+def test_a_replica_that_answers_garbage_is_an_upstream_error_not_a_crash() -> None:
+    """A tenant's own replica may answer anything: the gateway answers 502 for it, never fails itself."""
+
+    async def go() -> list[str]:
+        errors = []
+        for answer in (b"NONSENSE\r\n\r\n", SSE + b"\r\n\r\nzz\r\n"):
+
+            async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter, answer: bytes = answer) -> None:
+                await r.readuntil(b"\r\n\r\n")
+                w.write(answer)
+
+            server = await asyncio.start_server(handle, "127.0.0.1", 0)
+            upstream = RawUpstream(timeout_s=5)
+            try:
+                response = await upstream.post(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", "/x", b"{}")
+                async for _ in response.chunks():
+                    pass
+            except UpstreamError as exc:
+                errors.append(str(exc))
+            server.close()
+        return errors
+
+    assert [e.split(" sent ")[-1] for e in asyncio.run(go())] == ["a malformed answer head", "a malformed chunk"]

@@ -7,12 +7,13 @@ workload). Any 200 on ``/health`` is not enough: a process of another tenant tha
 first would answer it too. The proven listener's pid goes into the registry, and the upstream refuses later
 connections served by anyone else (``upstream.peer_pid_of``).
 
-Blocking, with a short timeout: called by the serving controller's thread when it publishes replicas.
+Asynchronous, on the gateway's event loop, each attempt bounded by ``timeout_s``: a replica that accepts and never
+answers delays nothing but its own registration.
 """
 
 from __future__ import annotations
 
-import socket
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -29,50 +30,37 @@ class Proof:
     reason: str = ""  # why not ready
 
 
-def prove_replica(address: str, owned: Callable[[int], bool], timeout_s: float = 0.5) -> Proof:
+async def prove_replica(address: str, owned: Callable[[int], bool], timeout_s: float = 0.5) -> Proof:
     """Whether the replica at ``address`` is ready and is who it should be (see the module docstring)."""
     try:
-        sock = _connect(address, timeout_s)
-    except OSError as exc:
-        return Proof(False, None, f"cannot connect: {exc.strerror or exc}")
-    with sock:
-        listener = peer_pid_of(sock)
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await _connect(address)
+    except (OSError, TimeoutError) as exc:
+        return Proof(False, None, f"cannot connect: {getattr(exc, 'strerror', None) or exc or 'timed out'}")
+    try:
+        listener = peer_pid_of(writer.get_extra_info("socket"))
         if listener is not None and not owned(listener):
             return Proof(False, listener, f"listened on by process {listener}, which is not the replica's")
-        try:
-            sock.sendall(HEALTH_REQUEST)
-            status = _status(sock)
-        except OSError as exc:
-            return Proof(False, listener, f"no answer: {exc.strerror or exc}")
+        writer.write(HEALTH_REQUEST)
+        async with asyncio.timeout(timeout_s):
+            status = _status(await reader.readline())
+    except (OSError, TimeoutError, ValueError) as exc:
+        return Proof(False, listener, f"no answer to /health: {getattr(exc, 'strerror', None) or exc or 'timed out'}")
+    finally:
+        writer.close()
     if status != 200:
         return Proof(False, listener, f"/health answered {status}")
     return Proof(True, listener)
 
 
-def _connect(address: str, timeout_s: float) -> socket.socket:
+async def _connect(address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     if address.startswith(UNIX_SCHEME):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        target: str | tuple[str, int] = address[len(UNIX_SCHEME) :]
-    else:
-        parts = urlsplit(address)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        target = (parts.hostname or "127.0.0.1", parts.port or 80)
-    sock.settimeout(timeout_s)
-    try:
-        sock.connect(target)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+        return await asyncio.open_unix_connection(address[len(UNIX_SCHEME) :])
+    parts = urlsplit(address)
+    return await asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or 80)
 
 
-def _status(sock: socket.socket) -> int:
-    """The status code of the answer's first line (0 when there is none)."""
-    data = b""
-    while b"\r\n" not in data and len(data) < 1024:
-        chunk = sock.recv(1024)
-        if not chunk:
-            break
-        data += chunk
-    parts = data.split(b"\r\n", 1)[0].split(b" ")
+def _status(line: bytes) -> int:
+    """The status code of an answer's first line (0 when it is none)."""
+    parts = line.split(b" ")
     return int(parts[1]) if len(parts) >= 2 and parts[0].startswith(b"HTTP/") and parts[1].isdigit() else 0

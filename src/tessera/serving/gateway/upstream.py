@@ -210,7 +210,10 @@ class _RawResponse:
                 eol = buffer.find(b"\r\n")
                 if eol < 0:
                     break
-                size = int(bytes(buffer[:eol]).split(b";", 1)[0], 16)
+                try:
+                    size = int(bytes(buffer[:eol]).split(b";", 1)[0], 16)
+                except ValueError:
+                    raise UpstreamError("the replica sent a malformed chunk") from None
                 if size == 0:
                     if len(buffer) < eol + 4:  # the last frame's closing CRLF (no trailers sent here)
                         break
@@ -343,7 +346,11 @@ class RawUpstream:
         except BaseException:  # late (UpstreamError), or the client left: the replica must see the close
             writer.close()
             raise
-        return _RawResponse(self, key, conn, head[:-4], b"")
+        try:
+            return _RawResponse(self, key, conn, head[:-4], b"")
+        except (ValueError, IndexError):
+            writer.close()
+            raise UpstreamError(f"{where} sent a malformed answer head") from None
 
     def _give_back(self, key: _Key, conn: _Conn) -> None:
         idle = self._idle.setdefault(key, [])

@@ -1,0 +1,73 @@
+"""The gateway bridge on a real event loop with in-process Unix-socket replicas: a replica is registered only once
+proven (its listener is the replica's own and its /health answers), proving happens on the loop, concurrently, so a
+replica that accepts and never answers holds up neither the controller's thread nor the others' registration."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+
+from tessera.serving.controller import ReplicaView
+from tessera.serving.gateway.app import Gateway
+from tessera.serving.gateway.bridge import GatewayBridge, LiveRegistry
+from tessera.serving.replicas import DeployedModel
+
+MODEL = DeployedModel(
+    id=1, name="chat", tenant="t", queue="t", engine="sim", weights="", gpus=1, gpu_milli=250, gpu_mem_mib=0,
+    min_replicas=1, max_replicas=3, idle_timeout_s=30.0, slo="standard",
+)  # fmt: skip
+OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"
+
+
+async def _replica(path: Path, answers: bool) -> asyncio.AbstractServer:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        if answers:
+            writer.write(OK)
+            await writer.drain()
+        else:
+            await asyncio.sleep(60)  # accepts, never answers
+        writer.close()
+
+    return await asyncio.start_unix_server(handle, str(path))
+
+
+def test_only_proven_replicas_are_registered_and_a_hanging_one_blocks_nothing(tmp_path: Path) -> None:
+    async def go() -> tuple[frozenset[tuple[int, int]], list[str], float]:
+        registry = LiveRegistry(lambda name: None)
+        gateway = Gateway(registry)
+        impostor_of = {12}  # replica 12's socket is served by a process that is not its own
+        bridge = GatewayBridge(registry, gateway, threading.Event(), lambda wid, pid: wid not in impostor_of)
+        bridge.loop = asyncio.get_running_loop()
+        servers = [
+            await _replica(tmp_path / "good.sock", answers=True),
+            await _replica(tmp_path / "hangs.sock", answers=False),
+            await _replica(tmp_path / "impostor.sock", answers=True),
+        ]
+        replicas = {
+            1: [
+                ReplicaView(10, True, f"unix:{tmp_path / 'good.sock'}"),
+                ReplicaView(11, True, f"unix:{tmp_path / 'hangs.sock'}"),
+                ReplicaView(12, True, f"unix:{tmp_path / 'impostor.sock'}"),
+                ReplicaView(13, False, f"unix:{tmp_path / 'pending.sock'}"),
+            ]
+        }
+        started = asyncio.get_running_loop().time()
+        await asyncio.to_thread(bridge.publish, [MODEL], replicas)  # the controller's thread
+        published_in = asyncio.get_running_loop().time() - started
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if bridge.proven:
+                break
+        await asyncio.sleep(0.6)  # the hanging one's proof times out meanwhile
+        urls = [e.base_url for e in registry.replicas("chat")]
+        for server in servers:
+            server.close()
+        return bridge.proven, urls, published_in
+
+    proven, urls, published_in = asyncio.run(go())
+    assert proven == frozenset({(10, 0)})
+    assert urls == [f"unix:{tmp_path / 'good.sock'}"]
+    assert published_in < 0.5 or os.environ.get("CI") is not None  # publish only schedules (no probe there)
