@@ -181,6 +181,10 @@ class RayBackend:
         data.update(node=names.get(node, ""), node_id=node, log_path=described["log_path"])
         return Handle(workload_id, KIND, data)
 
+    def forget(self, workload_id: str) -> None:
+        """Nothing to drop: the actor removed its files and exited before ``poll`` reported its end (so, unlike the
+        local backend's, a reported end is not found again by a server that died before it stored the end)."""
+
     def pids(self, handle: Handle) -> list[int]:
         _names(handle)
         return []
