@@ -22,9 +22,8 @@ workload's process group and keeps running if the server dies. The supervisor wr
   from ``<run_dir>/<id>.ref.json`` (written by ``launch``, removed by ``forget`` once the server stored the end);
   if the server died before that write, ``find`` finds the supervisor by the launch intent written before the fork
   (``launch_intent``), or, when it has ended, gives a handle without a process (pid 0) whose end the exit file
-  tells. Both files outlive the report of the end until ``forget``: a server killed after ``poll`` reported an end
-  and before it stored it (even before it stored the handle) finds the workload again and records that end, instead
-  of launching it a second time (issue 25). Such a process is
+  tells. Both files outlive the end's report until ``forget``, so a server killed before it stored a reported end
+  (even its handle) finds the workload again rather than launching it twice. Such a process is
   not our child: it counts as running while ``/proc/PID/stat`` exists, is not a zombie, and shows the recorded start
   time, so a reused PID reads as ended (and is never signalled). Exit files stay after the end is reported (a server
   that dies before recording the end reads them again); ``launch`` of the same id removes the old one.
@@ -262,7 +261,11 @@ class LocalBackend:
             gone = [watch for watch in self._watches.values() if self._advance(watch, now_s)]
             left = self._groups_left(gone)
             for watch in gone:
-                status = self._report(watch, left.get(watch.ref.pgid, []), now_s)
+                try:
+                    status = self._report(watch, left.get(watch.ref.pgid, []), now_s)
+                except OSError as error:  # e.g. no file descriptor left: the next poll reports it
+                    logger.warning("%s: its end could not be collected yet: %s", watch.ref.workload_id, error)
+                    continue
                 if status is not None:  # its files stay for find() until the server stored the end (forget)
                     del self._watches[status.workload_id]
                     ended.append(status)
@@ -271,8 +274,7 @@ class LocalBackend:
         return ended
 
     def forget(self, workload_id: str) -> None:
-        """Remove the reference file and the launch intent of an ended workload (its end is stored): ``find`` no
-        longer finds it. The exit file stays (``launch`` removes it). A no-op while the workload runs."""
+        """Remove the reference file and launch intent of an ended workload (its end is stored); not while it runs."""
         with self._lock:
             if workload_id in self._watches or workload_id in self._starting:
                 return
