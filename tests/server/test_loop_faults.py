@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,7 @@ from server_harness import ADMIN, Harness, MakeHarness
 from tessera import faults
 from tessera.backends.base import Handle, LaunchSpec
 from tessera.backends.fake import FakeBackend
+from tessera.server.launch_worker import Launched, LaunchWorker
 
 GUARD_S = 30.0  # only to fail instead of hanging
 WAIT_S = 5.0  # a step's wait for its launches: a wedged launcher makes it wait this long (and the test fail)
@@ -177,3 +179,101 @@ def test_a_job_that_ended_before_its_handle_was_stored_does_not_run_again_after_
     row = h2.get(wid)
     assert row["state"] == "succeeded" and row["exit_code"] == 0
     assert "found" in _events(h2, wid)
+
+
+def test_a_preemption_whose_write_failed_leaves_its_victim_running_and_untouched(
+    make_harness: MakeHarness, fail_at: Any
+) -> None:
+    h = make_harness("2xA100-80GB")
+    for name in ("team-a", "team-b"):
+        body = {"name": name, "tenant": name, "cohort": "lab", "nominal": {"*": {"gpus": 1}}}
+        assert h.http.post("/v1/queues", json=body, headers=h.as_(ADMIN)).status_code == 201
+    a = str(h.http.post("/v1/tokens", json={"tenant": "team-a"}, headers=h.as_(ADMIN)).json()["token"])
+    b = str(h.http.post("/v1/tokens", json={"tenant": "team-b"}, headers=h.as_(ADMIN)).json()["token"])
+    borrowed = [h.submit(a, gpus=1, priority="training")["id"] for _ in range(2)]  # team-a borrows team-b's GPU
+    h.step()
+    loop = h.server.ctx.loop
+    placed = {w: loop.running[w].placements for w in borrowed}
+
+    owner = h.submit(b, gpus=1, priority="training")["id"]
+    fail_at("decisions-write")
+    _serve(h)  # the reclaim is planned (a victim, the owner's bind), and its write fails
+    assert h.backend.stops == [] and h.get(owner)["state"] == "pending"
+    assert {w: loop.running[w].placements for w in borrowed} == placed
+    assert all(loop.running[w].stop_sent is None for w in borrowed)
+    assert int(loop.state.gpu_free_milli.sum()) == 0 and set(loop.scheduler.books.running) == {str(w) for w in borrowed}
+    h.clock.advance(1)
+    _serve(h)  # planned again, stored, acted on
+    assert len(h.backend.stops) == 1 and int(h.backend.stops[0][0]) in borrowed
+    _serve(h)
+    assert h.get(owner)["state"] == "running" and _launches(h.backend, owner) == 1
+
+
+class RefusesOneStop(FakeBackend):
+    """The fake backend, except that its first ``stop`` fails (no file descriptor left to signal the group)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = 0
+
+    def stop(self, workload_id: str, grace_s: float) -> None:
+        if self.refused == 0:
+            self.refused += 1
+            raise OSError(24, "Too many open files")
+        super().stop(workload_id, grace_s)
+
+
+def test_a_stop_the_backend_refused_is_sent_again(make_harness: MakeHarness) -> None:
+    """Before, the cancel counted as sent once stored: the next steps skipped it, and the workload ran on."""
+    backend = RefusesOneStop()
+    h = make_harness("1xA100-80GB", backend=backend)
+    wid = h.submit(gpus=1, command=["sleep", "600"])["id"]
+    h.step()
+    assert h.http.post(f"/v1/workloads/{wid}/cancel", headers=h.as_(ADMIN)).status_code == 200
+    _serve(h)  # the stop is stored, the backend refuses it; it is sent again (within this step or the next)
+    assert backend.refused == 1
+    _serve(h)
+    assert [w for w, _ in backend.stops] == [str(wid)]
+    _serve(h)
+    assert h.get(wid)["state"] == "cancelled"
+
+
+class DiesOnLaunch(FakeBackend):
+    """The fake backend, except that launching workload 1 waits for ``gate`` and then ends the thread that makes it
+    (a ``BaseException``, which the launch worker does not expect)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def launch(self, spec: LaunchSpec) -> Handle:
+        if spec.workload_id == "1":
+            assert self.gate.wait(GUARD_S)
+            raise SystemExit("the launch thread ends")
+        return super().launch(spec)
+
+
+def test_the_launch_worker_recovers_from_a_thread_it_could_not_start_and_from_one_that_died(fail_at: Any) -> None:
+    backend = DiesOnLaunch()
+    worker = LaunchWorker(backend)
+    fail_at("launch-submit")
+    with pytest.raises(faults.InjectedFault, match="can't start new thread"):
+        worker.submit(3, LaunchSpec("3", ("x",)))
+    assert worker.pending() == 0  # nothing queued that no thread would make
+    worker.submit(3, LaunchSpec("3", ("x",)))
+    assert worker.wait(GUARD_S)
+    assert [(o.workload_id, o.handle is not None) for o in worker.results()] == [(3, True)]
+
+    worker.submit(1, LaunchSpec("1", ("x",)))  # its thread dies making this one
+    worker.submit(2, LaunchSpec("2", ("x",)))  # queued behind it
+    backend.gate.set()
+    outcomes: dict[int, Launched] = {}
+    deadline_s = time.monotonic() + GUARD_S
+    while 1 not in outcomes and time.monotonic() < deadline_s:
+        outcomes.update((o.workload_id, o) for o in worker.results())
+        time.sleep(0.01)
+    assert outcomes[1].handle is None and "died" in (outcomes[1].error or "")
+    worker.revive()  # a new thread takes the queue over
+    assert worker.wait(GUARD_S)
+    outcomes.update((o.workload_id, o) for o in worker.results())
+    assert outcomes[2].handle is not None and [s.workload_id for s in backend.launched] == ["3", "2"]

@@ -127,13 +127,13 @@ class LaunchWorker:
                     self._done.append(outcome)
                     self._changed.notify_all()
         except BaseException as exc:  # never expected (``_launch`` catches): the next worker takes the queue over
+            log.exception("the launch worker died; the next step starts another")
             with self._lock:
                 if self._in_flight is not None:
                     self._done.append(Launched(self._in_flight, None, f"could not start: the launcher died: {exc!r}"))
                 self._in_flight = None
                 self._thread = None
                 self._changed.notify_all()
-            raise
 
     def _launch(self, workload_id: int, spec: LaunchSpec) -> Launched:
         try:

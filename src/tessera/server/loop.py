@@ -20,12 +20,10 @@ A restarted server calls ``recover()`` first (``server.recovery``). A typed ``St
 watchdog) decides what an end means (``server.loop_ends``). A bind whose victims must go first launches once they
 have exited (``waits_for``): never two processes on one share.
 
-A step is a transaction of observations and effects (issue 25): whatever raises in it (a host out of threads, a
-store or ``/proc`` error), the next step recovers. The loop's memory changes only after the store took the writes
-that justify it (``WriteBatch``'s ``then``); an end the backend reported is kept until it is stored and only then
-forgotten by the backend (``Backend.forget``: until then a restarted server finds it again instead of launching the
-workload twice); decisions that could not be stored are taken back out of the books (``_undo``); a stop the backend
-could not take is sent again at the next step; a workload whose stop was decided before its launch began ends.
+A step is a transaction (issue 25): whatever raises in it (no thread left, a store or ``/proc`` error), the next
+step recovers. Memory changes only once the store took the writes (``WriteBatch``'s ``then``); a reported end is
+kept until stored, then the backend forgets it (``Backend.forget``: until then a restarted server finds it rather
+than launching it twice); unstored decisions leave the books (``_undo``); a refused stop is sent again.
 """
 
 from __future__ import annotations
@@ -169,13 +167,11 @@ class SchedulerLoop:
         return report
 
     def _end_unstarted(self, now: float) -> None:
-        """Send the stops the backend refused at an earlier step; end the workloads whose stop was decided before
-        their launch began (a step that failed after taking the launch back left them; recovery leaves one whose
-        stop was stored and that was never started)."""
-        for wid in sorted(self._unsent_stops):
-            self._unsent_stops.discard(wid)
-            if wid in self.running:
-                self._send_stop(str(wid))
+        """Send again the stops the backend refused; end the workloads stopped before their launch began (left by a
+        step that failed after taking the launch back, or by recovery: a stored stop, never started)."""
+        unsent, self._unsent_stops = self._unsent_stops, set()
+        for wid in sorted(unsent & self.running.keys()):
+            self._send_stop(str(wid))
         unstarted = [e for e in self.running.values() if not e.launched and e.stop_sent is not None]
         with self._writes.batched(now):
             for entry in unstarted:
@@ -185,8 +181,10 @@ class SchedulerLoop:
         """One plan of this tick: committed to the scheduler's books at once (the next plan of the tick builds on
         it), recorded for ``_flush``, which makes the tick's decisions durable in one transaction before anything
         acts on them."""
-        self.scheduler.commit(plan, self._now)
         tick = self._tick
+        if tick.guard is None:
+            tick.guard = self.scheduler.books.guard
+        self.scheduler.commit(plan, self._now)
         for preempt in plan.preempts:
             self.intake.offer.released()
             entry = self.running.get(int(preempt.workload_id))
@@ -228,8 +226,7 @@ class SchedulerLoop:
 
     def _store_tick(self, tick: TickDecisions, now: float) -> tuple[list[RunningEntry], set[int]]:
         """Write the tick's decisions in one transaction; returns the bound entries and the binds lost to a cancel.
-        A workload bound again first has the backend forget its earlier launch (its end is stored), so that a crash
-        before its new launch does not find the old one."""
+        The backend first forgets the last launch of one bound again, which a crash before the new one would find."""
         changes, events = preemption_writes(tick.preempts)
         rows = {row.id: row for row in self.store.workloads_by_id(int(b.workload_id) for b, _ in tick.binds)}
         for row in rows.values():
@@ -244,9 +241,8 @@ class SchedulerLoop:
         return bound, lost
 
     def _undo(self, tick: TickDecisions, now: float) -> None:
-        """The tick's decisions were not stored: take them back out of the books. The bound workloads give their
-        capacity back (still pending in the store, the next tick's intake offers them again); the victims get
-        theirs back, and nothing was sent to them."""
+        """The tick's decisions were not stored: the binds give their capacity back (still pending in the store, the
+        next intake offers them again), the victims (nothing was sent to them) get theirs back."""
         self.scheduler.observe([bind.workload_id for bind, _ in tick.binds], now, finished=False)
         for wid, (placements, admission, stop) in tick.victims.items():
             entry = self.running[wid]
@@ -254,11 +250,11 @@ class SchedulerLoop:
             self._preempted_order.pop(wid, None)
             if not self.adopt(entry):
                 log.warning("workload %s: its placement could not be taken back after a failed step", wid)
+        if tick.guard is not None:
+            self.scheduler.books.guard = tick.guard
         self.intake.offer.released()
         log.warning(
-            "the step's decisions could not be stored: %d binds and %d preemptions taken back",
-            len(tick.binds),
-            len(tick.preempts),
+            "the step's decisions were not stored: %d binds, %d preemptions undone", len(tick.binds), len(tick.victims)
         )
 
     def _stop_victims(self, preempts: list[Preempt], now: float) -> None:
@@ -312,12 +308,9 @@ class SchedulerLoop:
         stored, then signalled; one never started (launch still queued) ends at once, one whose launch is being made
         is stopped when its handle comes back (``Launcher.collect``)."""
         wanted = [(wid, StopReason.cancel()) for wid in self.store.cancel_requested_ids()] + overdue(self.running, now)
-        chosen: dict[int, StopReason] = {}
-        for wid, stop in wanted:  # one per workload, a cancel first
-            chosen.setdefault(wid, stop)
         stops: list[str] = []
         with self._writes.batched(now):
-            for wid, stop in chosen.items():
+            for wid, stop in {wid: stop for wid, stop in reversed(wanted)}.items():  # one each, a cancel first
                 entry = self.running.get(wid)
                 if entry is None or entry.stop_sent == StopReason.cancel():
                     continue
@@ -332,25 +325,22 @@ class SchedulerLoop:
         for wid_text in stops:
             self._send_stop(wid_text)
 
-    def _stopping(self, entry: RunningEntry, stop: StopReason) -> None:
+    def _stopping(self, entry: RunningEntry, stop: StopReason) -> None:  # its stop is stored
         entry.stop_sent = stop
         self.scheduler.books.stopping.add(str(entry.row.id))
 
     def _collect_exits(self, now: float) -> int:
         """Ends the backend reports, stored in one transaction; preempted workloads that ended together are requeued
         in the order they were preempted (their processes may exit in any order), as the simulator requeues them.
-        An end reported before its launch's handle was recorded is kept for the step that records it; every end is
-        kept until it is stored (a step that fails leaves it to the next), and only then does the backend forget
-        the launch (until then ``Backend.find`` finds it for a restarted server)."""
+        An end reported before its launch's handle was recorded is kept for the step that records it, any end until
+        it is stored; then the backend forgets the launch (until then ``Backend.find`` finds it after a crash)."""
         self._unstored_ends.extend(self.backend.poll())
         statuses = sorted(self._unstored_ends, key=lambda s: self._preempted_order.get(int(s.workload_id), 0))
         early: list[ExitStatus] = []
         done: dict[str, bool] = {}  # workload id -> whether it was one of ours
         with self._writes.batched(now):
-            for status in statuses:
+            for status in (s for s in statuses if s.workload_id not in done):
                 entry = self.running.get(int(status.workload_id))
-                if status.workload_id in done:
-                    continue
                 if entry is None:
                     log.warning("backend reported the end of unknown workload %s", status.workload_id)
                     done[status.workload_id] = False
@@ -366,10 +356,9 @@ class SchedulerLoop:
         return sum(done.values())
 
     def _forget(self, workload_id: str) -> None:
-        """The backend may drop what it keeps of the workload's last launch (its end is stored)."""
-        try:
+        try:  # what the backend keeps of the workload's last launch (its end is stored): dropped
             self.backend.forget(workload_id)
-        except Exception:  # what is left is only found again after a crash, and then its stored end wins
+        except Exception:
             log.exception("workload %s: the backend could not forget its last launch", workload_id)
 
     def _on_exit(self, entry: RunningEntry, status: ExitStatus, now: float) -> None:
@@ -406,12 +395,12 @@ class SchedulerLoop:
         """``entry`` waits again: stored, then its capacity and quota are given back, and it joins the offer
         (workloads requeued together join in the order they stopped, as the simulator's preempted jobs do)."""
         wid = entry.row.id
+        then = partial(self._requeued, entry, now)
+        self._writes.write([RequeueChange(wid, reason)], [Event(wid, "requeued", reason)], now, then)
 
-        def requeued() -> None:
-            self._observe(wid, now, finished=False)
-            self.intake.add(entry.row)
-
-        self._writes.write([RequeueChange(wid, reason)], [Event(wid, "requeued", reason)], now, requeued)
+    def _requeued(self, entry: RunningEntry, now: float) -> None:  # its requeue is stored
+        self._observe(entry.row.id, now, finished=False)
+        self.intake.add(entry.row)
 
     def _snapshot(self) -> ClusterSnapshot:
         return cluster_snapshot(self.state, self.running, self.scheduler.ledger, self.queue_specs)

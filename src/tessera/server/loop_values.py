@@ -14,6 +14,7 @@ import numpy as np
 
 from tessera.backends.base import Handle
 from tessera.core.cluster import ClusterState
+from tessera.core.preemption import PreemptionGuard
 from tessera.core.queueing.quotas import Admission, QueueSpec, QuotaLedger
 from tessera.core.scheduler import Bind, Preempt
 from tessera.core.workload import MILLI_PER_GPU, Placement
@@ -65,6 +66,7 @@ class TickDecisions:
     # each victim's entry as it was before its preemption (placements, admission, stop), to undo it when the
     # tick's decisions cannot be stored
     victims: dict[int, tuple[tuple[Placement, ...], Admission | None, StopReason | None]] = field(default_factory=dict)
+    guard: PreemptionGuard | None = None  # the preemption guard before the tick's first plan, for the same undo
 
     def unbind(self, workload_id: int) -> None:
         """Take back a bind of this tick before it is stored (a later plan of the tick preempted it): it never
