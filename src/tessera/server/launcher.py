@@ -93,15 +93,13 @@ class Launcher:
         a failed one ended. A workload whose stop was decided while its launch was being made is stopped now that
         its process exists. An outcome leaves ``_outcomes`` only once it is stored."""
         self._outcomes.extend(self.worker.results())
-        started = [(o, running.get(o.workload_id)) for o in self._outcomes if o.handle is not None]
-        if started:
-            self._store_handles(started, now)
-        while self._outcomes:
-            failed = self._outcomes[0]
+        for failed in [o for o in self._outcomes if o.handle is None]:
             entry = running.get(failed.workload_id)
             if entry is not None:
                 self.failed(entry, failed.error or "could not start", now)
-            self._outcomes.pop(0)
+            self._outcomes.remove(failed)
+        if self._outcomes:
+            self._store_handles([(o, running.get(o.workload_id)) for o in self._outcomes], now)
 
     def _store_handles(self, started: list[tuple[Launched, RunningEntry | None]], now: float) -> None:
         """Store the handles of the launches that started, then hand them to their entries; stop the workloads whose
@@ -115,7 +113,7 @@ class Launcher:
                 events.append(Event(entry.row.id, "started", started_text(launched.handle)))
         if changes:
             self.store.update_workloads(changes, events, now)
-        self._outcomes = [o for o in self._outcomes if o.handle is None]  # stored: they are done
+        self._outcomes = []  # stored: they are done
         for launched, entry in started:
             assert launched.handle is not None
             if entry is None:  # never happens: an entry leaves only after its end, which waits for its handle
