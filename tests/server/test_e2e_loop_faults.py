@@ -1,10 +1,13 @@
-"""Issue 25, defect 8, with real processes: a job that ends before its handle is stored, in a server killed before
-its next commit, is found by the restarted server, recorded as ended and never run a second time.
+"""Issue 25, defects 5 and 8, with real processes. A real ``tessera up`` whose launch worker cannot start a thread once
+(``TESSERA_FAIL_AT=launch-submit:2``, as on a host out of threads) goes on launching. A job that ends before its
+handle is stored, in a server killed before its next commit, is found by the restarted server, recorded as ended and
+never run a second time.
 
-The control plane runs in process (stepped by hand, as in ``server_harness``) over the real local backend. The only
-test seam is ``HeldLaunch``: its launch starts the job and then holds its return until the job has ended and the
-backend has reported that end, the window in which a loaded host (or one out of threads) leaves a launch's handle
-unstored. The crash is the server abandoned there and a new one started on the same store and run directory.
+For the second, the control plane runs in process (stepped by hand, as in ``server_harness``) over the real local
+backend. The only test seam is ``HeldLaunch``: its launch starts the job and then holds its return until the job has
+ended and the backend has reported that end, the window in which a loaded host (or one out of threads) leaves a
+launch's handle unstored. The crash is the server abandoned there and a new one started on the same store and run
+directory.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from live_server import LiveServer, wait_for
 from server_harness import ADMIN, HOST, FakeClock
 
 from tessera.backends.base import Handle, LaunchSpec
 from tessera.backends.local import LocalBackend
+from tessera.faults import FAIL_ENV
 from tessera.gpu.gpus import SimulatedProbe, parse_gpu_spec
 from tessera.server.auth import ensure_admin_token
 from tessera.server.loop_values import LoopConfig
@@ -108,3 +113,23 @@ def _state(server: Server, wid: int) -> str:
     row = server.ctx.store.get_workload(wid)
     assert row is not None
     return str(row.state)
+
+
+def test_tessera_up_launches_on_after_its_launch_worker_could_not_start_a_thread(tmp_path: Path) -> None:
+    marker = tmp_path / "runs.txt"
+    live = LiveServer(tmp_path / "data", env={FAIL_ENV: "launch-submit:2"})  # the second thread the worker starts
+    live.start(TIMEOUT_S * 3)
+    try:
+        with live.client() as client:
+            ids = []
+            for name in ("first", "second", "third"):  # one after the other: each launch starts a worker thread
+                command = ["sh", "-c", f"echo {name} >> {marker}"]
+                ids.append(int(client.submit({"command": command, "name": name, "gpus": 1})["id"]))
+                wait_for(lambda: client.workload(ids[-1])["state"] not in ("pending", "running"), timeout_s=TIMEOUT_S)
+            states = [client.workload(wid)["state"] for wid in ids]
+    finally:
+        live.stop()
+    log = (live.data_dir / "server.log").read_text()
+    assert f"{FAIL_ENV}: failing at launch-submit" in log  # the fault was injected, at the second launch
+    assert states == ["succeeded"] * 3, log[-3000:]
+    assert sorted(marker.read_text().split()) == ["first", "second", "third"]  # each ran once
