@@ -309,11 +309,13 @@ class SchedulerLoop:
         is stopped when its handle comes back (``Launcher.collect``)."""
         wanted = [(wid, StopReason.cancel()) for wid in self.store.cancel_requested_ids()] + overdue(self.running, now)
         stops: list[str] = []
+        seen: set[int] = set()  # one stop each (a cancel first): its entry changes only once the batch is stored
         with self._writes.batched(now):
-            for wid, stop in {wid: stop for wid, stop in reversed(wanted)}.items():  # one each, a cancel first
+            for wid, stop in wanted:
                 entry = self.running.get(wid)
-                if entry is None or entry.stop_sent == StopReason.cancel():
+                if entry is None or entry.stop_sent == StopReason.cancel() or wid in seen:
                     continue
+                seen.add(wid)
                 cancel = stop.kind is StopKind.CANCEL
                 if self.launcher.withdraw(entry):
                     why = "cancelled before it started" if cancel else stop.detail
