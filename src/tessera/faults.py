@@ -22,7 +22,7 @@ The failure points (``FAIL_POINTS``):
 
 - ``launch-submit``: the launch worker starts its thread (``LaunchWorker.submit``); fails as Python does when the
   host has no thread left (``can't start new thread``).
-- ``end-write``: the store transaction that records workloads' ends, before anything is written.
+- ``end-write``: the store transaction that records workloads' ends or requeues, before anything is written.
 - ``decisions-write``: the store transaction of a step's decisions, before anything is written.
 """
 
@@ -47,7 +47,7 @@ POINTS = {
 FAIL_ENV = "TESSERA_FAIL_AT"
 FAIL_POINTS = {
     "launch-submit": "the launch worker starts its thread: can't start new thread",
-    "end-write": "the store transaction that records workloads' ends fails before it writes",
+    "end-write": "the store transaction that records workloads' ends or requeues fails before it writes",
     "decisions-write": "the store transaction of a step's decisions fails before it writes",
 }
 
