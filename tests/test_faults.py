@@ -69,3 +69,34 @@ def test_tessera_up_refuses_an_unknown_point_at_start(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {faults.ENV}: unknown crash point 'after-lunch'")
+
+
+def test_the_nth_visit_of_a_failure_point_raises_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    faults.reset()
+    try:
+        monkeypatch.setenv(faults.FAIL_ENV, "end-write:2")
+        faults.fail_point("launch-submit")  # another point: never
+        faults.fail_point("end-write")
+        with pytest.raises(faults.InjectedFault, match=r"the store failed \(TESSERA_FAIL_AT=end-write\)"):
+            faults.fail_point("end-write", "the store failed")
+        faults.fail_point("end-write")  # transient: only the second visit
+        with pytest.raises(ValueError):
+            faults.fail_point("after-launch")  # a crash point is not a failure point
+        assert isinstance(faults.InjectedFault("x"), RuntimeError)  # as Thread.start's "can't start new thread"
+    finally:
+        faults.reset()
+
+
+def test_a_bad_failure_plan_is_refused_naming_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert faults.parse("launch-submit:2", faults.FAIL_ENV) == faults.CrashPlan("launch-submit", 2)
+    for bad in ("before-end", "end-write:0", "nope"):
+        with pytest.raises(InvalidRequestError, match=faults.FAIL_ENV):
+            faults.parse(bad, faults.FAIL_ENV)
+    faults.reset()
+    try:
+        monkeypatch.delenv(faults.ENV, raising=False)
+        monkeypatch.setenv(faults.FAIL_ENV, "launch-sumbit")
+        with pytest.raises(InvalidRequestError, match="unknown failure point 'launch-sumbit'"):
+            faults.check_environment()  # what `tessera up` calls at start
+    finally:
+        faults.reset()

@@ -27,7 +27,11 @@ def test_launch_finish_and_stop_are_reported_once_each() -> None:
     assert backend.stops == [("b", 10)]
     assert backend.poll() == [ExitStatus("a", 3), ExitStatus("b", -15)]
     assert backend.poll() == []
-    assert backend.find("a") is None and backend.pids(ref_a) == []  # its end was reported
+    assert backend.pids(ref_a) == []
+    assert backend.find("a") == ref_a  # reported, but found until the server stored the end and forgot it
+    backend.forget("a")
+    backend.forget("never-launched")
+    assert backend.find("a") is None
     assert backend.tracked() == set()
     backend.stop("b", grace_s=1)  # ended already: recorded, nothing reported
     assert backend.poll() == []
@@ -65,7 +69,9 @@ def test_a_workload_that_ends_while_no_server_watches_is_reported_after_its_adop
     assert backend.poll() == [] and backend.find("a") == ref  # not reported before a server adopts it
     backend.adopt(ref)
     assert backend.poll() == [ExitStatus("a", 0)]
-    assert backend.find("a") is None and backend.poll() == []
+    assert backend.poll() == []
+    backend.forget("a")
+    assert backend.find("a") is None
     with pytest.raises(KeyError):
         backend.finish("never-launched", 0)
 
@@ -80,3 +86,21 @@ def test_handles_are_json_and_only_fake_ones_are_adopted() -> None:
         Handle.from_json({"workload_id": "w", "backend": "fake"})
     with pytest.raises(ValueError):
         Handle("w", "fake", {"pids": [1, 2]})  # type: ignore[dict-item]
+
+
+def test_an_end_reported_to_a_server_that_died_before_storing_it_is_found_and_reported_again() -> None:
+    backend = FakeBackend()
+    ref = backend.launch(LaunchSpec("a", ("train",)))
+    backend.forget("a")  # a running workload is not forgotten
+    assert backend.find("a") == ref
+    backend.finish("a", 4)
+    assert backend.poll() == [ExitStatus("a", 4)]
+    backend.close()  # the server died before it stored the end
+    assert backend.find("a") == ref
+    backend.adopt(ref)
+    assert backend.poll() == [ExitStatus("a", 4)]
+    backend.forget("a")
+    assert backend.find("a") is None
+    again = backend.launch(LaunchSpec("a", ("train",)))  # a new launch of the same workload
+    backend.adopt(again)
+    assert backend.poll() == []

@@ -266,7 +266,9 @@ def test_the_workload_outlives_a_server_killed_with_sigkill(tmp_path: Path) -> N
     assert backend.poll() == []
     go.touch()
     assert wait_for_exit(backend, "w") == ExitStatus("w", 7)
-    assert backend.find("w") is None  # its end was reported
+    assert backend.find("w") == ref  # its end was reported, not stored yet: still found
+    backend.forget("w")
+    assert backend.find("w") is None  # its end was stored
 
 
 def test_an_adopted_workload_can_be_stopped(tmp_path: Path) -> None:
@@ -377,7 +379,8 @@ def test_find_finds_a_supervisor_that_a_crash_kept_from_its_reference_file(tmp_p
     assert backend.poll() == [] and set(backend.pids(found)) >= {pid_of(found)}
     go.touch()
     assert wait_for_exit(backend, "w") == ExitStatus("w", 7)
-    assert backend.find("w") is None and not backend.intent_path("w").exists()  # reported: nothing left to find
+    backend.forget("w")
+    assert backend.find("w") is None and not backend.intent_path("w").exists()  # stored: nothing left to find
 
 
 def test_find_reports_a_workload_that_ended_while_no_reference_file_pointed_to_it(tmp_path: Path) -> None:
@@ -391,6 +394,7 @@ def test_find_reports_a_workload_that_ended_while_no_reference_file_pointed_to_i
     backend.adopt(found)
     backend.stop("w", grace_s=0)  # a handle without a process signals nothing (pid 0 would be our own group)
     assert backend.poll() == [ExitStatus("w", 5)]
+    backend.forget("w")
     assert backend.find("w") is None
 
 
@@ -399,7 +403,8 @@ def test_find_ignores_an_old_exit_file_an_intent_that_started_nothing_and_lookal
 ) -> None:
     backend.launch(shell("w", "exit 3", tmp_path / "w.log"))
     wait_for_exit(backend, "w")
-    assert backend.exit_path("w").exists() and backend.find("w") is None  # ended and reported: not found again
+    backend.forget("w")
+    assert backend.exit_path("w").exists() and backend.find("w") is None  # ended and stored: not found again
 
     # An intent whose launch never started the supervisor (a crash before the fork): nothing to find.
     exit_file = backend.exit_path("v")
@@ -420,6 +425,41 @@ def test_find_ignores_an_old_exit_file_an_intent_that_started_nothing_and_lookal
         finally:
             lookalike.kill()
             lookalike.wait()
+
+
+def test_an_end_reported_to_a_server_that_died_before_storing_it_is_found_and_reported_again(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    """Issue 25: ``poll`` removed the reference file and the launch intent as it reported an end, so a server killed
+    before it stored that end (and before it stored the handle) found nothing and launched the workload again."""
+    backend.launch(shell("w", "exit 6", tmp_path / "w.log"))
+    assert wait_for_exit(backend, "w") == ExitStatus("w", 6)
+    backend.close()  # the server died before it stored the end
+    restarted = LocalBackend(tmp_path / "run")
+    found = restarted.find("w")
+    assert found is not None and not is_running(pid_of(found))
+    restarted.adopt(found)
+    assert wait_for_exit(restarted, "w") == ExitStatus("w", 6)  # reported again: the new server stores it
+    restarted.forget("w")
+    assert restarted.find("w") is None
+    assert not restarted.ref_path("w").exists() and not restarted.intent_path("w").exists()
+    restarted.close()
+
+
+def test_forget_keeps_a_running_workload_and_a_new_launch_drops_an_old_reference(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    first = backend.launch(shell("w", f"while [ ! -e {go} ]; do sleep 0.02; done", tmp_path / "w.log"))
+    backend.forget("w")  # it runs: nothing is dropped
+    assert backend.ref_path("w").exists() and backend.find("w") == first
+    go.touch()
+    wait_for_exit(backend, "w")
+    stale = backend.ref_path("w").read_text()
+    second = backend.launch(shell("w", "sleep 5", tmp_path / "w.log"))  # bound anew without a forget (a crash)
+    assert backend.ref_path("w").read_text() != stale and backend.find("w") == second
+    backend.stop("w", grace_s=0)
+    wait_for_exit(backend, "w")
 
 
 def test_only_the_supervisors_own_options_name_its_exit_file() -> None:

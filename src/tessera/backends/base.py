@@ -107,9 +107,15 @@ class Backend(Protocol):
     def find(self, workload_id: str) -> Handle | None:
         """The handle of a workload launched earlier whose handle may never have reached the store (the server died
         between launch and write, even between starting the process and noting where it is), or None when it was
-        never launched (nothing of it was started) or its end was reported since. A workload that ran and ended
-        meanwhile is found too: ``adopt`` its handle and the next ``poll`` reports that end. Recovery asks this
-        before it launches anything again, so a launch is never repeated while (or after) the first one ran."""
+        never launched (nothing of it was started) or its end was forgotten since (``forget``). A workload that ran
+        and ended meanwhile is found too, also one whose end ``poll`` reported to a server that died before it
+        stored it: ``adopt`` its handle and the next ``poll`` reports that end. Recovery asks this before it
+        launches anything again, so a launch is never repeated while (or after) the first one ran."""
+        ...
+
+    def forget(self, workload_id: str) -> None:
+        """The server stored the end that ``poll`` reported of ``workload_id`` (or binds it anew, its last end
+        stored): drop what ``find`` would still find of that launch. A no-op for a workload this backend runs."""
         ...
 
     def runtime_dir(self, workload_id: str) -> Path | None:

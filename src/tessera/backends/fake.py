@@ -2,9 +2,11 @@
 
 ``launch`` records the spec and hands out a ``Handle`` of kind ``"fake"`` with a made-up ``pid``; a test ends a workload
 with ``finish`` (or ``stop``, which ends it with -15 as if it honoured SIGTERM) and the next ``poll`` reports it, once.
-Like the local backend, ``find`` knows a launched workload's handle from the moment ``launch`` is called until its end
-is reported, also after ``close`` (so one instance can play a restarted server's backend too, and a crash anywhere after
-the launch began leaves the workload findable, as the local backend's launch intent does). ``pids`` answers the made-up
+Like the local backend, ``find`` knows a launched workload's handle from the moment ``launch`` is called until the
+server ``forget``s it (after it stored the end), also after ``close`` (so one instance can play a restarted server's
+backend too, and a crash anywhere after the launch began leaves the workload findable, as the local backend's launch
+intent does); a reported end that was not forgotten is reported again after an ``adopt``, as the local backend's exit
+file is read again. ``pids`` answers the made-up
 pid while the workload runs (so the memory watchdog can be tested against a fake NVML that reports it).
 """
 
@@ -45,7 +47,8 @@ class FakeBackend:
         self._lock = threading.Lock()
         self._running: dict[str, Handle] = {}
         self._ended: dict[str, int | None] = {}  # ended, to be reported by the next poll (insertion order)
-        self._findable: dict[str, Handle] = {}  # launched, end not reported yet
+        self._findable: dict[str, Handle] = {}  # launched, not forgotten yet
+        self._reported: dict[str, int | None] = {}  # ended and reported, not forgotten yet: reported again if adopted
         self._ended_unwatched: dict[str, int | None] = {}  # ended while no server watched: reported once adopted
         self._next_pid = FIRST_FAKE_PID
 
@@ -61,6 +64,7 @@ class FakeBackend:
             self.launched.append(spec)
             self._running[spec.workload_id] = ref
             self._findable[spec.workload_id] = ref
+            self._reported.pop(spec.workload_id, None)
             return ref
 
     def find(self, workload_id: str) -> Handle | None:
@@ -86,6 +90,8 @@ class FakeBackend:
             self._running.setdefault(ref.workload_id, ref)
             if ref.workload_id in self._ended_unwatched:
                 self._ended.setdefault(ref.workload_id, self._ended_unwatched.pop(ref.workload_id))
+            elif ref.workload_id in self._reported:
+                self._ended.setdefault(ref.workload_id, self._reported[ref.workload_id])
 
     def finish(self, workload_id: str, exit_code: int | None) -> None:
         """Ends a workload with ``exit_code`` (None: vanished): a tracked one is reported by the next ``poll``, one
@@ -107,11 +113,17 @@ class FakeBackend:
     def poll(self) -> list[ExitStatus]:
         with self._lock:
             ended = [ExitStatus(workload_id, code) for workload_id, code in self._ended.items()]
-            for workload_id in self._ended:
+            for workload_id, code in self._ended.items():
                 del self._running[workload_id]
-                self._findable.pop(workload_id, None)
+                self._reported[workload_id] = code
             self._ended.clear()
             return ended
+
+    def forget(self, workload_id: str) -> None:
+        with self._lock:
+            if workload_id not in self._running:
+                self._findable.pop(workload_id, None)
+                self._reported.pop(workload_id, None)
 
     def tracked(self) -> set[str]:
         with self._lock:

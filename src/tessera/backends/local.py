@@ -19,9 +19,11 @@ workload's process group and keeps running if the server dies. The supervisor wr
   process group ``pgid`` (the same number), ``started_marker`` (its start time from ``/proc``, which tells a reused
   PID apart) and ``exit_file``. Only this module reads them; ``pids(handle)`` lists the group's live processes.
 - **Adoption.** A restarted server hands ``adopt`` the ``Handle`` it stored, or the one ``find`` reads back
-  from ``<run_dir>/<id>.ref.json`` (written by ``launch``, removed once the end is reported); if the server died
-  before that write, ``find`` finds the supervisor by the launch intent written before the fork (``launch_intent``),
-  or, when it has ended, gives a handle without a process (pid 0) whose end the exit file tells. Such a process is
+  from ``<run_dir>/<id>.ref.json`` (written by ``launch``, removed by ``forget`` once the server stored the end);
+  if the server died before that write, ``find`` finds the supervisor by the launch intent written before the fork
+  (``launch_intent``), or, when it has ended, gives a handle without a process (pid 0) whose end the exit file
+  tells. Both files outlive the end's report until ``forget``, so a server killed before it stored a reported end
+  (even its handle) finds the workload again rather than launching it twice. Such a process is
   not our child: it counts as running while ``/proc/PID/stat`` exists, is not a zombie, and shows the recorded start
   time, so a reused PID reads as ended (and is never signalled). Exit files stay after the end is reported (a server
   that dies before recording the end reads them again); ``launch`` of the same id removes the old one.
@@ -169,6 +171,7 @@ class LocalBackend:
             self._starting.add(spec.workload_id)
         try:
             exit_file.unlink(missing_ok=True)  # left by an earlier run of the same workload: first, then the intent
+            self.ref_path(spec.workload_id).unlink(missing_ok=True)  # an earlier run's, not forgotten: not this one
             intent = Intent.new(spec.workload_id, exit_file)
             write_intent(self.intent_path(spec.workload_id), intent)  # if the launch fails, find() finds nothing by it
             cgroup = self.exec.prepare(spec, file_stem(spec.workload_id), spec_file, account)
@@ -215,10 +218,10 @@ class LocalBackend:
         logger.info("adopted %s (pid %d)", ref.workload_id, ref.pid)
 
     def find(self, workload_id: str) -> Handle | None:
-        """The handle of ``workload_id``, launched by this or an earlier server, whose end was not reported yet:
-        the one ``launch`` recorded, or, if the launching server died before it could, the live supervisor of its
-        launch intent or (it ran and ended) a handle without a process. None if it was never launched, if its
-        launch never started the supervisor, or if its end has been reported since. Hand it to ``adopt``."""
+        """The handle of ``workload_id``, launched by this or an earlier server, not forgotten yet: the one
+        ``launch`` recorded, or, if the launching server died before it could, the live supervisor of its launch
+        intent or (it ran and ended) a handle without a process. None if it was never launched, if its launch never
+        started the supervisor, or if it was forgotten since (``forget``). Hand it to ``adopt``."""
         with self._lock:
             watch = self._watches.get(workload_id)
         if watch is not None:
@@ -265,15 +268,25 @@ class LocalBackend:
             gone = [watch for watch in self._watches.values() if self._advance(watch, now_s)]
             left = self._groups_left(gone)
             for watch in gone:
-                status = self._report(watch, left.get(watch.ref.pgid, []), now_s)
-                if status is not None:
+                try:
+                    status = self._report(watch, left.get(watch.ref.pgid, []), now_s)
+                except OSError as error:  # e.g. no file descriptor left: the next poll reports it
+                    logger.warning("%s: its end could not be collected yet: %s", watch.ref.workload_id, error)
+                    continue
+                if status is not None:  # its files stay for find() until the server stored the end (forget)
                     del self._watches[status.workload_id]
-                    self.ref_path(status.workload_id).unlink(missing_ok=True)  # ended and reported: nothing to find
-                    self.intent_path(status.workload_id).unlink(missing_ok=True)
                     ended.append(status)
         for status in ended:
             logger.info("%s ended with exit code %s", status.workload_id, status.exit_code)
         return ended
+
+    def forget(self, workload_id: str) -> None:
+        """Remove the reference file and launch intent of an ended workload (its end is stored); not while it runs."""
+        with self._lock:
+            if workload_id in self._watches or workload_id in self._starting:
+                return
+            self.ref_path(workload_id).unlink(missing_ok=True)
+            self.intent_path(workload_id).unlink(missing_ok=True)
 
     def tracked(self) -> set[str]:
         with self._lock:

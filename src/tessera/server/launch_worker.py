@@ -7,6 +7,11 @@ durable) and takes the outcomes back with ``results`` at its next step, when it 
 A launch still queued can be taken back (``withdraw``): a workload cancelled or preempted before its launch began is
 never started. One worker thread serves the queue in order; it runs only while there is work (it ends once the
 queue is empty and the next ``submit`` starts another), so an idle loop holds no thread.
+
+A host out of threads (``RuntimeError: can't start new thread``) must not wedge it (issue 25): ``submit`` either
+queues the launch with a live thread to make it, or raises with nothing queued (the loop hands it over again at its
+next step); a worker thread that died is replaced by the next ``submit`` or ``revive``, and a launch it was making
+comes back failed rather than never.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import dataclass
 
 from tessera.backends.base import Backend, Handle, LaunchSpec
 from tessera.errors import TesseraError
+from tessera.faults import fail_point
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +49,32 @@ class LaunchWorker:
         self._thread: threading.Thread | None = None
 
     def submit(self, workload_id: int, spec: LaunchSpec) -> None:
-        """Queue the launch of ``workload_id``; the worker makes it as soon as the launches before it are made."""
+        """Queue the launch of ``workload_id``; the worker makes it as soon as the launches before it are made.
+        Raises, with nothing queued, when no worker thread can be started (``RuntimeError``)."""
         with self._lock:
+            queued = workload_id in self._queue
             self._queue[workload_id] = spec
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name="tessera-launcher", daemon=True)
-                self._thread.start()
+            try:
+                self._start_worker()
+            except BaseException:
+                if not queued:
+                    del self._queue[workload_id]
+                raise
+
+    def revive(self) -> None:
+        """Start a worker for launches left queued by one that died; raises when no thread can be started."""
+        with self._lock:
+            if self._queue:
+                self._start_worker()
+
+    def _start_worker(self) -> None:
+        """Under the lock: a live worker thread serves the queue (one is started unless one runs)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        thread = threading.Thread(target=self._work, name="tessera-launcher", daemon=True)
+        fail_point("launch-submit", "can't start new thread")  # fault injection: a host out of threads
+        thread.start()
+        self._thread = thread
 
     def withdraw(self, workload_id: int) -> bool:
         """Take a queued launch back: True when it had not begun (it never will), False when it is being made or
@@ -86,18 +112,27 @@ class LaunchWorker:
             return len(self._queue) + (self._in_flight is not None)
 
     def _work(self) -> None:
-        while True:
-            with self._lock:
-                if not self._queue:
-                    self._thread = None  # the next submit starts a new worker
+        try:
+            while True:
+                with self._lock:
+                    if not self._queue:
+                        self._thread = None  # the next submit starts a new worker
+                        self._changed.notify_all()
+                        return
+                    workload_id, spec = self._queue.popitem(last=False)
+                    self._in_flight = workload_id
+                outcome = self._launch(workload_id, spec)
+                with self._lock:
+                    self._in_flight = None
+                    self._done.append(outcome)
                     self._changed.notify_all()
-                    return
-                workload_id, spec = self._queue.popitem(last=False)
-                self._in_flight = workload_id
-            outcome = self._launch(workload_id, spec)
+        except BaseException as exc:  # never expected (``_launch`` catches): the next worker takes the queue over
+            log.exception("the launch worker died; the next step starts another")
             with self._lock:
+                if self._in_flight is not None:
+                    self._done.append(Launched(self._in_flight, None, f"could not start: the launcher died: {exc!r}"))
                 self._in_flight = None
-                self._done.append(outcome)
+                self._thread = None
                 self._changed.notify_all()
 
     def _launch(self, workload_id: int, spec: LaunchSpec) -> Launched:

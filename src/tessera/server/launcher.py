@@ -6,6 +6,10 @@ step, and the handles that come back stored in one transaction per step (``colle
 A bound workload goes through three states in its ``RunningEntry``: not launched (``launched`` False: decided,
 stored, perhaps waiting for preempted victims to exit), launch submitted (``launched`` True, no ``handle`` yet:
 queued or being started; ``withdraw`` can still take a queued one back), and started (``handle`` set).
+
+What a failed step must not lose (issue 25): a launch that could not be handed to the worker stays not launched and
+is handed over at the next step (``launch_ready``); an outcome taken from the worker is kept until it is stored (a
+store error leaves it for the next ``collect``), and an entry learns its handle only once the handle is stored.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from tessera.backends.base import Backend, GpuShare, LaunchSpec
 from tessera.gpu.gpus import GpuDevice
 from tessera.gpu.isolation import isolation_env
 from tessera.server.job_submit import array_env
-from tessera.server.launch_worker import LaunchWorker
+from tessera.server.launch_worker import Launched, LaunchWorker
 from tessera.server.loop_values import LoopConfig, RunningEntry, share_milli, started_text
 from tessera.server.pool import Pool
 from tessera.server.store.changes import HandleChange
@@ -28,22 +32,31 @@ log = logging.getLogger(__name__)
 
 # (entry, reason, now): a launch that failed; the loop ends the workload with that reason.
 OnLaunchFailed = Callable[[RunningEntry, str, float], None]
+SendStop = Callable[[str], None]  # (workload id): stop a workload whose stop is stored (the loop's, which retries)
 PYTHON_UNBUFFERED = "PYTHONUNBUFFERED"
 
 
 class Launcher:
-    def __init__(self, store: Store, backend: Backend, pool: Pool, config: LoopConfig, failed: OnLaunchFailed) -> None:
+    def __init__(
+        self, store: Store, backend: Backend, pool: Pool, config: LoopConfig, failed: OnLaunchFailed, stop: SendStop
+    ) -> None:
         self.store = store
         self.backend = backend
         self.pool = pool
         self.config = config
         self.failed = failed
+        self.stop = stop
         self.worker = LaunchWorker(backend)
         self._logs_dir = config.run_dir / "logs"
         self._logs_made = False
+        self._outcomes: list[Launched] = []  # taken from the worker, not stored yet (a failed step keeps them)
 
     def launch_ready(self, running: Mapping[int, RunningEntry], now: float) -> None:
-        """Launch the bound workloads whose preempted victims have all exited."""
+        """Launch the bound workloads whose preempted victims have all exited (and those a failed step left)."""
+        try:
+            self.worker.revive()
+        except Exception as exc:  # a host out of threads: they wait in the queue for the next step
+            log.warning("the launch worker cannot be restarted; retried at the next step: %s", exc)
         ready: list[RunningEntry] = []
         for entry in list(running.values()):
             if not entry.launched and entry.stop_sent is None:
@@ -53,9 +66,15 @@ class Launcher:
         self.launch_all(ready, now)
 
     def launch_all(self, entries: list[RunningEntry], now: float) -> None:
-        """Hand the launches of ``entries`` to the worker; ``collect`` stores their handles once they are made."""
+        """Hand the launches of ``entries`` to the worker; ``collect`` stores their handles once they are made. One
+        that cannot be handed over (no thread to make it: a host out of threads) stays not launched and is handed
+        over again by the next ``launch_ready``."""
         for entry in entries:
-            self.worker.submit(entry.row.id, self.launch_spec(entry))
+            try:
+                self.worker.submit(entry.row.id, self.launch_spec(entry))
+            except Exception as exc:
+                log.warning("workload %s: its launch is retried at the next step: %s", entry.row.id, exc)
+                continue
             entry.launched = True
 
     def withdraw(self, entry: RunningEntry) -> bool:
@@ -69,31 +88,41 @@ class Launcher:
         return False
 
     def collect(self, running: Mapping[int, RunningEntry], now: float) -> None:
-        """The launches made since the last call: their handles stored in one transaction (a handle that a crash
-        keeps from the store is found again by ``Backend.find`` in recovery), a failed one ended. A workload
-        whose stop was decided while its launch was being made is stopped now that its process exists."""
+        """The launches made since the last call (and those a failed step left): their handles stored in one
+        transaction (a handle that a crash keeps from the store is found again by ``Backend.find`` in recovery),
+        a failed one ended. A workload whose stop was decided while its launch was being made is stopped now that
+        its process exists. An outcome leaves ``_outcomes`` only once it is stored."""
+        self._outcomes.extend(self.worker.results())
+        for failed in [o for o in self._outcomes if o.handle is None]:
+            entry = running.get(failed.workload_id)
+            if entry is not None:
+                self.failed(entry, failed.error or "could not start", now)
+            self._outcomes.remove(failed)
+        if self._outcomes:
+            self._store_handles([(o, running.get(o.workload_id)) for o in self._outcomes], now)
+
+    def _store_handles(self, started: list[tuple[Launched, RunningEntry | None]], now: float) -> None:
+        """Store the handles of the launches that started, then hand them to their entries; stop the workloads whose
+        stop was decided while their launch was being made."""
         changes: list[HandleChange] = []
         events: list[Event] = []
-        stops: list[str] = []
-        for launched in self.worker.results():
-            entry = running.get(launched.workload_id)
-            if entry is None:  # never happens: an entry leaves only after its end, which waits for its handle
-                log.warning("launch of workload %s came back for no running workload", launched.workload_id)
-                if launched.handle is not None:
-                    self.backend.stop(launched.handle.workload_id, 0.0)
-                continue
-            if launched.handle is None:
-                self.failed(entry, launched.error or "could not start", now)
-                continue
-            entry.handle = launched.handle
-            changes.append(HandleChange(entry.row.id, launched.handle))
-            events.append(Event(entry.row.id, "started", started_text(launched.handle)))
-            if entry.stop_sent is not None:
-                stops.append(launched.handle.workload_id)
+        for launched, entry in started:
+            assert launched.handle is not None
+            if entry is not None:
+                changes.append(HandleChange(entry.row.id, launched.handle))
+                events.append(Event(entry.row.id, "started", started_text(launched.handle)))
         if changes:
             self.store.update_workloads(changes, events, now)
-        for workload_id in stops:
-            self.backend.stop(workload_id, self.config.stop_grace_s)
+        self._outcomes = []  # stored: they are done
+        for launched, entry in started:
+            assert launched.handle is not None
+            if entry is None:  # never happens: an entry leaves only after its end, which waits for its handle
+                log.warning("launch of workload %s came back for no running workload", launched.workload_id)
+                self.backend.stop(launched.handle.workload_id, 0.0)
+                continue
+            entry.handle = launched.handle
+            if entry.stop_sent is not None:
+                self.stop(launched.handle.workload_id)
 
     def settle(self, running: Mapping[int, RunningEntry], now: float) -> None:
         """Wait for the submitted launches at most ``config.launch_wait_s``, then ``collect``: a fast backend's

@@ -19,6 +19,11 @@ Held workloads, unmet dependencies and array limits are never offered, and wallt
 A restarted server calls ``recover()`` first (``server.recovery``). A typed ``StopReason`` (cancel, preempted,
 watchdog) decides what an end means (``server.loop_ends``). A bind whose victims must go first launches once they
 have exited (``waits_for``): never two processes on one share.
+
+A step is a transaction (issue 25): whatever raises in it (no thread left, a store or ``/proc`` error), the next
+step recovers. Memory changes only once the store took the writes (``WriteBatch``'s ``then``); a reported end is
+kept until stored, then the backend forgets it (``Backend.forget``: until then a restarted server finds it rather
+than launching it twice); unstored decisions leave the books (``_undo``); a refused stop is sent again.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from tessera.backends.base import Backend, ExitStatus
@@ -96,7 +102,7 @@ class SchedulerLoop:
             placement=config.placement,
         )
         self.running: dict[int, RunningEntry] = {}  # the server's side of a running workload: row, process, stop
-        self.launcher = Launcher(store, backend, pool, config, self._launch_failed)
+        self.launcher = Launcher(store, backend, pool, config, self._launch_failed, self._send_stop)
         self.memory_watch = (
             MemoryWatch(memory_probe, self._stop_for_memory, backend.pids) if memory_probe is not None else None
         )
@@ -107,7 +113,8 @@ class SchedulerLoop:
         self._preemptions = itertools.count(1)
         self._preempted_order: dict[int, int] = {}  # preempted workloads not yet ended -> in which order
         self._reasons: dict[int, str] = {}  # pending workload -> why it waits, as stored
-        self._early_ends: list[ExitStatus] = []  # ends reported before their launch's handle was recorded
+        self._unstored_ends: list[ExitStatus] = []  # reported by the backend, not stored yet (kept across steps)
+        self._unsent_stops: set[int] = set()  # stops stored but refused by the backend: sent again
         self._writes = WriteBatch(store)  # end and stop writes, held by _writes.batched for one transaction
         self._wake = threading.Event()  # set by wake(): run_forever steps at once instead of after its interval
         self.queue_specs: tuple[QueueSpec, ...] = ()
@@ -139,6 +146,7 @@ class SchedulerLoop:
         self.launcher.collect(self.running, now)
         ended = self._collect_exits(now)
         self._send_cancels(now)
+        self._end_unstarted(now)
         if self.memory_watch is not None:
             self.memory_watch.check(now, watched(self.running, self.launcher.devices))
         self.intake.recheck(now)
@@ -158,18 +166,32 @@ class SchedulerLoop:
             self.on_step(report)
         return report
 
+    def _end_unstarted(self, now: float) -> None:
+        """Send again the stops the backend refused; end the workloads stopped before their launch began (left by a
+        step that failed after taking the launch back, or by recovery: a stored stop, never started)."""
+        unsent, self._unsent_stops = self._unsent_stops, set()
+        for wid in sorted(unsent & self.running.keys()):
+            self._send_stop(str(wid))
+        unstarted = [e for e in self.running.values() if not e.launched and e.stop_sent is not None]
+        with self._writes.batched(now):
+            for entry in unstarted:
+                self._on_exit(entry, ExitStatus(str(entry.row.id), None), now)
+
     def _apply(self, plan: StepPlan) -> None:
         """One plan of this tick: committed to the scheduler's books at once (the next plan of the tick builds on
         it), recorded for ``_flush``, which makes the tick's decisions durable in one transaction before anything
         acts on them."""
-        self.scheduler.commit(plan, self._now)
         tick = self._tick
+        if tick.guard is None:
+            tick.guard = self.scheduler.books.guard
+        self.scheduler.commit(plan, self._now)
         for preempt in plan.preempts:
             self.intake.offer.released()
             entry = self.running.get(int(preempt.workload_id))
             if entry is None:  # bound by an earlier plan of this very tick (a reclaim may do it): it waits again
                 tick.unbind(int(preempt.workload_id))
                 continue
+            tick.victims.setdefault(entry.row.id, (entry.placements, entry.admission, entry.stop_sent))
             entry.placements, entry.admission = (), None  # its capacity went to the preemptor
             entry.stop_sent = StopReason.preempted(preempt.reason)
             tick.preempts.append(preempt)
@@ -184,14 +206,11 @@ class SchedulerLoop:
         """Store the tick's decisions in one transaction, then act: stop victims, launch what need not wait. A bind
         that lost the race with a cancel is taken back out of the books. Returns (binds, preemptions)."""
         tick, self._tick = self._tick, TickDecisions()
-        changes, events = preemption_writes(tick.preempts)
-        rows = {row.id: row for row in self.store.workloads_by_id(int(b.workload_id) for b, _ in tick.binds)}
-        bound = [self._entry(bind, rows[int(bind.workload_id)], now, waits) for bind, waits in tick.binds]
-        bind_changes = [self._bind_change(entry, now) for entry in bound]
-        events += [Event(entry.row.id, "bound", describe(entry, self.pool)) for entry in bound]
-        reasons = reason_changes(tick.waiting, self.intake.pending.keys(), self._reasons)
-        self._reasons.update((change.workload_id, change.reason) for change in reasons)
-        lost = self.store.commit_decisions(bind_changes, reasons, changes, events, now)
+        try:
+            bound, lost = self._store_tick(tick, now)
+        except BaseException:
+            self._undo(tick, now)
+            raise
         self.scheduler.observe([str(wid) for wid in lost], now, finished=False)
         bound = [entry for entry in bound if entry.row.id not in lost]
         for entry in bound:
@@ -205,6 +224,39 @@ class SchedulerLoop:
         self.launcher.launch_all([entry for entry in bound if not entry.waits_for], now)
         return len(bound), len(tick.preempts)
 
+    def _store_tick(self, tick: TickDecisions, now: float) -> tuple[list[RunningEntry], set[int]]:
+        """Write the tick's decisions in one transaction; returns the bound entries and the binds lost to a cancel.
+        The backend first forgets the last launch of one bound again, which a crash before the new one would find."""
+        changes, events = preemption_writes(tick.preempts)
+        rows = {row.id: row for row in self.store.workloads_by_id(int(b.workload_id) for b, _ in tick.binds)}
+        for row in rows.values():
+            if row.attempts > 0:
+                self._forget(str(row.id))
+        bound = [self._entry(bind, rows[int(bind.workload_id)], now, waits) for bind, waits in tick.binds]
+        bind_changes = [self._bind_change(entry, now) for entry in bound]
+        events += [Event(entry.row.id, "bound", describe(entry, self.pool)) for entry in bound]
+        reasons = reason_changes(tick.waiting, self.intake.pending.keys(), self._reasons)
+        lost = self.store.commit_decisions(bind_changes, reasons, changes, events, now)
+        self._reasons.update((change.workload_id, change.reason) for change in reasons)
+        return bound, lost
+
+    def _undo(self, tick: TickDecisions, now: float) -> None:
+        """The tick's decisions were not stored: the binds give their capacity back (still pending in the store, the
+        next intake offers them again), the victims (nothing was sent to them) get theirs back."""
+        self.scheduler.observe([bind.workload_id for bind, _ in tick.binds], now, finished=False)
+        for wid, (placements, admission, stop) in tick.victims.items():
+            entry = self.running[wid]
+            entry.placements, entry.admission, entry.stop_sent = placements, admission, stop
+            self._preempted_order.pop(wid, None)
+            if not self.adopt(entry):
+                log.warning("workload %s: its placement could not be taken back after a failed step", wid)
+        if tick.guard is not None:
+            self.scheduler.books.guard = tick.guard
+        self.intake.offer.released()
+        log.warning(
+            "the step's decisions were not stored: %d binds, %d preemptions undone", len(tick.binds), len(tick.victims)
+        )
+
     def _stop_victims(self, preempts: list[Preempt], now: float) -> None:
         """Stop the preempted workloads; one whose process was never started (its launch still queued, or waiting
         for victims of its own) has nothing to stop: it ends now, and the workloads waiting for it may launch."""
@@ -212,10 +264,9 @@ class SchedulerLoop:
             for preempt in preempts:
                 victim = self.running.get(int(preempt.workload_id))
                 if victim is not None and self.launcher.withdraw(victim):
-                    self._preempted_order.pop(victim.row.id, None)
                     self._on_exit(victim, ExitStatus(preempt.workload_id, None), now)
                 else:
-                    self.backend.stop(preempt.workload_id, self.config.stop_grace_s)
+                    self._send_stop(preempt.workload_id)
 
     def _entry(self, bind: Bind, row: WorkloadRow, now: float, waits: set[int]) -> RunningEntry:
         """The server's entry of a bound workload, launched once the victims still running have exited."""
@@ -237,14 +288,20 @@ class SchedulerLoop:
 
     def _stop_for_memory(self, workload_id: str, reason: str) -> None:
         entry = self.running[int(workload_id)]
-        entry.stop_sent = StopReason.watchdog(reason)
+        stop = StopReason.watchdog(reason)
+        event = Event(entry.row.id, StopKind.WATCHDOG.value, reason)
+        self.store.update_workloads([StopChange(entry.row.id, stop)], [event], self.clock())
+        entry.stop_sent = stop
         self.scheduler.books.stopping.add(workload_id)
-        self.store.update_workloads(
-            [StopChange(entry.row.id, entry.stop_sent)],
-            [Event(entry.row.id, StopKind.WATCHDOG.value, reason)],
-            self.clock(),
-        )
-        self.backend.stop(workload_id, self.config.stop_grace_s)
+        self._send_stop(workload_id)
+
+    def _send_stop(self, workload_id: str) -> None:
+        """Stop a workload whose stop is stored; one the backend refuses (an error) is sent again next step."""
+        try:
+            self.backend.stop(workload_id, self.config.stop_grace_s)
+        except Exception:
+            log.exception("workload %s: the stop failed; it is sent again at the next step", workload_id)
+            self._unsent_stops.add(int(workload_id))
 
     def _send_cancels(self, now: float) -> None:
         """Stop the workloads whose cancel was requested or whose walltime is over (``gates.overdue``: they fail),
@@ -252,45 +309,59 @@ class SchedulerLoop:
         is stopped when its handle comes back (``Launcher.collect``)."""
         wanted = [(wid, StopReason.cancel()) for wid in self.store.cancel_requested_ids()] + overdue(self.running, now)
         stops: list[str] = []
+        seen: set[int] = set()  # one stop each (a cancel first): its entry changes only once the batch is stored
         with self._writes.batched(now):
             for wid, stop in wanted:
                 entry = self.running.get(wid)
-                if entry is None or entry.stop_sent == StopReason.cancel():
+                if entry is None or entry.stop_sent == StopReason.cancel() or wid in seen:
                     continue
+                seen.add(wid)
                 cancel = stop.kind is StopKind.CANCEL
                 if self.launcher.withdraw(entry):
                     why = "cancelled before it started" if cancel else stop.detail
                     self._finish(entry, WorkloadState.CANCELLED if cancel else WorkloadState.FAILED, None, why, now)
                     continue
-                entry.stop_sent = stop
-                self.scheduler.books.stopping.add(str(wid))
-                self._writes.write([StopChange(wid, stop)], [] if cancel else [Event(wid, "timeout", stop.detail)], now)
+                events = [] if cancel else [Event(wid, "timeout", stop.detail)]
+                self._writes.write([StopChange(wid, stop)], events, now, partial(self._stopping, entry, stop))
                 stops.append(str(wid))
         for wid_text in stops:
-            self.backend.stop(wid_text, self.config.stop_grace_s)
+            self._send_stop(wid_text)
+
+    def _stopping(self, entry: RunningEntry, stop: StopReason) -> None:  # its stop is stored
+        entry.stop_sent = stop
+        self.scheduler.books.stopping.add(str(entry.row.id))
 
     def _collect_exits(self, now: float) -> int:
         """Ends the backend reports, stored in one transaction; preempted workloads that ended together are requeued
         in the order they were preempted (their processes may exit in any order), as the simulator requeues them.
-        An end reported before its launch's handle was recorded is kept for the step that records it."""
-        statuses = self._early_ends + self.backend.poll()
-        self._early_ends = []
-        statuses.sort(key=lambda s: self._preempted_order.get(int(s.workload_id), 0))
-        ended = 0
+        An end reported before its launch's handle was recorded is kept for the step that records it, any end until
+        it is stored; then the backend forgets the launch (until then ``Backend.find`` finds it after a crash)."""
+        self._unstored_ends.extend(self.backend.poll())
+        statuses = sorted(self._unstored_ends, key=lambda s: self._preempted_order.get(int(s.workload_id), 0))
+        early: list[ExitStatus] = []
+        done: dict[str, bool] = {}  # workload id -> whether it was one of ours
         with self._writes.batched(now):
-            for status in statuses:
+            for status in (s for s in statuses if s.workload_id not in done):
                 entry = self.running.get(int(status.workload_id))
                 if entry is None:
-                    self._preempted_order.pop(int(status.workload_id), None)
                     log.warning("backend reported the end of unknown workload %s", status.workload_id)
-                    continue
-                if entry.launched and entry.handle is None:  # the launch's outcome comes at the next collect
-                    self._early_ends.append(status)
-                    continue
-                self._preempted_order.pop(entry.row.id, None)
-                self._on_exit(entry, status, now)
-                ended += 1
-        return ended
+                    done[status.workload_id] = False
+                elif entry.launched and entry.handle is None:  # the launch's outcome comes at the next collect
+                    early.append(status)
+                else:
+                    self._on_exit(entry, status, now)
+                    done[status.workload_id] = True
+        self._unstored_ends = early
+        for workload_id in done:
+            self._preempted_order.pop(int(workload_id), None)
+            self._forget(workload_id)
+        return sum(done.values())
+
+    def _forget(self, workload_id: str) -> None:
+        try:  # what the backend keeps of the workload's last launch (its end is stored): dropped
+            self.backend.forget(workload_id)
+        except Exception:
+            log.exception("workload %s: the backend could not forget its last launch", workload_id)
 
     def _on_exit(self, entry: RunningEntry, status: ExitStatus, now: float) -> None:
         """The workload's process ended: it ends as ``loop_ends.end_outcome`` says, or waits again."""
@@ -301,13 +372,14 @@ class SchedulerLoop:
             self._finish(entry, outcome.state, status.exit_code, outcome.reason, now)
 
     def _finish(self, entry: RunningEntry, state: WorkloadState, code: int | None, reason: str, now: float) -> None:
+        """``entry`` ends in ``state``: stored, then taken out of the books."""
         wid = entry.row.id
-        self._observe(wid, now, finished=True)
         change = EndChange(wid, state, code, now, reason)
-        self._writes.write([change], [Event(wid, state.value, reason)], now)
+        self._writes.write([change], [Event(wid, state.value, reason)], now, partial(self._observe, wid, now, True))
 
     def _observe(self, wid: int, now: float, finished: bool) -> None:
         """``wid`` stopped: its capacity (if it still held any) goes back, and failed shapes are tried again."""
+        self._preempted_order.pop(wid, None)
         if str(wid) in self.scheduler.books.running:
             self.intake.offer.released()
         self.scheduler.observe([str(wid)], now, finished=finished)
@@ -319,15 +391,17 @@ class SchedulerLoop:
         if entry.stop_sent is None:
             self._finish(entry, WorkloadState.FAILED, None, reason, now)
         else:
-            self._preempted_order.pop(entry.row.id, None)
             self._on_exit(entry, ExitStatus(str(entry.row.id), None), now)
 
     def requeue(self, entry: RunningEntry, reason: str, now: float) -> None:
-        """``entry`` waits again: its capacity and quota are given back, and it joins the offer now (workloads
-        requeued together join in the order they stopped, as the simulator's preempted jobs do)."""
+        """``entry`` waits again: stored, then its capacity and quota are given back, and it joins the offer
+        (workloads requeued together join in the order they stopped, as the simulator's preempted jobs do)."""
         wid = entry.row.id
-        self._observe(wid, now, finished=False)
-        self._writes.write([RequeueChange(wid, reason)], [Event(wid, "requeued", reason)], now)
+        then = partial(self._requeued, entry, now)
+        self._writes.write([RequeueChange(wid, reason)], [Event(wid, "requeued", reason)], now, then)
+
+    def _requeued(self, entry: RunningEntry, now: float) -> None:  # its requeue is stored
+        self._observe(entry.row.id, now, finished=False)
         self.intake.add(entry.row)
 
     def _snapshot(self) -> ClusterSnapshot:
@@ -339,10 +413,10 @@ class SchedulerLoop:
         specs = tuple(queue_spec(row) for row in self.store.queues())
         if specs == self.queue_specs:
             return
-        self.queue_specs = specs
         self.intake.reset(own_queues=bool(specs))
         config = scheduler_config(self.preset, self.state, specs, self.config.max_tries_per_step)
         self.scheduler.reconfigure(config)
+        self.queue_specs = specs  # applied: a step that failed before this line applies them again
         for wid, entry in self.running.items():
             if entry.admission is not None and str(wid) in self.scheduler.books.uncharged:
                 log.warning("workload %s no longer fits its queue's quota: it keeps running, uncharged", wid)

@@ -3,15 +3,17 @@
 ``end_outcome`` is the decision alone (no store, no books): why a stop was sent (``StopReason``) comes first, then
 the service restarts, then the exit code. ``preemption_writes`` is what a tick's preemptions store (the stop whose
 reason decides that later end). ``WriteBatch`` holds the loop's workload writes made inside one block
-(the ends a poll reports, the cancels of a tick, the victims stopped) for one transaction at its end. Used by
+(the ends a poll reports, the cancels of a tick, the victims stopped) for one transaction at its end, and what the
+loop changes in memory because of them for after that transaction: a block that raises, or whose transaction fails,
+writes nothing and changes nothing, so its next attempt starts from the same books (issue 25). Used by
 ``server.loop``, which acts on both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tessera.core.scheduler import Preempt
 from tessera.core.workload import WorkloadState
@@ -66,31 +68,49 @@ def preemption_writes(preempts: Sequence[Preempt]) -> tuple[list[WorkloadChange]
     return changes, events
 
 
+Effect = Callable[[], None]
+
+
+@dataclass(slots=True)
+class _Held:
+    changes: list[WorkloadChange] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    effects: list[Effect] = field(default_factory=list)
+
+
 class WriteBatch:
     """The loop's workload writes: inside a ``batched`` block they go in one transaction at its end (a wave of ends
-    is one commit, not one per workload); outside one, each ``write`` is its own transaction."""
+    is one commit, not one per workload); outside one, each ``write`` is its own transaction. The ``then`` of a write
+    (what the loop's memory makes of it) runs once its transaction is committed, in the order written: never when
+    the block raised or the transaction failed."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._held: tuple[list[WorkloadChange], list[Event]] | None = None
+        self._held: _Held | None = None
 
     @contextmanager
     def batched(self, now: float) -> Iterator[None]:
         if self._held is not None:  # already inside a batch: it writes them
             yield
             return
-        held: tuple[list[WorkloadChange], list[Event]] = ([], [])
+        held = _Held()
         self._held = held
         try:
             yield
         finally:
             self._held = None
-            if held[0] or held[1]:
-                self._store.update_workloads(held[0], held[1], now)
+        if held.changes or held.events:
+            self._store.update_workloads(held.changes, held.events, now)
+        for effect in held.effects:
+            effect()
 
-    def write(self, changes: list[WorkloadChange], events: list[Event], now: float) -> None:
+    def write(self, changes: list[WorkloadChange], events: list[Event], now: float, then: Effect | None = None) -> None:
         if self._held is not None:
-            self._held[0].extend(changes)
-            self._held[1].extend(events)
-        else:
-            self._store.update_workloads(changes, events, now)
+            self._held.changes.extend(changes)
+            self._held.events.extend(events)
+            if then is not None:
+                self._held.effects.append(then)
+            return
+        self._store.update_workloads(changes, events, now)
+        if then is not None:
+            then()

@@ -14,6 +14,7 @@ import numpy as np
 
 from tessera.backends.base import Handle
 from tessera.core.cluster import ClusterState
+from tessera.core.preemption import PreemptionGuard
 from tessera.core.queueing.quotas import Admission, QueueSpec, QuotaLedger
 from tessera.core.scheduler import Bind, Preempt
 from tessera.core.workload import MILLI_PER_GPU, Placement
@@ -62,6 +63,10 @@ class TickDecisions:
     preempts: list[Preempt] = field(default_factory=list)
     binds: list[tuple[Bind, set[int]]] = field(default_factory=list)  # with the victims each must wait for
     waiting: dict[str, str] = field(default_factory=dict)  # workload id -> why it still waits
+    # each victim's entry as it was before its preemption (placements, admission, stop), to undo it when the
+    # tick's decisions cannot be stored
+    victims: dict[int, tuple[tuple[Placement, ...], Admission | None, StopReason | None]] = field(default_factory=dict)
+    guard: PreemptionGuard | None = None  # the preemption guard before the tick's first plan, for the same undo
 
     def unbind(self, workload_id: int) -> None:
         """Take back a bind of this tick before it is stored (a later plan of the tick preempted it): it never

@@ -5,10 +5,12 @@ preemption was sent: its capacity went to the preemptor) and its quota charged a
 ``Scheduler.adopt``), and re-adopt it through the backend from its stored handle, or from the one ``Backend.find`` still
 knows when the crash came between launch and write (then the found handle is stored, so that its end, once collected, is
 never lost to a second crash: without a stored handle and once the backend has forgotten the workload, a restart would
-launch it again). A workload that has no handle anywhere was never started (``find`` answers for launches cut short too)
-and is launched by the loop's next step. A stop that was sent is sent again. A preempted workload that is gone is
-requeued, and so is one whose placement no longer fits the pool. Called by ``SchedulerLoop.recover`` before the first
-step.
+launch it again). ``find`` also finds a launch whose end the backend reported to a server that died before it stored
+that end (the backend forgets a launch only when the loop says so, ``Backend.forget``): adopted, that end is reported
+again and recorded, and the workload is not launched a second time. A workload that has no handle anywhere was
+never started (``find`` answers for launches cut short too) and is launched by the loop's next step. A stop that was
+sent is sent again. A preempted workload that is gone is requeued, and so is one whose placement no longer fits the
+pool. Called by ``SchedulerLoop.recover`` before the first step.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 from tessera.backends.base import Backend
 from tessera.backends.local import LocalBackend
 from tessera.errors import InvalidRequestError
-from tessera.faults import check_environment
+from tessera.faults import check_environment, check_failures
 from tessera.gpu.dcgm import GpuUsageCollector
 from tessera.gpu.discovery import detect_gpus
 from tessera.gpu.gpus import GpuProbe, ProcessMemoryProbe, ProcessUsageProbe
@@ -220,6 +220,8 @@ def serve(
     ``serving`` builds the gateway in front of the models (none without it)."""
     if (crash := check_environment()) is not None:  # an unknown crash point is refused here, not ignored
         log.warning("fault injection: this server kills itself at %s (visit %d)", crash.point, crash.nth)
+    if (failure := check_failures()) is not None:
+        log.warning("fault injection: this server fails once at %s (visit %d)", failure.point, failure.nth)
     mode = run_as_mode(config.run_as)
     homes_inside = config.homes.resolve().is_relative_to(config.data_dir.resolve())
     make_private(config.data_dir, homes_inside=mode == "tenant-users" and homes_inside)

@@ -187,6 +187,10 @@ class RayBackend:
     def private_network(self) -> bool:
         return False
 
+    def forget(self, workload_id: str) -> None:
+        """Nothing to drop: the actor removed its files and exited before ``poll`` reported its end (so, unlike the
+        local backend's, a reported end is not found again by a server that died before it stored the end)."""
+
     def pids(self, handle: Handle) -> list[int]:
         _names(handle)
         return []

@@ -19,9 +19,16 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from tessera.core.workload import WorkloadState
-from tessera.faults import crash_point
+from tessera.faults import crash_point, fail_point
 from tessera.server.store.bulk import chunks, write_changes
-from tessera.server.store.changes import BindChange, EndChange, ReasonChange, WorkloadChange, columns_of
+from tessera.server.store.changes import (
+    BindChange,
+    EndChange,
+    ReasonChange,
+    RequeueChange,
+    WorkloadChange,
+    columns_of,
+)
 from tessera.server.store.models import EventRow, MetaRow, QueueRow, TokenRow, WorkloadRow
 
 PENDING = WorkloadState.PENDING.value
@@ -164,6 +171,8 @@ class Store:
         """Apply ``changes`` (in order: a later change of a row wins) and record ``events``, atomically."""
         if any(isinstance(change, EndChange) for change in changes):
             crash_point("before-end")  # fault injection (tessera.faults); a no-op unless TESSERA_CRASH_AT says so
+        if any(isinstance(change, EndChange | RequeueChange) for change in changes):
+            fail_point("end-write", "the store failed")  # fault injection: a no-op unless TESSERA_FAIL_AT says so
         with self._sessions.begin() as session:
             write_changes(session, [columns_of(change) for change in changes])
             _insert_events(session, events, now_s)
@@ -179,6 +188,8 @@ class Store:
         """One step's decisions in one transaction. ``binds`` and ``reasons`` (why a workload waits) apply only to
         workloads still pending and not being cancelled: a cancel that came in while the step was planning wins.
         Returns the ids of binds that lost that race (their events are not recorded)."""
+        if binds:
+            fail_point("decisions-write", "the store failed")  # fault injection: nothing is written
         with self._sessions.begin() as session:
             write_changes(session, [columns_of(bind) for bind in binds], only_pending=True)
             if binds:
