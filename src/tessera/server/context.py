@@ -32,5 +32,8 @@ class ServerContext:
     # Each served model's replicas' health by id (ready ones, failures in a row, the last error), kept by the serving
     # controller (``serving_plane.ServingPlane.record_health``).
     model_health: dict[int, ModelHealth] = field(default_factory=dict)
+    # (workload id, attempt) -> whether the gateway serves that replica now (proven); None: no gateway, running is
+    # ready. Set by ``tessera up`` from its serving front.
+    replica_ready: Callable[[int, int], bool] | None = None
     # Each queue's GPU usage over time (``GET /v1/queues/usage``), sampled after every step (``up.build_server``).
     usage: UsageHistory = field(default_factory=UsageHistory)

@@ -99,7 +99,8 @@ class ServerMetrics:
             ["served_model"],
             registry=self.registry,
         )
-        self.registry.register(_StateCollector(store, loop, model_health if model_health is not None else {}))
+        self.states = _StateCollector(store, loop, model_health if model_health is not None else {})
+        self.registry.register(self.states)
         self.registry.register(WorkloadGpuCollector(loop, usage, pids))
         self.registry.register(LifecycleCounters(store, clock or loop.clock))
         self.public = CollectorRegistry(auto_describe=False)
@@ -135,6 +136,7 @@ class _StateCollector(Collector):
         self.store = store
         self.loop = loop
         self.model_health = model_health  # the serving controller's view (``ServerContext.model_health``)
+        self.replica_ready: Callable[[int, int], bool] | None = None  # as ``ServerContext.replica_ready``
 
     def collect(self) -> Iterator[Metric]:
         yield self._workloads()
@@ -163,7 +165,7 @@ class _StateCollector(Collector):
             running = sum(r.state == "running" and not r.cancel_requested for r in replicas[m.id])
             family.add_metric([m.name, "running"], running)
             family.add_metric([m.name, "desired"], m.desired_replicas)
-            now = served.model_state(m, replicas[m.id], self.model_health.get(m.id))
+            now = served.model_state(m, replicas[m.id], self.model_health.get(m.id), self.replica_ready)
             for name in served.MODEL_STATES:
                 state.add_metric([m.name, name], float(name == now))
             evicted.add_metric([m.name], evictions.get(m.id, 0))

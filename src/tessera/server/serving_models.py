@@ -73,9 +73,10 @@ def model_out(
     base_url: str,
     tier: str | None = None,
     health: ModelHealth | None = None,
+    readiness: served.Readiness | None = None,
 ) -> ModelOut:
     live = [r for r in replicas if not r.cancel_requested]
-    running = served.ready_replicas(live, health)
+    running = served.ready_replicas(live, readiness)
     failing = health is not None and health.failures > 0
     return ModelOut(
         name=row.name,
@@ -83,7 +84,7 @@ def model_out(
         queue=row.queue,
         engine=row.engine,
         model=row.weights,
-        state=served.model_state(row, replicas, health),
+        state=served.model_state(row, replicas, health, readiness),
         replicas=running,
         desired_replicas=row.desired_replicas,
         min_replicas=row.min_replicas,

@@ -242,6 +242,7 @@ def serve(
     thread = start_loop(server)
     server.ctx.logs.keep_rotating(server.stopping.is_set, lambda: tuple(server.ctx.loop.running))
     front = serving(server.ctx) if serving is not None else ServingFront()
+    server.ctx.replica_ready = server.ctx.metrics.states.replica_ready = front.readiness
     for collector in front.collectors:
         server.ctx.metrics.register(collector)
     keeper = ModelCacheKeeper()

@@ -30,7 +30,8 @@ def router(ctx: ServerContext) -> APIRouter:
         replicas = served.active_replicas(ctx.store, [r.id for r in rows])
         base = str(request.base_url)
         tiers, health = ctx.model_tiers, ctx.model_health
-        return [model_out(r, replicas[r.id], base, tiers.get(r.id), health.get(r.id)) for r in rows]
+        ready = ctx.replica_ready
+        return [model_out(r, replicas[r.id], base, tiers.get(r.id), health.get(r.id), ready) for r in rows]
 
     def visible(name: str, caller: Principal) -> ServedModelRow:
         row = served.model(ctx.store, name)

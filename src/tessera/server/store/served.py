@@ -6,6 +6,7 @@ Used by the ``/v1/models`` routes and by ``server.serving_plane`` (the controlle
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import get_args
 
 from sqlalchemy import delete, func, select, update
@@ -16,6 +17,8 @@ from tessera.errors import InvalidRequestError
 from tessera.server.store.models import EventRow, ServedModelRow, WorkloadRow
 from tessera.server.store.store import ACTIVE_STATES, Store
 from tessera.serving.replica_health import ModelHealth
+
+Readiness = Callable[[int, int], bool]  # (workload id, attempt) -> whether the gateway serves that replica now
 
 
 class ModelExistsError(InvalidRequestError):
@@ -67,20 +70,27 @@ def active_replicas(store: Store, model_ids: list[int]) -> dict[int, list[Worklo
 MODEL_STATES: tuple[ModelState, ...] = get_args(ModelState)
 
 
-def ready_replicas(replicas: list[WorkloadRow], health: ModelHealth | None = None) -> int:
-    """Replicas whose engine answers: as the gateway proved them (``health``), else the running ones."""
-    if health is not None and health.ready is not None:
-        return health.ready
-    return sum(r.state == "running" and not r.cancel_requested for r in replicas)
+def ready_replicas(replicas: list[WorkloadRow], readiness: Readiness | None = None) -> int:
+    """Replicas whose engine answers: running, and proven by the gateway (``readiness``: (workload id, attempt) ->
+    registered now) where there is one."""
+    running = [r for r in replicas if r.state == "running" and not r.cancel_requested]
+    if readiness is None:
+        return len(running)
+    return sum(readiness(r.id, r.attempts) for r in running)
 
 
-def model_state(row: ServedModelRow, replicas: list[WorkloadRow], health: ModelHealth | None = None) -> ModelState:
-    """The lifecycle state of a model, from its row, its pending and running replicas (``active_replicas``) and
-    its health as the serving controller saw it last (``replica_health``)."""
+def model_state(
+    row: ServedModelRow,
+    replicas: list[WorkloadRow],
+    health: ModelHealth | None = None,
+    readiness: Readiness | None = None,
+) -> ModelState:
+    """The lifecycle state of a model, from its row, its pending and running replicas (``active_replicas``), its
+    health as the serving controller saw it last (``replica_health``) and which replicas the gateway serves now."""
     live = [r for r in replicas if not r.cancel_requested]
     if row.deleting:
         return "deleting"
-    if ready_replicas(live, health):
+    if ready_replicas(live, readiness):
         return "ready"
     if health is not None and health.failing:
         return "failing"

@@ -11,7 +11,8 @@ model's, or the ``x-tessera-slo`` header) -> a replica picked by the model's rou
 ready, held (``hold``; ``on_demand`` asks the controller for one; 429 + ``Retry-After`` when the hold queue is
 full, 504 when the bounded wait runs out; 503 + ``Retry-After`` at once, with the reason, while the model's
 replicas keep failing) -> forwarded (``forward``; a replica that cannot be reached is left
-alone for a second and the request goes to another, 502 when ``MAX_REPLICA_TRIES`` could not be reached).
+alone for a second and the request goes to another, or waits for the registry to change when none is left, 502
+when ``MAX_REPLICA_TRIES`` could not be reached).
 """
 
 from __future__ import annotations
@@ -253,23 +254,27 @@ class Gateway:
         watch: DisconnectWatch,
     ) -> None:  # fmt: skip
         loop = asyncio.get_running_loop()
-        load = await self._replica_for(request, route, send)
-        if load is None:
-            return  # answered already (held too long, too many held, model gone)
         for _ in range(MAX_REPLICA_TRIES):
+            load = await self._replica_for(request, route, send)
+            if load is None:
+                return  # answered already (held too long, too many held, model gone, failing)
             if await self._forward_counted(load, request, path, body, stream, send, watch):
                 return
-            # The replica could not be reached (nothing was sent to the client yet): try another one.
+            # The replica could not be reached (nothing was sent to the client yet): another one, or, with none
+            # left to try, a moment's wait for the registry to change (a replica that died is being replaced).
             load.unreachable_until_s = loop.time() + UNREACHABLE_BACKOFF_S
-            next_load = self.replicas.pick(request, route.router, loop.time())
-            if next_load is None:
-                break
-            load = next_load
+            if not any(other.view(loop.time()).accepting for other in self.replicas.loads(request.model)):
+                await self._pause(request)
         message = f"no replica of model {request.model!r} could be reached"
         await send_json(send, 502, error_body(message, "api_error", "replica_unreachable"))
         if self.metrics is not None:
             now = loop.time()
             self.metrics.answered(request.model, request.slo.name.lower(), 502, request.arrival_s, now, None, now, 0)
+
+    async def _pause(self, request: InferenceRequest) -> None:
+        """Wait until the model's replicas change, ``UNREACHABLE_BACKOFF_S`` at most."""
+        with contextlib.suppress(TimeoutError, HoldOverflow, HoldExpired):
+            await asyncio.wait_for(self.hold.wait(request), UNREACHABLE_BACKOFF_S)
 
     async def _replica_for(self, request: InferenceRequest, route: ModelRoute, send: Send) -> ReplicaLoad | None:
         """The replica the router picks, holding the request while the model has none ready; None once the
