@@ -1,0 +1,48 @@
+"""What every workload of a server is held to besides its request (``tessera up --workload-pids-max``,
+``--workload-mem-per-gpu``, ``--log-max-size``), and the memory limit of one workload. The launcher puts the result
+in the ``LaunchSpec``; the backend enforces it (the local one in the workload's cgroups: ``backends.cgroup_limits``).
+
+- **Processes**: ``pids_max`` processes and threads per workload (default ``DEFAULT_PIDS_MAX``; 0: none). A fork
+  bomb stops there, whatever the workload asked for.
+- **Memory**: the request's ``mem_mib`` (``tessera submit --mem``) when given. Else ``mem_per_gpu_mib`` times its
+  GPU share in GPUs (a 0.5-GPU workload: half; one without GPUs counts as one GPU), at least
+  ``MIN_DEFAULT_MEM_MIB``; ``mem_per_gpu_mib`` 0 (the default) means the node's memory divided by its GPUs (all of
+  it on a node without GPUs). Never more than the node's memory.
+- **CPU**: the request's ``cpu_milli`` (``--cpu``) as a quota and a weight; without one, no quota.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tessera.backends.capped_log import DEFAULT_LOG_MAX_BYTES
+from tessera.core.workload import MILLI_PER_GPU
+from tessera.errors import InvalidRequestError
+
+DEFAULT_PIDS_MAX = 4096
+MIN_DEFAULT_MEM_MIB = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadLimits:
+    pids_max: int = DEFAULT_PIDS_MAX  # processes and threads per workload (0: no limit)
+    mem_per_gpu_mib: int = 0  # host memory per GPU of share, without --mem (0: the node's memory / its GPUs)
+    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES  # a log file is rotated before it passes this (0: never)
+
+    def __post_init__(self) -> None:
+        if self.pids_max < 0:
+            raise InvalidRequestError("--workload-pids-max", f"must be >= 0 (0: no limit), got {self.pids_max}")
+        if self.mem_per_gpu_mib < 0:
+            raise InvalidRequestError("--workload-mem-per-gpu", f"must be >= 0, got {self.mem_per_gpu_mib}")
+        if self.log_max_bytes < 0:
+            raise InvalidRequestError("--log-max-size", f"must be >= 0 (0: no cap), got {self.log_max_bytes}")
+
+    def memory_mib(self, requested_mib: int, gpu_milli_total: int, node_mem_mib: int, node_gpus: int) -> int:
+        """The memory limit of a workload that asked for ``requested_mib`` (0: nothing) and holds
+        ``gpu_milli_total`` of GPU share (all its GPUs together) on a node of ``node_mem_mib`` and ``node_gpus``."""
+        if requested_mib > 0:
+            return requested_mib
+        per_gpu_mib = self.mem_per_gpu_mib or node_mem_mib // max(1, node_gpus)
+        share_milli = gpu_milli_total if gpu_milli_total > 0 else MILLI_PER_GPU
+        default_mib = max(MIN_DEFAULT_MEM_MIB, per_gpu_mib * share_milli // MILLI_PER_GPU)
+        return min(default_mib, node_mem_mib) if node_mem_mib > 0 else default_mib
