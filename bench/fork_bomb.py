@@ -2,14 +2,19 @@
 answering (``/healthz`` latency before and during), how many processes the bomb got, how many forks were refused,
 and the host's load average. Issue 25's acceptance: ``/healthz`` p99 <= 100 ms during the bomb.
 
-The bomb is bounded by this script: each process starts two more, ``--depth`` levels down (2^(depth+1) - 1
-processes at most), and each lives ``--live-s`` seconds. It asks for no CPU and no memory (as the attacker did), so
-only the server's defaults hold it. Each ``--pids-max`` value is one run (``default``: the option left out, so the
-server's default; ``0``: no pids limit), one after another on this host; ``--src`` runs another checkout's Tessera
-(e.g. an export of the code before the limits, which knows no ``--workload-pids-max``: give ``--pids-max default``).
+The bomb is bounded by this script: each shell starts two more, ``--depth`` levels down (2^(depth+1) - 1 shells at
+most), and each then sleeps ``--live-s`` seconds (a ``sleep`` process each: twice as many processes), or with
+``--spin N`` counts to N (busy on a CPU, no more processes). It
+asks for no CPU and no memory (as the attacker did), so only the server's defaults hold it. The tenant's processes
+seen in ``/proc`` are sampled (a scan while processes come and go may count a few more than were ever there at
+once); the bomb's cgroup's ``pids.peak`` and ``pids.events`` (read while it runs) are exact.
+
+Each ``--pids-max`` value is one run (``default``: the option left out, so the server's default; ``0``: no pids
+limit), one after another on this host; ``--src`` runs another checkout's Tessera (e.g. an export of the code
+before the limits, which knows no ``--workload-pids-max``: give ``--pids-max default``).
 
 Usage (as root): ``python bench/fork_bomb.py [--pids-max default --pids-max 0] [--depth 12] [--live-s 4]
-[--measure-s 20] [--src DIR]``. Linux only (``/proc``).
+[--spin N] [--measure-s 20] [--src DIR]``. Linux only (``/proc``).
 """
 
 from __future__ import annotations
@@ -29,16 +34,19 @@ from pathlib import Path
 
 import httpx
 
+from tessera.backends import cgroup_limits
 from tessera.backends.accounts import user_name
 from tessera.client.http import TesseraClient, wait_healthy
 
 ADMIN = "bench-fork-bomb-admin-token-0123456789"
 BOMB = """
-b() {{ [ $1 -gt 0 ] && {{ b $(($1 - 1)) & b $(($1 - 1)) & }}; sleep {live_s}; }}
+b() {{ [ $1 -gt 0 ] && {{ b $(($1 - 1)) & b $(($1 - 1)) & }}; {work}; }}
 sleep 600 & keep=$!
+echo "pid $$"
 (b {depth})
 wait $keep
 """
+SPIN = "i=0; while [ $i -lt {spin} ]; do i=$((i + 1)); done"  # busy, without forking
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -129,7 +137,8 @@ def run(pids_max: str, args: argparse.Namespace) -> None:
         with Probe(url, None) as before:
             time.sleep(args.baseline_s)
         with TesseraClient(url, token) as client:
-            bomb = BOMB.format(depth=args.depth, live_s=args.live_s)
+            work = SPIN.format(spin=args.spin) if args.spin else f"sleep {args.live_s}"
+            bomb = BOMB.format(depth=args.depth, work=work)
             workload_id = int(client.submit({"command": ["sh", "-c", bomb]})["id"])
             with Probe(url, tenant_uid(tenant)) as during:
                 while during.uid is None:
@@ -137,6 +146,7 @@ def run(pids_max: str, args: argparse.Namespace) -> None:
                     time.sleep(0.05)
                 time.sleep(args.measure_s)
             text = str(client.logs(workload_id)["data"])
+            cgroup = cgroup_counts(text)
             events = [e["message"] for e in client.events(workload_id) if e["kind"] == "started"]
             client.cancel(workload_id)
             deadline = time.monotonic() + 60
@@ -145,15 +155,29 @@ def run(pids_max: str, args: argparse.Namespace) -> None:
         refused = text.count("Cannot fork")
         print(f"pids-max {pids_max}: {events[0] if events else 'not started'}")
         print(f"  before: {before.summary()}")
+        print(f"  during: {during.summary()}; load average max {during.load_max:.1f}")
         print(
-            f"  during: {during.summary()}; load average max {during.load_max:.1f}; the tenant's processes max "
-            f"{during.processes_max}; forks refused {refused}"
+            f"  the tenant's processes: at most {during.processes_max} seen in /proc; {refused} 'Cannot fork' lines "
+            f"logged; its cgroup: {cgroup}"
         )
     finally:
         server.terminate()
         server.wait(30)
         subprocess.run(["userdel", user_name(tenant)], capture_output=True, check=False)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def cgroup_counts(log_text: str) -> str:
+    """The bomb's cgroup's pids.max, pids.peak (where the kernel has it) and refused forks (pids.events), read
+    through the bomb's shell (its pid is the log's first line) while it runs."""
+    words = log_text.split()
+    if len(words) < 2 or words[0] != "pid":
+        return "unknown (no pid in the log)"
+    directory = cgroup_limits.directories_of(int(words[1])).get("pids")
+    if directory is None:
+        return "no pids controller"
+    names = [n for n in ("pids.max", "pids.peak", "pids.events") if (directory / n).exists()]
+    return ", ".join(f"{n} {(directory / n).read_text().strip()}" for n in names) or f"no pids limit ({directory})"
 
 
 def free_port() -> int:
@@ -167,17 +191,19 @@ def free_port() -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pids-max", action="append", help="a run's --workload-pids-max (default: the default)")
-    parser.add_argument("--depth", type=int, default=12, help="levels of the bomb (2^(depth+1) - 1 processes)")
-    parser.add_argument("--live-s", type=float, default=4.0, help="how long each bomb process lives")
+    parser.add_argument("--depth", type=int, default=12, help="levels of the bomb (2^(depth+1) - 1 shells)")
+    parser.add_argument("--live-s", type=float, default=4.0, help="how long each bomb process lives (sleeping)")
+    parser.add_argument("--spin", type=int, default=0, help="each bomb process counts to this instead (busy)")
     parser.add_argument("--measure-s", type=float, default=20.0, help="how long /healthz is measured in the bomb")
     parser.add_argument("--baseline-s", type=float, default=3.0, help="how long it is measured before")
     parser.add_argument("--src", default=str(Path(__file__).resolve().parent.parent / "src"), help="Tessera to run")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root: tenants' OS users and cgroup limits need a root server")
+    each = f"counting to {args.spin} (busy)" if args.spin else f"sleeping {args.live_s:g} s"
     print(
-        f"{os.cpu_count()} CPUs; bomb depth {args.depth} (at most {2 ** (args.depth + 1) - 1} processes), "
-        f"each living {args.live_s:g} s; Tessera from {args.src}"
+        f"{os.cpu_count()} CPUs; bomb depth {args.depth} (at most {2 ** (args.depth + 1) - 1} shells), "
+        f"each {each}; Tessera from {args.src}"
     )
     for pids_max in args.pids_max or ["default"]:
         run(pids_max, args)

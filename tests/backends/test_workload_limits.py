@@ -104,7 +104,7 @@ def test_the_limits_are_in_the_workloads_cgroups_and_a_fork_bomb_stops_at_pids_m
     backend: LocalBackend, tmp_path: Path
 ) -> None:
     _require_limits(backend)
-    # Each process starts two more, 10 levels down: 2047 processes, bounded by the test; pids.max stops it at 40.
+    # Each shell starts two more, 10 levels down: 2047 shells and their sleeps, bounded by the test; pids.max: 40.
     # The shell forks nothing once the bomb has gone off (a shell whose fork fails exits): it waits for its sleep.
     bomb = "b() { [ $1 -gt 0 ] && { b $(($1 - 1)) & b $(($1 - 1)) & }; sleep 3; }; "
     bomb += "sleep 60 & k=$!; (b 10) & echo $$ > pid; wait $k"

@@ -32,7 +32,7 @@ pytestmark = [
 
 PIDS_MAX = 64
 LOG_CAP = 1024 * 1024
-# Each process starts two more, 11 levels down (4095 processes: the test's bound), and each lives 4 s. The shell
+# Each shell starts two more, 11 levels down (4095 shells and as many sleeps: the test's bound), and each lives 4 s. The shell
 # itself forks nothing once the bomb has gone off (a shell whose fork fails exits): it waits for its sleep.
 FORK_BOMB = """
 b() { [ $1 -gt 0 ] && { b $(($1 - 1)) & b $(($1 - 1)) & }; sleep 4; }
@@ -121,7 +121,7 @@ def test_a_fork_bomb_stops_at_pids_max_and_the_server_keeps_answering(server: Li
         started = [e["message"] for e in client.events(workload_id) if e["kind"] == "started"]
         client.cancel(workload_id)
     print(f"fork bomb: {refused} forks refused by pids.max={PIDS_MAX}, peak {peak}; /healthz {healthz.summary()}")
-    assert refused > 0  # stopped by pids.max, not only by the test's bound of 4095 processes
+    assert refused > 0  # stopped by pids.max, not only by the test's bound
     assert limits["pids.max"] == str(PIDS_MAX) and (peak is None or int(peak) <= PIDS_MAX)
     assert limits.get("memory.max", limits.get("memory.limit_in_bytes")) == str(512 * 1024 * 1024)
     assert limits.get("cpu.max", limits.get("cpu.cfs_quota_us")) in ("100000 100000", "100000")
