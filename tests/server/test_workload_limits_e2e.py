@@ -32,8 +32,8 @@ pytestmark = [
 
 PIDS_MAX = 64
 LOG_CAP = 1024 * 1024
-# Each shell starts two more, 11 levels down (4095 shells and as many sleeps: the test's bound), and each lives 4 s. The shell
-# itself forks nothing once the bomb has gone off (a shell whose fork fails exits): it waits for its sleep.
+# Each shell starts two more, 11 levels down (4095 shells and as many sleeps: the test's bound), and each lives 4 s.
+# The first shell forks nothing once the bomb has gone off (a shell whose fork fails exits): it waits for its sleep.
 FORK_BOMB = """
 b() { [ $1 -gt 0 ] && { b $(($1 - 1)) & b $(($1 - 1)) & }; sleep 4; }
 sleep 120 & keep=$!
