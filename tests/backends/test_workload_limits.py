@@ -125,3 +125,15 @@ def test_the_limits_are_in_the_workloads_cgroups_and_a_fork_bomb_stops_at_pids_m
     wait_for_exit(backend, "bomb")
     assert "Cannot fork" in log.read_text()
     assert not any(d.exists() for d in directories.values())  # removed with the workload
+
+
+def test_a_workload_over_its_memory_limit_is_killed_inside_it(backend: LocalBackend, tmp_path: Path) -> None:
+    _require_limits(backend)
+    # tail keeps a line without a newline whole: 300 MB of memory against a limit of 64 MiB.
+    script = "head -c 300000000 /dev/zero | tail -n 1 | wc -c; echo after"
+    spec = LaunchSpec("hog", ("sh", "-c", script), log_path=tmp_path / "hog.log", workdir=tmp_path)
+    backend.launch(dataclasses.replace(spec, mem_max_mib=64))
+    assert wait_for_exit(backend, "hog").exit_code == 0  # the shell goes on: only the hog was killed
+    words = (tmp_path / "hog.log").read_text().split()
+    assert words[0] == "0" and "Killed" in words and words[-1] == "after"  # tail was killed (OOM) before it wrote
+
