@@ -136,4 +136,3 @@ def test_a_workload_over_its_memory_limit_is_killed_inside_it(backend: LocalBack
     assert wait_for_exit(backend, "hog").exit_code == 0  # the shell goes on: only the hog was killed
     words = (tmp_path / "hog.log").read_text().split()
     assert words[0] == "0" and "Killed" in words and words[-1] == "after"  # tail was killed (OOM) before it wrote
-
