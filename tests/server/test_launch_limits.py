@@ -15,25 +15,24 @@ from tessera.server.workload_limits import DEFAULT_PIDS_MAX, MIN_DEFAULT_MEM_MIB
 
 
 @pytest.mark.parametrize(
-    ("requested_mib", "gpu_milli_total", "expected_mib"),
+    ("requested_mib", "gpu_count", "expected_mib"),
     [
-        (2048, 1000, 2048),  # --mem wins
-        (0, 1000, 16 * 1024),  # one GPU of a node of 4 GPUs and 64 GiB: a quarter
-        (0, 2000, 32 * 1024),
-        (0, 500, 8 * 1024),  # half a GPU: half of that
+        (2048, 1, 2048),  # --mem wins
+        (0, 1, 16 * 1024),  # on one GPU of a node of 4 GPUs and 64 GiB: a quarter, whatever its share of it
+        (0, 2, 32 * 1024),
         (0, 0, 16 * 1024),  # no GPU: as one GPU
-        (0, 10, MIN_DEFAULT_MEM_MIB),  # a sliver of a GPU: the floor
-        (0, 8000, 64 * 1024),  # never more than the node
+        (0, 8, 64 * 1024),  # never more than the node
     ],
 )
-def test_memory_limit_from_the_request_else_the_gpu_share(
-    requested_mib: int, gpu_milli_total: int, expected_mib: int
+def test_memory_limit_from_the_request_else_the_gpus_it_is_on(
+    requested_mib: int, gpu_count: int, expected_mib: int
 ) -> None:
-    assert WorkloadLimits().memory_mib(requested_mib, gpu_milli_total, 64 * 1024, 4) == expected_mib
+    assert WorkloadLimits().memory_mib(requested_mib, gpu_count, 64 * 1024, 4) == expected_mib
 
 
-def test_memory_per_gpu_can_be_set_and_a_node_without_gpus_gives_all_its_memory() -> None:
-    assert WorkloadLimits(mem_per_gpu_mib=4096).memory_mib(0, 1500, 64 * 1024, 4) == 6144
+def test_memory_per_gpu_can_be_set_a_floor_holds_and_a_node_without_gpus_gives_all_its_memory() -> None:
+    assert WorkloadLimits(mem_per_gpu_mib=4096).memory_mib(0, 2, 64 * 1024, 4) == 8192
+    assert WorkloadLimits(mem_per_gpu_mib=100).memory_mib(0, 1, 64 * 1024, 4) == MIN_DEFAULT_MEM_MIB
     assert WorkloadLimits().memory_mib(0, 0, 8192, 0) == 8192
 
 
@@ -59,7 +58,7 @@ def test_the_launch_carries_the_request_s_limits_and_the_server_s(make_harness: 
     specs = {spec.workload_id: spec for spec in h.backend.launched}
     one, other = specs[str(asked["id"])], specs[str(half["id"])]
     assert (one.mem_max_mib, one.cpu_milli, one.pids_max) == (3072, 2000, DEFAULT_PIDS_MAX)
-    assert (other.mem_max_mib, other.cpu_milli) == (32 * 1024, 0)
+    assert (other.mem_max_mib, other.cpu_milli) == (64 * 1024, 0)  # half of one GPU: that GPU's part of the host
     assert one.log_max_bytes == WorkloadLimits().log_max_bytes
 
 

@@ -342,7 +342,7 @@ def up(
         str,
         typer.Option(
             "--workload-mem-per-gpu",
-            help="Memory limit per GPU of share for a workload without --mem (auto: the node's memory / its GPUs).",
+            help="Memory limit of a workload without --mem, per GPU it is on (auto: the node's memory / its GPUs).",
         ),
     ] = "auto",
 ) -> None:

@@ -147,11 +147,10 @@ class Launcher:
         )
 
     def _memory_mib(self, entry: RunningEntry, gpu_count: int) -> int:
-        """The workload's memory limit: its request, else the server's default for its GPU share on its node."""
+        """The workload's memory limit: its request, else the server's default for the GPUs it is on."""
         node = self.pool.nodes[entry.placements[0].node] if entry.placements else None
         node_mem_mib, node_gpus = (node.mem_mib, node.gpu_count) if node is not None else (0, 0)
-        total_milli = share_milli(entry) * gpu_count
-        return self.config.limits.memory_mib(entry.row.mem_mib, total_milli, node_mem_mib, node_gpus)
+        return self.config.limits.memory_mib(entry.row.mem_mib, gpu_count, node_mem_mib, node_gpus)
 
     def _node_of(self, entry: RunningEntry) -> str | None:
         """The host of a GPU-less workload's first placement (as its GPUs would name it), None when unplaced."""

@@ -4,10 +4,12 @@ in the ``LaunchSpec``; the backend enforces it (the local one in the workload's 
 
 - **Processes**: ``pids_max`` processes and threads per workload (default ``DEFAULT_PIDS_MAX``; 0: none). A fork
   bomb stops there, whatever the workload asked for.
-- **Memory**: the request's ``mem_mib`` (``tessera submit --mem``) when given. Else ``mem_per_gpu_mib`` times its
-  GPU share in GPUs (a 0.5-GPU workload: half; one without GPUs counts as one GPU), at least
-  ``MIN_DEFAULT_MEM_MIB``; ``mem_per_gpu_mib`` 0 (the default) means the node's memory divided by its GPUs (all of
-  it on a node without GPUs). Never more than the node's memory.
+- **Memory**: the request's ``mem_mib`` (``tessera submit --mem``) when given. Else ``mem_per_gpu_mib`` times the
+  GPUs it is on, whatever its share of each (one without GPUs counts as one GPU), at least ``MIN_DEFAULT_MEM_MIB``;
+  ``mem_per_gpu_mib`` 0 (the default) means the node's memory divided by its GPUs (all of it on a node without
+  GPUs). Never more than the node's memory. A fraction of a GPU gets the whole GPU's part: what a process needs of
+  host memory (its framework, the CUDA context, pinned buffers, an engine's CPU-side cache) does not shrink with its
+  compute share, so the sharers of one GPU may together hold more than its part (up to the node's memory).
 - **CPU**: the request's ``cpu_milli`` (``--cpu``) as a quota and a weight; without one, no quota.
 """
 
@@ -16,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tessera.backends.capped_log import DEFAULT_LOG_MAX_BYTES
-from tessera.core.workload import MILLI_PER_GPU
 from tessera.errors import InvalidRequestError
 
 DEFAULT_PIDS_MAX = 4096
@@ -37,12 +38,11 @@ class WorkloadLimits:
         if self.log_max_bytes < 0:
             raise InvalidRequestError("--log-max-size", f"must be >= 0 (0: no cap), got {self.log_max_bytes}")
 
-    def memory_mib(self, requested_mib: int, gpu_milli_total: int, node_mem_mib: int, node_gpus: int) -> int:
-        """The memory limit of a workload that asked for ``requested_mib`` (0: nothing) and holds
-        ``gpu_milli_total`` of GPU share (all its GPUs together) on a node of ``node_mem_mib`` and ``node_gpus``."""
+    def memory_mib(self, requested_mib: int, gpu_count: int, node_mem_mib: int, node_gpus: int) -> int:
+        """The memory limit of a workload that asked for ``requested_mib`` (0: nothing) and is on ``gpu_count``
+        GPUs (any share of each) of a node of ``node_mem_mib`` and ``node_gpus``."""
         if requested_mib > 0:
             return requested_mib
         per_gpu_mib = self.mem_per_gpu_mib or node_mem_mib // max(1, node_gpus)
-        share_milli = gpu_milli_total if gpu_milli_total > 0 else MILLI_PER_GPU
-        default_mib = max(MIN_DEFAULT_MEM_MIB, per_gpu_mib * share_milli // MILLI_PER_GPU)
+        default_mib = max(MIN_DEFAULT_MEM_MIB, per_gpu_mib * max(1, gpu_count))
         return min(default_mib, node_mem_mib) if node_mem_mib > 0 else default_mib
