@@ -17,7 +17,7 @@ runner = CliRunner()
 @pytest.mark.parametrize(
     ("option", "value", "says"),
     [
-        ("--workload-pids-max", "-1", ">= 0"),
+        ("--workload-pids-max", "-1", "at least 8"),
         ("--workload-mem-per-gpu", "lots", "memory size"),
         ("--log-max-size", "big", "not a size"),
     ],

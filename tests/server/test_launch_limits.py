@@ -40,6 +40,7 @@ def test_memory_per_gpu_can_be_set_a_floor_holds_and_a_node_without_gpus_gives_a
     ("limits", "field"),
     [
         ({"pids_max": -1}, "--workload-pids-max"),
+        ({"pids_max": 3}, "--workload-pids-max"),
         ({"mem_per_gpu_mib": -5}, "--workload-mem-per-gpu"),
         ({"log_max_bytes": -1}, "--log-max-size"),
     ],

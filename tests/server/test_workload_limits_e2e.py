@@ -45,24 +45,30 @@ FLOOD_BYTES = 300 * 1000 * 1000
 
 
 @pytest.fixture
-def server() -> Iterator[LiveServer]:
+def tenants() -> Iterator[list[str]]:
+    """The tenants a test made: their OS users are removed after it."""
+    made: list[str] = []
+    yield made
+    for tenant in made:
+        subprocess.run(["userdel", user_name(tenant)], capture_output=True, check=False)
+
+
+@pytest.fixture
+def server(tenants: list[str]) -> Iterator[LiveServer]:
     # Not pytest's tmp_path: its parents are 0700, so tenants' users could not reach their homes inside.
     data_dir = Path(tempfile.mkdtemp(prefix="tessera-limits-", dir="/tmp"))
     args = ("--workload-pids-max", str(PIDS_MAX), "--log-max-size", "1MiB")
     live = LiveServer(data_dir, gpus="2xA100-80GB", run_as="tenant-users", args=args)
     live.start()
-    live.tenants = []  # type: ignore[attr-defined]
     yield live
     live.cancel_all()
     live.stop()
-    for tenant in live.tenants:  # type: ignore[attr-defined]
-        subprocess.run(["userdel", user_name(tenant)], capture_output=True, check=False)
     shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def _token(server: LiveServer) -> str:
+def _token(server: LiveServer, tenants: list[str]) -> str:
     tenant = f"lim{uuid.uuid4().hex[:8]}"
-    server.tenants.append(tenant)  # type: ignore[attr-defined]
+    tenants.append(tenant)
     with server.client() as admin:
         return str(admin.create_token(tenant)["token"])
 
@@ -102,8 +108,8 @@ def _log_text(server: LiveServer, token: str, workload_id: int) -> str:
         return str(client.logs(workload_id)["data"])
 
 
-def test_a_fork_bomb_stops_at_pids_max_and_the_server_keeps_answering(server: LiveServer) -> None:
-    token = _token(server)
+def test_a_fork_bomb_stops_at_pids_max_and_the_server_keeps_answering(server: LiveServer, tenants: list[str]) -> None:
+    token = _token(server, tenants)
     with server.client(token) as client, httpx.Client(base_url=server.url, timeout=10) as http:
         statuses: list[int] = []
         with _Sampler(lambda: statuses.append(http.get("/healthz").status_code)) as healthz:
@@ -150,8 +156,10 @@ def _on_disk(log: Path) -> int:
     return total
 
 
-def test_a_flooded_log_stays_under_its_cap_and_other_logs_read_meanwhile(server: LiveServer) -> None:
-    flooder, reader = _token(server), _token(server)
+def test_a_flooded_log_stays_under_its_cap_and_other_logs_read_meanwhile(
+    server: LiveServer, tenants: list[str]
+) -> None:
+    flooder, reader = _token(server, tenants), _token(server, tenants)
     with server.client(reader) as client:
         quiet_id = int(client.submit({"command": ["sh", "-c", "echo quiet line; sleep 120"]})["id"])
         wait_for(lambda: "quiet line" in _log_text(server, reader, quiet_id), timeout_s=60)

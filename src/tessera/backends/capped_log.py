@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from typing import IO
 
 DEFAULT_LOG_MAX_BYTES = 64 * 1024 * 1024  # per log file before it is rotated (tessera up --log-max-size)
 _SNAPSHOT_TRIES = 20
+_RETRY_S = 0.001
 
 
 def rotated_path(path: Path) -> Path:
@@ -113,6 +115,7 @@ def _snapshot(path: Path) -> Segments:
         for handle in (current, rotated):
             if handle is not None:
                 handle.close()
+        time.sleep(_RETRY_S)  # a rotation under way: it takes microseconds
     raise AssertionError("unreachable: the last try trusts the base")
 
 

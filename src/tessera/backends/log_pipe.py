@@ -36,11 +36,12 @@ class LogPipe:
         self._thread = threading.Thread(target=self._copy, name="tessera-log-pipe", daemon=True)
 
     def start(self) -> None:
-        """The pipe becomes fd 1 and 2 (inherited by the command); the copying thread starts."""
+        """The copying thread starts, then the pipe becomes fd 1 and 2 (inherited by the command). Raises
+        ``RuntimeError`` when no thread can be started (the workload's pids limit): then nothing has changed."""
+        self._thread.start()
         os.dup2(self._write_fd, 1)
         os.dup2(self._write_fd, 2)
         os.close(self._write_fd)
-        self._thread.start()
 
     def finish(self) -> None:
         """Copies what is left (see the module's doc), then writes fd 1 and 2 straight to the log file."""

@@ -287,7 +287,7 @@ def start_log_pipe(spec: CommandSpec) -> LogPipe | None:
     try:
         pipe = LogPipe(Path(spec.log), spec.log_max_bytes, sys.stdout.fileno())
         pipe.start()
-    except OSError as error:
+    except (OSError, RuntimeError) as error:  # RuntimeError: no thread (the workload's pids limit)
         logger.warning("cannot cap the log %s (%s): the command writes it directly", spec.log, error)
         return None
     return pipe

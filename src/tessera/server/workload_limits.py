@@ -21,6 +21,7 @@ from tessera.backends.capped_log import DEFAULT_LOG_MAX_BYTES
 from tessera.errors import InvalidRequestError
 
 DEFAULT_PIDS_MAX = 4096
+MIN_PIDS_MAX = 8  # the workload's supervisor is 2 of them (its thread copies the log)
 MIN_DEFAULT_MEM_MIB = 1024
 
 
@@ -31,8 +32,9 @@ class WorkloadLimits:
     log_max_bytes: int = DEFAULT_LOG_MAX_BYTES  # a log file is rotated before it passes this (0: never)
 
     def __post_init__(self) -> None:
-        if self.pids_max < 0:
-            raise InvalidRequestError("--workload-pids-max", f"must be >= 0 (0: no limit), got {self.pids_max}")
+        if self.pids_max < 0 or 0 < self.pids_max < MIN_PIDS_MAX:
+            why = f"must be 0 (no limit) or at least {MIN_PIDS_MAX} (the supervisor takes 2), got {self.pids_max}"
+            raise InvalidRequestError("--workload-pids-max", why)
         if self.mem_per_gpu_mib < 0:
             raise InvalidRequestError("--workload-mem-per-gpu", f"must be >= 0, got {self.mem_per_gpu_mib}")
         if self.log_max_bytes < 0:
