@@ -32,7 +32,7 @@ class LogPipe:
         """``log_fd``: the log file, open for appending (the supervisor's stdout as the server started it)."""
         self.log = CappedLog(log_path, max_bytes, fd=os.dup(log_fd))
         self._read_fd, self._write_fd = os.pipe()
-        self._finishing = threading.Event()
+        self._wake_read_fd, self._wake_write_fd = os.pipe()  # ``finish`` wakes the thread (no polling meanwhile)
         self._thread = threading.Thread(target=self._copy, name="tessera-log-pipe", daemon=True)
 
     def start(self) -> None:
@@ -45,11 +45,11 @@ class LogPipe:
 
     def finish(self) -> None:
         """Copies what is left (see the module's doc), then writes fd 1 and 2 straight to the log file."""
-        self._finishing.set()
         null = os.open(os.devnull, os.O_WRONLY)
         for fd in (1, 2):  # drops this process's ends of the pipe: without other writers, the thread sees the end
             os.dup2(null, fd)
         os.close(null)
+        os.write(self._wake_write_fd, b"x")
         self._thread.join(DRAIN_S + 1.0)
         if not self._thread.is_alive():  # else it still copies: its file may change under us
             self.log.flush_held()
@@ -58,13 +58,15 @@ class LogPipe:
 
     def _copy(self) -> None:
         drain_until: float | None = None
+        watched = [self._read_fd, self._wake_read_fd]
         while True:
-            if drain_until is None and self._finishing.is_set():
+            # Until ``finish``, waits for output or the wake-up; after it, a pipe quiet for QUIET_S ends the copy.
+            readable, _, _ = select.select(watched, [], [], None if drain_until is None else QUIET_S)
+            if self._wake_read_fd in readable:
+                watched.remove(self._wake_read_fd)
                 drain_until = time.monotonic() + DRAIN_S
-            # Until the end a timeout only looks at ``_finishing`` again; after it, a quiet pipe ends the copy.
-            readable, _, _ = select.select([self._read_fd], [], [], 0.1 if drain_until is None else QUIET_S)
-            if not readable:
-                if drain_until is not None:
+            if self._read_fd not in readable:
+                if drain_until is not None and not readable:
                     return
                 continue
             chunk = os.read(self._read_fd, CHUNK_BYTES)
