@@ -14,6 +14,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from tessera.backends.capped_log import DEFAULT_LOG_MAX_BYTES
+
 
 @dataclass(frozen=True, slots=True)
 class GpuShare:
@@ -36,7 +38,11 @@ class LaunchSpec:
     # the local backend has one node and needs none of it. ``node`` as ``GpuDevice.node`` names it.
     node: str | None = None
     gpus: tuple[GpuShare, ...] = ()
-    cpu_milli: int = 0
+    # What it asked for and is held to (the local backend: its cgroup's cpu, memory and pids limits; 0 = none).
+    cpu_milli: int = 0  # a CPU quota of cpu_milli / 1000 CPUs, and a weight in proportion
+    mem_max_mib: int = 0  # its memory (the request's --mem, else the server's default for its GPU share)
+    pids_max: int = 0  # its processes and threads together
+    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES  # its log is rotated before a file passes this size (0: never)
     # Run it in a network namespace of its own (loopback only) where the backend can make one; a model replica asks,
     # so that no other tenant reaches the TCP ports its engine opens. ``Backend.private_network`` says if it can.
     private_network: bool = False
@@ -53,6 +59,8 @@ class Handle:
     workload_id: str
     backend: str  # the kind of backend that made it ("local", "fake", ...)
     data: Mapping[str, JsonScalar]  # the backend's own fields (the local backend: pid, pgid, start marker, exit file)
+    # For people (not part of its identity): what the launch gave it (the local backend: its limits), in its events.
+    note: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         for key, value in self.data.items():
@@ -61,17 +69,18 @@ class Handle:
         object.__setattr__(self, "data", MappingProxyType(dict(self.data)))
 
     def to_json(self) -> dict[str, Any]:
-        return {"workload_id": self.workload_id, "backend": self.backend, "data": dict(self.data)}
+        value = {"workload_id": self.workload_id, "backend": self.backend, "data": dict(self.data)}
+        return {**value, "note": self.note} if self.note else value
 
     @classmethod
     def from_json(cls, value: Any) -> Handle:
         """The handle ``to_json`` wrote; raises ``ValueError`` for anything else."""
-        if not isinstance(value, Mapping) or set(value) != {"workload_id", "backend", "data"}:
+        if not isinstance(value, Mapping) or set(value) - {"note"} != {"workload_id", "backend", "data"}:
             raise ValueError(f"not a backend handle: {value!r}")
-        workload_id, backend, data = value["workload_id"], value["backend"], value["data"]
-        if not isinstance(workload_id, str) or not isinstance(backend, str) or not isinstance(data, Mapping):
+        workload_id, backend, data, note = value["workload_id"], value["backend"], value["data"], value.get("note", "")
+        if not all(isinstance(v, str) for v in (workload_id, backend, note)) or not isinstance(data, Mapping):
             raise ValueError(f"not a backend handle: {value!r}")
-        return cls(workload_id, backend, data)
+        return cls(workload_id, backend, data, note)
 
 
 @dataclass(frozen=True, slots=True)

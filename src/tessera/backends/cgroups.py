@@ -109,10 +109,10 @@ def detect(kind: str, run_dir: Path) -> CgroupTree | None:
 
 
 def _usable_tree(kind: str, run_dir: Path) -> CgroupTree:
-    mount = _mount_point(kind)
+    mount = mount_point(kind)
     if mount is None:
         raise CgroupError(errno.ENOENT, "not mounted")
-    root = mount / _own_path(kind).lstrip("/") / tree_name(run_dir)
+    root = mount / own_path(kind).lstrip("/") / tree_name(run_dir)
     root.mkdir(exist_ok=True)
     probe = root / f"probe-{os.getpid()}"
     probe.mkdir(exist_ok=True)
@@ -127,7 +127,7 @@ def _usable_tree(kind: str, run_dir: Path) -> CgroupTree:
     return CgroupTree(kind, root)
 
 
-def _mount_point(kind: str) -> Path | None:
+def mount_point(kind: str) -> Path | None:
     """Where the hierarchy of ``kind`` is mounted (the first such mount), or None."""
     for line in MOUNTS.read_text().splitlines():
         fields = line.split()
@@ -139,7 +139,7 @@ def _mount_point(kind: str) -> Path | None:
     return None
 
 
-def _own_path(kind: str) -> str:
+def own_path(kind: str) -> str:
     """This process's cgroup in the hierarchy of ``kind`` ("/" when it is not listed)."""
     for line in OWN_CGROUPS.read_text().splitlines():
         number, controllers, path = line.split(":", 2)

@@ -38,6 +38,7 @@ a workload whose launch has not returned yet does nothing (the caller stops it o
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import logging
@@ -174,7 +175,7 @@ class LocalBackend:
             self.ref_path(spec.workload_id).unlink(missing_ok=True)  # an earlier run's, not forgotten: not this one
             intent = Intent.new(spec.workload_id, exit_file)
             write_intent(self.intent_path(spec.workload_id), intent)  # if the launch fails, find() finds nothing by it
-            cgroup = self.exec.prepare(spec, file_stem(spec.workload_id), spec_file, account)
+            cgroup, note = self.exec.prepare(spec, file_stem(spec.workload_id), spec_file, account)
             try:
                 with open_log(spec.log_path) as log, stop_signals_held():
                     popen = subprocess.Popen(
@@ -188,7 +189,7 @@ class LocalBackend:
                         start_new_session=True,  # leads its own session and process group: pgid == pid
                     )
             except BaseException:
-                self.exec.undo(file_stem(spec.workload_id), spec_file, cgroup)
+                self.exec.undo(spec_file, file_stem(spec.workload_id), cgroup)
                 raise
             crash_point("after-launch")
             marker = procfs.read_start_marker(popen.pid)  # our unreaped child: its /proc entry is there
@@ -204,8 +205,8 @@ class LocalBackend:
             with self._lock:
                 self._starting.discard(spec.workload_id)
         one_line = " ".join(shlex.join(spec.argv).split())
-        logger.info("launched %s as pid %d: %s", spec.workload_id, popen.pid, one_line[:120])
-        return ref.handle()
+        logger.info("launched %s as pid %d (%s): %s", spec.workload_id, popen.pid, note, one_line[:120])
+        return dataclasses.replace(ref.handle(), note=note)
 
     def adopt(self, handle: Handle) -> None:
         """Tracks a workload started by an earlier server; if it has ended, the next ``poll`` reports it."""

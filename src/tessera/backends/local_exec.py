@@ -6,14 +6,18 @@
 - **The command** gets a clean environment (``accounts.workload_env``: a minimal base and the spec's ``env``, nothing
   of the server's), umask 022, and with ``accounts`` (a root server) its tenant's OS user, in that user's home unless
   the spec names a directory. All of it goes in ``<id>.spec.json`` (0600; the supervisor deletes it once read).
-- **The log** is opened by the server (0600, in a 0700 directory) and handed over as stdout: a tenant's user can
-  write its own log through it but read no log at all.
 - **A private runtime directory** per workload (``runtime_dirs``: ``TESSERA_RUNTIME_DIR``, 0700, its own user's),
   and for a workload that asks (a model replica) a network namespace of its own (``netns``) where the server is
   root: what it listens on there, only the server reaches.
+- **The log** is opened by the server (0600, in a 0700 directory) and handed to the supervisor as stdout; the
+  command writes to a pipe that the supervisor copies to the log under its cap (``log_pipe.py``): a tenant's user
+  can read no log at all, nor write its own past the cap.
 - **Containment**: a cgroup per workload where one is usable (``cgroups.py``), which the supervisor joins before it
   starts the command, and which the backend kills and removes when the workload ends, also when the supervisor was
   SIGKILLed. The supervisor is a child subreaper too (``reaper.py``), the fallback without cgroups.
+- **Limits** (``cgroup_limits.py``): the workload's processes, memory and CPU, set on its cgroups before the
+  supervisor joins them; what this host cannot enforce is said in the server's log and in the handle's note (the
+  workload's ``started`` event).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from pathlib import Path
 from typing import IO
 
 import tessera
-from tessera.backends import cgroups, netns
+from tessera.backends import cgroup_limits, cgroups, netns
 from tessera.backends.accounts import DEFAULT_PATH, LANG, Account, TenantAccounts, server_account, workload_env
 from tessera.backends.base import LaunchSpec
 from tessera.backends.runtime_dirs import RUNTIME_DIR_ENV, RuntimeDirError, RuntimeDirs, runtime_base
@@ -46,11 +50,14 @@ class LocalExec:
     def __init__(self, python: str, containment: str, run_dir: Path, accounts: TenantAccounts | None) -> None:
         self.python = python
         self.cgroups = cgroups.detect(containment, run_dir)
+        self.limit_places = cgroup_limits.detect(self.cgroups, run_dir)
         self.accounts = accounts
         self.server_account = server_account()
         self.supervisor_env = {"PATH": DEFAULT_PATH, "LANG": LANG, "PYTHONPATH": package_root()}
         how = f"a {self.cgroups.kind} cgroup each" if self.cgroups else "their supervisor as subreaper (no cgroup)"
         logger.info("workloads are contained by %s", how)
+        log = logger.warning if self.limit_places.missing else logger.info
+        log("%s", self.limit_places.describe())
         self.runtime = _runtime_dirs(run_dir)
         self._private_network: bool | None = None  # found out at the first launch that asks
 
@@ -73,16 +80,22 @@ class LocalExec:
         """The tenant's account the command runs as; None: the server's. ``TesseraError`` when it has none."""
         return self.accounts.account(spec.tenant) if self.accounts and spec.tenant is not None else None
 
-    def prepare(self, spec: LaunchSpec, stem: str, spec_file: Path, account: Account | None) -> Path | None:
-        """Makes the workload's cgroup (if any, returned) and writes the spec file for the supervisor."""
+    def prepare(self, spec: LaunchSpec, stem: str, spec_file: Path, account: Account | None) -> tuple[Path | None, str]:
+        """Makes the workload's cgroups with its limits and writes the spec file for the supervisor; returns its
+        containment cgroup (None without) and its limits in words."""
         cgroup = self.cgroups.create(stem) if self.cgroups else None
+        try:
+            note = self._limit(spec, stem, cgroup)
+        except BaseException:
+            self.undo(spec_file, stem, cgroup)
+            raise
         runs_as = account or self.server_account
         env = dict(spec.env)
         try:
             if self.runtime is not None:
                 env[RUNTIME_DIR_ENV] = str(self.runtime.make(stem, runs_as.uid, runs_as.gid))
         except BaseException:
-            self.undo(stem, spec_file, cgroup)
+            self.undo(spec_file, stem, cgroup)
             raise
         command_spec = CommandSpec(
             env=workload_env(runs_as, env),
@@ -94,18 +107,34 @@ class LocalExec:
             cgroup=None if cgroup is None else str(cgroup),
             cgroup_kind=None if self.cgroups is None else self.cgroups.kind,
             private_network=spec.private_network and self.private_network,
+            limit_cgroups=tuple(str(p) for p in self.limit_places.v1_dirs(stem, cgroup)) if cgroup else (),
+            log=None if spec.log_path is None else str(spec.log_path.absolute()),
+            log_max_bytes=spec.log_max_bytes,
         )
         try:
             write_private(spec_file, json.dumps(command_spec.to_json()))
         except BaseException:
-            self.undo(stem, spec_file, cgroup)
+            self.undo(spec_file, stem, cgroup)
             raise
-        return cgroup
+        return cgroup, note
 
-    def undo(self, stem: str, spec_file: Path, cgroup: Path | None) -> None:
+    def _limit(self, spec: LaunchSpec, stem: str, cgroup: Path | None) -> str:
+        """Sets the workload's limits on its cgroups; what it is held to, in words (and what it is not)."""
+        limits = cgroup_limits.Limits(spec.pids_max, spec.mem_max_mib, spec.cpu_milli)
+        failed = set()
+        if cgroup is not None and self.cgroups is not None:
+            failed = set(cgroup_limits.apply(self.limit_places, self.cgroups, cgroup, stem, limits))
+        words = limits.describe()
+        held = [words[c] for c in cgroup_limits.CONTROLLERS if c not in self.limit_places.missing and c not in failed]
+        loose = [c for c in cgroup_limits.CONTROLLERS if c in self.limit_places.missing or c in failed]
+        text = "limits: " + (", ".join(held) or "none")
+        return text + (f"; NOT enforced here: {', '.join(loose)} limits" if loose else "")
+
+    def undo(self, spec_file: Path, stem: str, cgroup: Path | None) -> None:
         """What ``prepare`` made, removed (the supervisor did not start)."""
         spec_file.unlink(missing_ok=True)
         if cgroup is not None and self.cgroups is not None:
+            cgroup_limits.remove(self.limit_places, stem, cgroup)
             self.cgroups.remove(cgroup)
         if self.runtime is not None:
             self.runtime.remove(stem)
@@ -139,11 +168,14 @@ class LocalExec:
         return None if self.runtime is None else self.runtime.path(stem)
 
     def remove(self, stem: str) -> None:
-        """Removes the ended workload's runtime directory and its empty cgroup."""
+        """Removes the ended workload's runtime directory and its empty cgroups."""
         if self.runtime is not None:
             self.runtime.remove(stem)
         cgroup = self.cgroup(stem)
-        if cgroup is not None and self.cgroups is not None and not self.cgroups.remove(cgroup):
+        if cgroup is None or self.cgroups is None:
+            return
+        cgroup_limits.remove(self.limit_places, stem, cgroup)
+        if not self.cgroups.remove(cgroup):
             logger.warning("cannot remove cgroup %s yet: processes are still in it", cgroup)
 
     def close(self) -> None:

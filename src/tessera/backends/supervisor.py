@@ -4,16 +4,19 @@
 ARGS...`` in a new session, with an environment of its own (never the tenant's: no ``PYTHONPATH``, ``PYTHONHOME`` or
 ``LD_PRELOAD`` of theirs reaches this program, and ``-P`` keeps the working directory off ``sys.path``), so the
 supervisor leads the workload's process group and outlives a server killed with ``kill -9``; its stdout and stderr
-go to the workload's log (opened by the server), and CMD inherits them. The supervisor
+go to the workload's log (opened by the server). The supervisor
 
-1. reads and deletes the spec file (``CommandSpec``: CMD's environment, directory, user, umask and cgroup), makes
-   itself a child subreaper (``reaper.py``) and moves itself into the workload's cgroup (``cgroups.py``) if any;
-2. starts CMD as its child, in the same process group (as the tenant's user when the spec names one);
+1. reads and deletes the spec file (``CommandSpec``: CMD's environment, directory, user, umask, cgroups and log),
+   makes itself a child subreaper (``reaper.py``) and moves itself into the workload's cgroups (``cgroups.py``: the
+   one that contains it, and those of its limits in cgroup v1 hierarchies) if any;
+2. starts CMD as its child, in the same process group (as the tenant's user when the spec names one), its stdout
+   and stderr a pipe whose bytes a thread of the supervisor writes to the log under the log's cap (``log_pipe.py``;
+   without a log in the spec, CMD inherits the supervisor's stdout and stderr);
 3. relays SIGTERM and SIGINT to the whole workload (the group, and the cgroup's members or its descendants: what
    left the group too), once per signal it receives;
-4. waits for CMD (reaping orphans meanwhile) and writes CMD's exit code to the exit file atomically (temporary file,
-   then ``os.replace``): the code CMD exited with, minus N if a signal N killed it, 127 if CMD was not found, 126 if
-   it could not be run;
+4. waits for CMD (reaping orphans meanwhile), copies the rest of its output, and writes CMD's exit code to the exit
+   file atomically (temporary file, then ``os.replace``): the code CMD exited with, minus N if a signal N killed
+   it, 127 if CMD was not found, 126 if it could not be run;
 5. kills what is left of the workload with SIGKILL (the cgroup, its descendants, the group), itself last, so nothing
    of the workload outlives CMD.
 
@@ -38,6 +41,7 @@ from pathlib import Path
 from types import FrameType
 
 from tessera.backends import cgroups, netns, reaper
+from tessera.backends.log_pipe import LogPipe
 
 # Not __name__: run with ``-m`` this module is "__main__".
 logger = logging.getLogger("tessera.backends.supervisor")
@@ -61,6 +65,9 @@ class CommandSpec:
     umask: int | None = None
     cgroup: str | None = None  # the workload's cgroup directory, which the supervisor joins
     cgroup_kind: str | None = None  # cgroups.KINDS
+    limit_cgroups: tuple[str, ...] = ()  # its cgroups in v1 hierarchies of its limits (cgroup_limits), joined too
+    log: str | None = None  # the log (the supervisor's stdout): CMD's output is written there under the cap
+    log_max_bytes: int = 0  # the log's cap (0: none)
     private_network: bool = False  # enter a network namespace of its own first (``netns``; needs root)
 
     def to_json(self) -> dict[str, object]:
@@ -71,7 +78,8 @@ class CommandSpec:
         if not isinstance(value, dict) or not set(value) <= {f.name for f in fields(cls)}:
             raise ValueError("not a command spec")
         groups = value.get("groups")
-        return cls(**{**value, "groups": None if groups is None else tuple(groups)})
+        limit_cgroups = tuple(value.get("limit_cgroups", ()))
+        return cls(**{**value, "groups": None if groups is None else tuple(groups), "limit_cgroups": limit_cgroups})
 
 
 def read_spec(path: Path) -> CommandSpec:
@@ -268,6 +276,37 @@ def end_process_group() -> None:
     logger.warning("not leading a process group: processes that the command left behind are not killed")
 
 
+def join_cgroups(spec: CommandSpec) -> Path | None:
+    """Joins the workload's cgroups; the one that contains it (None: none, or it could not be joined)."""
+    for path in spec.limit_cgroups:
+        try:
+            cgroups.join(Path(path))
+        except OSError as error:
+            logger.warning("cannot join cgroup %s (%s); its limits do not hold", path, error)
+    if spec.cgroup is None:
+        return None
+    try:
+        cgroups.join(Path(spec.cgroup))
+    except OSError as error:
+        logger.warning("cannot join cgroup %s (%s); containing by subreaper only", spec.cgroup, error)
+        return None
+    return Path(spec.cgroup)
+
+
+def start_log_pipe(spec: CommandSpec) -> LogPipe | None:
+    """CMD's output through a pipe to the log under its cap (the supervisor's stdout is the log, open); None
+    without a log in the spec, or when that cannot be set up (then CMD writes the log directly, uncapped)."""
+    if spec.log is None:
+        return None
+    try:
+        pipe = LogPipe(Path(spec.log), spec.log_max_bytes, sys.stdout.fileno())
+        pipe.start()
+    except (OSError, RuntimeError) as error:  # RuntimeError: no thread (the workload's pids limit)
+        logger.warning("cannot cap the log %s (%s): the command writes it directly", spec.log, error)
+        return None
+    return pipe
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="tessera-supervisor: %(message)s", stream=sys.stderr)
     relay = _SignalRelay()
@@ -283,19 +322,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if not reaper.become_subreaper():
         logger.warning("cannot become a child subreaper: what leaves the process group may outlive the command")
-    cgroup = Path(spec.cgroup) if spec.cgroup is not None else None
-    if cgroup is not None:
-        try:
-            cgroups.join(cgroup)
-        except OSError as error:
-            logger.warning("cannot join cgroup %s (%s); containing by subreaper only", cgroup, error)
-            cgroup = None
+    cgroup = join_cgroups(spec)
     relay.cgroup = cgroup
+    pipe = start_log_pipe(spec)
     exit_code = enter_network(spec)
     if exit_code == 0:
         exit_code = run_command(command, relay, spec)
     if exit_code < 0:
         logger.info("%r was ended by signal %s", command[0], signal_name(-exit_code))
+    if pipe is not None:
+        pipe.finish()
     try:
         write_exit_code(exit_file, exit_code)
     except OSError as error:

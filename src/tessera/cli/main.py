@@ -331,9 +331,20 @@ def up(
         str,
         typer.Option(
             "--log-max-size",
-            help="Rotate a workload's log past this size (one rotated copy kept; 0: never), e.g. 64MiB, 1GiB.",
+            help="Rotate a workload's log before it passes this size (one rotated file kept; 0: never), e.g. 64MiB.",
         ),
     ] = "64MiB",
+    pids_max: Annotated[
+        int | None,
+        typer.Option("--workload-pids-max", help="Processes and threads per workload (default 4096; 0: no limit)."),
+    ] = None,
+    mem_per_gpu: Annotated[
+        str,
+        typer.Option(
+            "--workload-mem-per-gpu",
+            help="Memory limit of a workload without --mem, per GPU it is on (auto: the node's memory / its GPUs).",
+        ),
+    ] = "auto",
 ) -> None:
     """Start the control plane: HTTP API, scheduler loop and local backend in one process."""
     import logging
@@ -344,7 +355,9 @@ def up(
     from tessera.core.presets import resolve_preset
     from tessera.server.logfiles import parse_size_bytes
     from tessera.server.loop_values import LoopConfig
+    from tessera.server.quantities import parse_mem_mib
     from tessera.server.up import UpConfig, serve
+    from tessera.server.workload_limits import WorkloadLimits
 
     with one_line_errors():
         resolve_preset(policy, "--policy")  # fail early on an unknown name
@@ -352,14 +365,15 @@ def up(
             make_policy(placement)
         token = admin_token_of(admin_token, admin_token_file, os.environ)
         url = database_url(db, os.environ)
-        loop = LoopConfig(run_dir=data_dir, policy=policy, placement=placement)
+        mem_per_gpu_mib = 0 if mem_per_gpu == "auto" else parse_mem_mib(mem_per_gpu, "--workload-mem-per-gpu")
+        log_max_bytes = parse_size_bytes(log_max_size, "--log-max-size")
+        pids = {} if pids_max is None else {"pids_max": pids_max}  # else the default (WorkloadLimits)
+        limits = WorkloadLimits(mem_per_gpu_mib=mem_per_gpu_mib, log_max_bytes=log_max_bytes, **pids)
+        loop = LoopConfig(run_dir=data_dir, policy=policy, placement=placement, limits=limits)
         users = tenant_users(tenant_user or [])
         if demo and run_as == "auto":  # the demo's workloads run this interpreter, which tenant users may not reach
             run_as = "server"
-        log_max_bytes = parse_size_bytes(log_max_size, "--log-max-size")
-        config = UpConfig(
-            host, port, data_dir, url, gpus, token, loop, run_as, users, homes_dir, backend, ray_address, log_max_bytes
-        )
+        config = UpConfig(host, port, data_dir, url, gpus, token, loop, run_as, users, homes_dir, backend, ray_address)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for chatty in ("httpx", "alembic"):
             logging.getLogger(chatty).setLevel(logging.WARNING)

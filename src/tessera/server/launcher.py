@@ -159,6 +159,7 @@ class Launcher:
         shares = tuple(GpuShare(d.uuid, share_milli(entry)) for d in devices)
         node = devices[0].node if devices else self._node_of(entry)
         log_path = self.log_path(row.id)
+        limits = self.config.limits
         return LaunchSpec(
             str(row.id),
             tuple(row.command),
@@ -169,8 +170,17 @@ class Launcher:
             node=node,
             gpus=shares,
             cpu_milli=row.cpu_milli,
+            mem_max_mib=self._memory_mib(entry, len(devices)),
+            pids_max=limits.pids_max,
+            log_max_bytes=limits.log_max_bytes,
             private_network=row.model_id is not None,  # a model replica: reachable only through its socket
         )
+
+    def _memory_mib(self, entry: RunningEntry, gpu_count: int) -> int:
+        """The workload's memory limit: its request, else the server's default for the GPUs it is on."""
+        node = self.pool.nodes[entry.placements[0].node] if entry.placements else None
+        node_mem_mib, node_gpus = (node.mem_mib, node.gpu_count) if node is not None else (0, 0)
+        return self.config.limits.memory_mib(entry.row.mem_mib, gpu_count, node_mem_mib, node_gpus)
 
     def _node_of(self, entry: RunningEntry) -> str | None:
         """The host of a GPU-less workload's first placement (as its GPUs would name it), None when unplaced."""

@@ -23,6 +23,7 @@ from tessera.server.memory_watch import Watched
 from tessera.server.pool import Pool
 from tessera.server.store.changes import ReasonChange, StopReason
 from tessera.server.store.models import WorkloadRow
+from tessera.server.workload_limits import WorkloadLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,7 @@ class LoopConfig:
     # How long a step waits for the launches it decided (made by a worker thread, server.launch_worker) before it
     # goes on; launches still being made are recorded at a later step. Bounds a step whatever the backend does.
     launch_wait_s: float = 0.02
+    limits: WorkloadLimits = WorkloadLimits()  # what every workload is held to besides its request
 
 
 @dataclass(slots=True)
@@ -137,7 +139,7 @@ class StepReport:
 
 
 def started_text(handle: Handle) -> str:
-    return f"started ({handle.backend} backend)"
+    return f"started ({handle.backend} backend)" + (f"; {handle.note}" if handle.note else "")
 
 
 def exit_text(code: int | None) -> str:

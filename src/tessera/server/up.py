@@ -37,7 +37,7 @@ from tessera.server.context import ServerContext
 from tessera.server.demo import DEMO_TENANT, submit_demo
 from tessera.server.engine_runner import EngineRunner
 from tessera.server.host import isolation_notice, make_private, run_as_mode, tenant_accounts
-from tessera.server.logfiles import DEFAULT_LOG_MAX_BYTES, LogFiles
+from tessera.server.logfiles import LogFiles
 from tessera.server.loop import SchedulerLoop
 from tessera.server.loop_values import LoopConfig, StepReport
 from tessera.server.metrics import ServerMetrics
@@ -74,7 +74,6 @@ class UpConfig:
     homes_dir: Path | None = None  # the tenant users' homes; None: data_dir/homes
     backend: str = "local"  # BACKENDS: where workloads run
     ray_address: str | None = None  # --backend ray: the cluster to join; None: start a local one (server.ray_up)
-    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES  # a workload's log is rotated past this size (0: never)
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -135,7 +134,7 @@ def build_server(
     loop.on_start = lambda row, waited: metrics.pending_seconds.labels(row.queue).observe(waited)
     if not pool.simulated:
         metrics.register(GpuUsageCollector(probe))
-    ctx = ServerContext(store, loop, pool, metrics, clock, LogFiles(loop.log_path, config.log_max_bytes))
+    ctx = ServerContext(store, loop, pool, metrics, clock, LogFiles(loop.log_path))
     ctx.model_health = model_health
 
     def on_step(report: StepReport) -> None:
@@ -240,7 +239,6 @@ def serve(
         if line:
             announce(line)
     thread = start_loop(server)
-    server.ctx.logs.keep_rotating(server.stopping.is_set, lambda: tuple(server.ctx.loop.running))
     front = serving(server.ctx) if serving is not None else ServingFront()
     server.ctx.replica_ready = server.ctx.metrics.states.replica_ready = front.readiness
     for collector in front.collectors:

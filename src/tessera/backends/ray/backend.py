@@ -37,6 +37,7 @@ import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from tessera.backends import capped_log
 from tessera.backends.base import Backend, BackendNode, ExitStatus, Handle, JsonScalar, LaunchSpec
 from tessera.backends.ray.actor import WorkloadActor
 from tessera.backends.ray.nodes import RayNode, alive_nodes, gpu_resource
@@ -63,6 +64,7 @@ class _Watch:
     actor: Any  # ray.actor.ActorHandle
     handle: Handle
     log_path: Path | None
+    log_max_bytes: int  # its cap (capped_log): this server writes the log, as the actor sends it
     call: Any  # the outstanding progress call (ray.ObjectRef)
     offset: int = 0  # log bytes received so far
     cleaning: bool = False  # ended: ``call`` is the actor's cleanup, the end is reported once it is done
@@ -133,7 +135,7 @@ class RayBackend:
         except ValueError as error:  # the name is taken: a workload of this id runs already
             raise InvalidRequestError("workload_id", f"{spec.workload_id!r}: {error}") from None
         data: dict[str, JsonScalar] = {"namespace": self.namespace, "actor": name, "node": node.name}
-        data["node_id"], data["log_path"] = node.node_id, log_path
+        data["node_id"], data["log_path"], data["log_max_bytes"] = node.node_id, log_path, spec.log_max_bytes
         handle = Handle(spec.workload_id, KIND, data)
         with self._lock:
             self._watches[spec.workload_id] = self._watch(actor, handle, 0)
@@ -150,13 +152,13 @@ class RayBackend:
                 return
         log_path = handle.data.get("log_path")
         path = Path(log_path) if isinstance(log_path, str) and log_path else None
-        offset = path.stat().st_size if path is not None and path.exists() else 0
+        offset = capped_log.logical_size(path) if path is not None else 0  # rotated bytes count: the actor's offset
         try:
             actor = ray.get_actor(name, namespace=namespace)
             watch = self._watch(actor, handle, offset)
         except ValueError:  # no such actor: it died (its node was lost) while no server watched
             logger.warning("adopt: %s has no actor %s any more; its end is unknown", handle.workload_id, name)
-            watch = _Watch(None, handle, path, ray.put(None), offset)
+            watch = _Watch(None, handle, path, _log_max_bytes(handle), ray.put(None), offset)
         with self._lock:
             self._watches.setdefault(handle.workload_id, watch)
         logger.info("adopted %s (actor %s)", handle.workload_id, name)
@@ -253,7 +255,8 @@ class RayBackend:
     def _watch(self, actor: Any, handle: Handle, offset: int) -> _Watch:
         log_path = handle.data.get("log_path")
         path = Path(log_path) if isinstance(log_path, str) and log_path else None
-        return _Watch(actor, handle, path, actor.progress.remote(offset, self.progress_wait_s), offset)
+        call = actor.progress.remote(offset, self.progress_wait_s)
+        return _Watch(actor, handle, path, _log_max_bytes(handle), call, offset)
 
     def _advance(self, watch: _Watch) -> ExitStatus | None:
         """The answer of ``watch``'s progress call: log bytes appended; its end, or the next call submitted."""
@@ -282,11 +285,15 @@ class RayBackend:
         if watch.log_path is None:
             return
         try:
-            watch.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            with open(watch.log_path, "ab") as log:
-                log.write(chunk)
+            capped_log.append(watch.log_path, chunk, watch.log_max_bytes)
         except OSError as error:
             logger.warning("%s: cannot write its log %s: %s", watch.handle.workload_id, watch.log_path, error)
+
+
+def _log_max_bytes(handle: Handle) -> int:
+    """The log cap its launch was given (a handle stored before caps were sent along: the default)."""
+    value = handle.data.get("log_max_bytes")
+    return value if isinstance(value, int) and not isinstance(value, bool) else capped_log.DEFAULT_LOG_MAX_BYTES
 
 
 def _names(handle: Handle) -> tuple[str, str]:

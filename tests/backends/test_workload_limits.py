@@ -1,0 +1,138 @@
+"""What a workload of the local backend is held to, with real processes: its processes, memory and CPU in its
+cgroups (a fork bomb stopped by ``pids.max``), and its log's cap where the bytes are written (a workload writing far
+past the cap leaves at most about twice the cap on disk, whatever its pace), with the supervisor's guarantees kept:
+every byte written before the end is in the log, and a process that outlives the command holding the log's pipe
+does not hold up the end. (The same through ``tessera up`` as root: tests/server/test_workload_limits_e2e.py.)"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_local_backend import wait_for_exit, wait_until
+
+from tessera.backends import cgroup_limits
+from tessera.backends.base import LaunchSpec
+from tessera.backends.capped_log import rotated_path
+from tessera.backends.local import LocalBackend
+from tessera.backends.log_pipe import CHUNK_BYTES
+from tessera.server.logfiles import LogFiles
+
+pytestmark = pytest.mark.e2e
+
+CAP_BYTES = 256 * 1024
+FLOOD_BYTES = 40 * 1024 * 1024
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> Iterator[LocalBackend]:
+    local = LocalBackend(tmp_path / "run")
+    yield local
+    for workload_id in local.tracked():
+        local.stop(workload_id, grace_s=0)
+    local.close()
+
+
+def _on_disk(log: Path) -> int:
+    """The bytes of the log's two files on disk."""
+    total = 0
+    for path in (log, rotated_path(log)):
+        with contextlib.suppress(FileNotFoundError):  # between a rotation's rename and its new file
+            total += path.stat().st_size
+    return total
+
+
+def test_a_workload_writing_far_past_the_cap_leaves_at_most_twice_the_cap(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    """The old backend handed the log file to the workload, and only the server's rotation, every 2 s, cut it: a fast
+    writer put hundreds of MiB on disk in between. Now the supervisor writes it and rotates before the cap."""
+    log = tmp_path / "logs" / "flood.log"
+    script = f"head -c {FLOOD_BYTES} /dev/zero | tr '\\0' x; echo; echo the end"
+    backend.launch(LaunchSpec("flood", ("sh", "-c", script), log_path=log, workdir=tmp_path, log_max_bytes=CAP_BYTES))
+    most = 0
+    while backend.tracked():
+        most = max(most, _on_disk(log))
+        backend.poll()
+        time.sleep(0.002)
+    most = max(most, _on_disk(log))
+    print(f"log cap {CAP_BYTES} B, {FLOOD_BYTES} B written: at most {most} B on disk")
+    assert most <= 2 * CAP_BYTES + CHUNK_BYTES
+    assert log.stat().st_size <= CAP_BYTES
+    logs = LogFiles(lambda _: log)
+    tail = logs.read(0, logs.tail_offset(0, 1), 100, finished=True)
+    assert tail.data == b"the end\n" and tail.next_offset == FLOOD_BYTES + len(b"\nthe end\n")
+
+
+def test_every_byte_before_the_end_is_logged_and_a_lingering_writer_does_not_hold_the_end(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    log = tmp_path / "w.log"
+    script = "sleep 300 & seq 1 100000; echo to stderr >&2; exit 3"  # sleep keeps the pipe open, till it is killed
+    backend.launch(LaunchSpec("w", ("sh", "-c", script), log_path=log, workdir=tmp_path))
+    started_s = time.monotonic()
+    assert wait_for_exit(backend, "w").exit_code == 3
+    assert time.monotonic() - started_s < 4.0  # the drain after the command's end is bounded (1 s)
+    lines = log.read_text().splitlines()
+    assert lines[:100000] == [str(i) for i in range(1, 100001)] and lines[100000] == "to stderr"
+
+
+def test_a_workload_without_a_log_writes_nowhere(backend: LocalBackend, tmp_path: Path) -> None:
+    backend.launch(LaunchSpec("quiet", ("sh", "-c", "echo nothing; exit 0"), workdir=tmp_path))
+    assert wait_for_exit(backend, "quiet").exit_code == 0
+
+
+def _require_limits(backend: LocalBackend) -> None:
+    missing = backend.exec.limit_places.missing
+    if os.geteuid() != 0 or "pids" in missing or "memory" in missing:
+        pytest.skip(f"this host does not let the server set cgroup limits: {backend.exec.limit_places.describe()}")
+
+
+def _read(directory: Path, *names: str) -> str:
+    for name in names:
+        if (directory / name).exists():
+            return (directory / name).read_text().strip()
+    raise AssertionError(f"none of {names} in {directory}")
+
+
+def test_the_limits_are_in_the_workloads_cgroups_and_a_fork_bomb_stops_at_pids_max(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    _require_limits(backend)
+    # Each shell starts two more, 10 levels down: 2047 shells and their sleeps, bounded by the test; pids.max: 40.
+    # The shell forks nothing once the bomb has gone off (a shell whose fork fails exits): it waits for its sleep.
+    bomb = "b() { [ $1 -gt 0 ] && { b $(($1 - 1)) & b $(($1 - 1)) & }; sleep 3; }; "
+    bomb += "sleep 60 & k=$!; (b 10) & echo $$ > pid; wait $k"
+    log = tmp_path / "bomb.log"
+    spec = LaunchSpec("bomb", ("sh", "-c", bomb), log_path=log, workdir=tmp_path)
+    handle = backend.launch(dataclasses.replace(spec, pids_max=40, mem_max_mib=256, cpu_milli=500))
+    assert handle.note == "limits: 40 processes, 256 MiB memory, 0.5 CPU quota"
+    wait_until(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text().strip() != "")
+    directories = cgroup_limits.directories_of(int((tmp_path / "pid").read_text()))
+    assert _read(directories["pids"], "pids.max") == "40"
+    assert _read(directories["memory"], "memory.max", "memory.limit_in_bytes") == str(256 * 1024 * 1024)
+    cpu = _read(directories["cpu"], "cpu.max", "cpu.cfs_quota_us")
+    assert cpu in ("50000 100000", "50000")
+    wait_until(lambda: "max 0" not in _read(directories["pids"], "pids.events"), timeout_s=10)
+    refused = int(_read(directories["pids"], "pids.events").split()[-1])
+    assert refused > 0  # forks were refused by pids.max (not only bounded by the script)
+    wait_until(lambda: "Cannot fork" in log.read_text(), timeout_s=10)  # copied by the supervisor, in the quota
+    backend.stop("bomb", grace_s=0)
+    wait_for_exit(backend, "bomb")
+    assert not any(d.exists() for d in directories.values())  # removed with the workload
+
+
+def test_a_workload_over_its_memory_limit_is_killed_inside_it(backend: LocalBackend, tmp_path: Path) -> None:
+    _require_limits(backend)
+    # tail keeps a line without a newline whole: 300 MB of memory against a limit of 64 MiB.
+    script = "head -c 300000000 /dev/zero | tail -n 1 | wc -c; echo after"
+    spec = LaunchSpec("hog", ("sh", "-c", script), log_path=tmp_path / "hog.log", workdir=tmp_path)
+    backend.launch(dataclasses.replace(spec, mem_max_mib=64))
+    assert wait_for_exit(backend, "hog").exit_code == 0  # the shell goes on: only the hog was killed
+    words = (tmp_path / "hog.log").read_text().split()
+    assert sorted(words[:2]) == ["0", "Killed"] and words[2:] == ["after"]  # tail was OOM-killed before it wrote
