@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import os
 import pwd
+import site
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from tessera.server.engine_runner import EngineRunner, RunnerUnreachable
+from tessera.server.engine_runner import EngineRunner, RunnerUnreachable, package_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(os.geteuid() != 0, reason="runs probes as nobody: needs root")]
 
@@ -41,3 +43,15 @@ def test_with_no_interpreter_that_can_import_tessera_it_fails_fast_saying_why() 
 
 def test_a_server_that_runs_workloads_as_itself_needs_no_probe() -> None:
     assert EngineRunner(check_unprivileged=False).python() == __import__("sys").executable
+
+
+def test_the_replicas_path_has_the_servers_packages_but_no_directory_others_may_write(tmp_path: Path) -> None:
+    """A GPU machine's packages came through PYTHONPATH (a bundle in /tmp/site): the replicas need them too. A
+    directory everyone may write to (/tmp) would let a tenant plant a module in another tenant's replica."""
+    mine, shared = tmp_path / "site", tmp_path / "shared"
+    mine.mkdir(mode=0o755)
+    shared.mkdir()
+    shared.chmod(0o1777)
+    path = package_path({"PYTHONPATH": os.pathsep.join([str(mine), str(shared), "/nonexistent"])})
+    assert str(mine) in path and str(shared) not in path and "/nonexistent" not in path
+    assert os.getcwd() not in path[1:] or os.getcwd() in site.getsitepackages()

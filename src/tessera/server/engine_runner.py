@@ -23,10 +23,11 @@ import logging
 import os
 import pwd
 import site
+import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tessera.backends.accounts import DEFAULT_PATH, LANG
@@ -44,11 +45,18 @@ class RunnerUnreachable(TesseraError):
     """No interpreter that tenants' users can run imports Tessera here."""
 
 
-def package_path() -> list[str]:
-    """This Tessera's source root and the server's package directories (what a replica's ``PYTHONPATH`` holds)."""
+def package_path(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """This Tessera's source root, the server's ``PYTHONPATH`` and its site-packages: what a replica's
+    ``PYTHONPATH`` holds, so that another interpreter of the same version finds the same packages. Never the
+    server's working directory, nor a directory other users may write to (a tenant could plant a module there)."""
     root = str(Path(__file__).resolve().parents[2])
-    sites = [p for p in site.getsitepackages() if os.path.isdir(p)]
-    return [root, *[p for p in sites if p != root]]
+    given = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    found = [root]
+    for entry in [*given, *site.getsitepackages()]:
+        entry = os.path.abspath(entry)
+        if entry not in found and os.path.isdir(entry) and not os.stat(entry).st_mode & stat.S_IWOTH:
+            found.append(entry)
+    return found
 
 
 def candidates(env_choice: str | None, version: Sequence[int] = sys.version_info[:2]) -> list[str]:
