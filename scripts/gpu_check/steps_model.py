@@ -51,6 +51,8 @@ def step_model() -> None:
            env={**os.environ, "PYTHONPATH": pythonpath})  # fmt: skip
     if not check("model.tiny_made", p.returncode == 0 and (tiny / "config.json").exists(), p.stderr.strip()[-300:]):
         return
+    for path in [tiny, *tiny.rglob("*")]:  # transformers writes its shards 0600: a tenant's user must read them
+        path.chmod(0o755 if path.is_dir() else 0o644)
     p = cli("models", "deploy", "tiny", "--engine", "transformers", "--model", str(tiny), "--gpu-fraction", "0.1",
             "--min-replicas", "1", "--json")  # fmt: skip
     if not check("model.deployed", p.returncode == 0, (p.stdout + p.stderr).strip()[-300:]):
