@@ -40,6 +40,7 @@ POOL = "1xA100-80GB"
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 PAGE = 10_000  # the API's largest page
+BLOCKER = ["sleep", "3600"]  # the command of the workload that holds the GPU
 
 
 @dataclass
@@ -100,7 +101,7 @@ def stop(server: Server) -> None:
 
 def submit_blocker(client: httpx.Client) -> int:
     """A workload holding the whole GPU until it is stopped; returns its id once it runs."""
-    created = client.post("/v1/workloads", json={"command": ["sleep", "3600"], "gpus": 1, "name": "blocker"})
+    created = client.post("/v1/workloads", json={"command": BLOCKER, "gpus": 1, "name": "blocker"})
     created.raise_for_status()
     workload_id: int = created.json()["id"]
     deadline = time.monotonic() + 30.0
@@ -111,12 +112,17 @@ def submit_blocker(client: httpx.Client) -> int:
     raise RuntimeError("the blocker did not start within 30 s")
 
 
-def blocker_pgid(client: httpx.Client, workload_id: int) -> int:
-    """The blocker's process group (its supervisor leads it), from the "started" event."""
-    for event in client.get(f"/v1/workloads/{workload_id}/events").json():
-        if event["kind"] == "started":  # "process PID started"
-            return int(event["message"].split()[1])
-    raise RuntimeError("the blocker has no 'started' event")
+def blocker_pgid(data_dir: Path) -> int:
+    """The blocker's process group: its supervisor leads it, and its command line names the data directory (its
+    exit file) and ends with the blocker's command. Found in ``/proc``, not in an event's text (the API's
+    "started" event no longer names a process: a handle is the backend's business)."""
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        for pid, cmdline in processes_naming(data_dir):
+            if cmdline.endswith(" -- " + " ".join(BLOCKER)):
+                return os.getpgid(pid)
+        time.sleep(0.1)
+    raise RuntimeError("no supervisor of the blocker found in /proc")
 
 
 def submit_all(client: httpx.Client, count: int, concurrency: int) -> tuple[list[float], float, list[str]]:
@@ -165,19 +171,24 @@ def stop_group(pgid: int) -> None:
     os.killpg(pgid, signal.SIGKILL)
 
 
-def leftovers(data_dir: Path) -> list[str]:
-    """Processes whose command line names ``data_dir`` (the server, workload supervisors), this one excepted."""
-    found: list[str] = []
+def processes_naming(data_dir: Path) -> list[tuple[int, str]]:
+    """(pid, command line) of the processes whose command line names ``data_dir``, this one excepted."""
+    found: list[tuple[int, str]] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
         if str(data_dir) in cmdline:
-            found.append(f"{entry.name}: {cmdline.strip()}")
+            found.append((int(entry.name), cmdline))
     return found
+
+
+def leftovers(data_dir: Path) -> list[str]:
+    """Processes whose command line names ``data_dir`` (the server, workload supervisors), this one excepted."""
+    return [f"{pid}: {cmdline}" for pid, cmdline in processes_naming(data_dir)]
 
 
 def step_metrics(text: str) -> dict[str, float]:
@@ -205,7 +216,7 @@ def run(count: int, concurrency: int) -> dict[str, Any]:
             limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
             with httpx.Client(base_url=server.url, headers=headers, limits=limits, timeout=60.0) as client:
                 blocker = submit_blocker(client)
-                pgid = blocker_pgid(client, blocker)
+                pgid = blocker_pgid(data_dir)
                 latencies_s, wall_s, errors = submit_all(client, count, concurrency)
                 listed_at = time.perf_counter()
                 rows = [r for r in list_all(client) if r["id"] != blocker]

@@ -138,13 +138,34 @@ def test_the_offer_retries_a_failed_shape_only_after_a_release() -> None:
     for w in "abc":
         offer.add(w)
     assert offer.candidates() == ["a", "c"]  # the first of each shape
-    offer.failed("a")
+    offer.failed("a", "no room")
     assert offer.candidates() == ["c"]
-    assert offer.reasons({"a": "no room"}) == {"a": "no room", "b": "no room"}
+    behind = "behind workload a (same queue and request), which waits: no room"
+    assert offer.reasons({"a": "no room"}) == {"a": "no room", "b": behind}
     offer.released()
     assert offer.candidates() == ["a", "c"]
     offer.remove("a")
     assert offer.candidates() == ["b", "c"]
+
+
+def test_a_workload_added_behind_a_shape_no_step_offers_is_told_what_it_waits_for() -> None:
+    """Issue 25: a workload submitted behind a quota-blocked one of the same shape was never offered (the shape
+    failed since the last release) and kept "waiting for the next scheduling step"."""
+    shapes: dict[str, Shape] = {w: (HALF, 1, 0, "q", True, None) for w in ("a", "b", "c")}
+    offer = PendingOffer(False, shapes.__getitem__, lambda w: "q")
+    offer.add("a")
+    offer.failed("a", "queue q has no quota left for 0.5 GPU")
+    offer.reasons({"a": "queue q has no quota left for 0.5 GPU"})
+    assert offer.unexplained() == {}
+    offer.add("b")
+    assert offer.candidates() == []  # no step is offered its shape before the next release
+    why = "behind workload a (same queue and request), which waits: queue q has no quota left for 0.5 GPU"
+    assert offer.unexplained() == {"b": why}
+    assert offer.unexplained() == {}  # told once
+    offer.remove("a")
+    offer.remove("b")
+    offer.add("c")  # first of its shape, which failed since the last release: it waits for the same
+    assert offer.unexplained() == {"c": "queue q has no quota left for 0.5 GPU"}
 
 
 def test_a_trial_rolls_back_to_a_mark_and_restores_the_ledger() -> None:

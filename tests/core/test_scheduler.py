@@ -27,7 +27,10 @@ def pending() -> list[PendingWorkload]:
 def test_strict_fifo_blocks_behind_a_head_that_does_not_fit() -> None:
     plan = scheduler(QueueDiscipline.STRICT_FIFO).plan(pending(), rng=np.random.default_rng(0))
     assert [b.workload_id for b in plan.binds] == ["urgent"]  # priority first, then the big head blocks
-    assert plan.waiting["late-small"] == "waiting behind an earlier workload"
+    assert (
+        plan.waiting["late-small"]
+        == f"behind workload early-big (StrictFIFO), which waits: {plan.waiting['early-big']}"
+    )
     assert "4 free GPUs" in plan.waiting["early-big"]
 
 
@@ -140,7 +143,7 @@ def test_strict_fifo_and_best_effort_fifo_apply_per_queue() -> None:
     ]
     plan = engine.plan(pending, rng=np.random.default_rng(0))
     assert [b.workload_id for b in plan.binds] == ["f-small"]
-    assert plan.waiting["s-small"] == "waiting behind an earlier workload"
+    assert plan.waiting["s-small"].startswith("behind workload s-big of queue s (StrictFIFO), which waits: ")
 
 
 # ------------------------------------------------------------------------------------------ the implicit queue

@@ -82,6 +82,21 @@ def test_tenant_token_scopes_what_the_cli_sees(server: LiveServer) -> None:
     assert denied.returncode == 2 and "missing or invalid token" in denied.stderr
 
 
+def test_global_options_before_the_command_and_what_a_new_user_tripped_on(server: LiveServer) -> None:
+    """Issue 25: ``tessera --token X jobs`` was refused; ``--gpu-type`` without ``--gpus`` gave a CPU-only workload;
+    ``jobs --queue nope`` was an empty table with exit 0."""
+    created = json.loads(tessera(server, "token", "create", "--tenant", "team-g", "--json").stdout)
+    mine = json.loads(tessera(server, "submit", "--json", "--", "true", token=created["token"]).stdout)
+    before = tessera(server, "--token", created["token"], "jobs", "--json", "--all", token="not-this-one")
+    assert before.returncode == 0, before.stderr
+    assert [w["id"] for w in json.loads(before.stdout)] == [mine["id"]]  # the tenant's view: the token before won
+    typed = json.loads(tessera(server, "submit", "--json", "--gpu-type", "A100", "--hold", "--", "true").stdout)
+    assert typed["gpus"] == 1 and "A100-80GB" in typed["gpu_types"]  # one GPU, not a CPU-only workload
+    unknown = tessera(server, "jobs", "--queue", "nope")
+    assert unknown.returncode == 2 and unknown.stderr.startswith("error: --queue: no queue 'nope' (yours: ")
+    assert tessera(server, "jobs", "--queue", "team-g", token=created["token"]).returncode == 0
+
+
 def test_tokens_are_listed_without_secrets_and_revoked(server: LiveServer) -> None:
     created = json.loads(tessera(server, "token", "create", "--tenant", "team-r", "--label", "ci", "--json").stdout)
     assert tessera(server, "jobs", token=created["token"]).returncode == 0

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 import threading
 import time
+import types
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -103,6 +105,62 @@ def test_a_stream_tells_of_a_change_at_once_and_closes_when_the_client_goes(serv
         assert next(line for line in lines if line.startswith("data:")) != 'data: {"last_event_id": 0}'
         assert time.monotonic() - submitted < 2 * stream_routes.POLL_S + 1.0
     wait_for(lambda: app.state.event_streams == 0, timeout_s=5)  # the server noticed and ended the stream
+
+
+def test_one_tenant_holding_its_streams_does_not_lock_out_the_others(
+    served: tuple[Harness, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25: one tenant could hold all the server's streams (64) and every other caller got 429. Now a tenant
+    (and the admin) holds at most ``MAX_STREAMS_PER_TENANT``; here 2 of a server's 5."""
+    monkeypatch.setattr(stream_routes, "MAX_STREAMS", 5)
+    monkeypatch.setattr(stream_routes, "MAX_STREAMS_PER_TENANT", 2)
+    h, url = served
+    a, b = tenant_token(h, "team-a"), tenant_token(h, "team-b")
+    app = h.server.app
+    with httpx.Client(base_url=url, timeout=10) as client:
+        lines: list[Iterator[str]] = []  # kept: an iterator dropped half-read closes its connection
+
+        def open_stream(token: str) -> Any:
+            request = client.build_request("GET", "/v1/events/stream", headers=h.as_(token))
+            response = client.send(request, stream=True)
+            if response.status_code == 200:
+                lines.append(response.iter_lines())
+                assert next(line for line in lines[-1] if line.startswith("data:"))
+            return response
+
+        held = [open_stream(a), open_stream(a)]
+        assert [r.status_code for r in held] == [200, 200]
+        refused = open_stream(a)
+        assert refused.status_code == 429  # the server's 64 were all a tenant's before
+        refused.read()
+        assert "tenant team-a's 2 open event streams" in refused.json()["detail"]
+        others = [open_stream(b), open_stream(ADMIN)]  # the others still get theirs
+        assert [r.status_code for r in others] == [200, 200]
+        assert app.state.event_streams == 4 and app.state.event_streams_of == {"team-a": 2, "team-b": 1, "(admin)": 1}
+        held.pop().close()
+        wait_for(lambda: app.state.event_streams_of.get("team-a") == 1, timeout_s=5)
+        again = open_stream(a)  # a slot given back is a slot to take
+        assert again.status_code == 200
+        for response in [*held, *others, again]:
+            response.close()
+    wait_for(lambda: app.state.event_streams == 0 and app.state.event_streams_of == {}, timeout_s=5)
+
+
+def test_a_stream_slot_is_given_back_once_also_when_its_body_never_ran() -> None:
+    app = types.SimpleNamespace(state=types.SimpleNamespace())
+    release = stream_routes.take_stream_slot(app, "team-a")
+    assert app.state.event_streams == 1 and app.state.event_streams_of == {"team-a": 1}
+    release()
+    release()  # the body's ``finally`` and the finalizer of a body dropped unstarted: counted once
+    assert app.state.event_streams == 0 and app.state.event_streams_of == {}
+
+    async def body() -> Any:  # a StreamingResponse's body that the server drops before iterating it
+        yield ""
+
+    dropped = body()
+    weakref.finalize(dropped, stream_routes.take_stream_slot(app, "team-a"))
+    del dropped
+    assert app.state.event_streams == 0 and app.state.event_streams_of == {}
 
 
 def test_docs_and_redoc_load_only_local_assets(make_harness: MakeHarness) -> None:

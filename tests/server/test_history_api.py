@@ -152,8 +152,8 @@ def test_the_logs_route_never_cuts_a_character(make_harness: MakeHarness) -> Non
 
 
 def test_why_pending_names_quota_or_capacity(make_harness: MakeHarness) -> None:
-    """The reason a workload waits says which limit stops it: its queue's quota, or no free GPU (also for a second
-    workload of a shape already refused in the step)."""
+    """The reason a workload waits says which limit stops it: its queue's quota, or no free GPU; a second workload of
+    a shape already refused in the step names the first and what that one waits for."""
     h = make_harness("2xA100-80GB")
     body = {"name": "q1", "tenant": "default", "nominal": {"*": {"gpus": 1}}}
     assert h.http.post("/v1/queues", json=body, headers=h.as_(ADMIN)).status_code == 201
@@ -164,8 +164,12 @@ def test_why_pending_names_quota_or_capacity(make_harness: MakeHarness) -> None:
     no_gpu = h.submit(gpus=1, queue="default")["id"]
     h.step()
     assert h.get(first)["state"] == "running" and h.get(fills)["state"] == "running"
-    for wid in over_quota:
-        assert h.get(wid)["reason"] == "queue q1 has no quota left for 1 GPU", h.get(wid)
+    quota = "queue q1 has no quota left for 1 GPU"
+    assert h.get(over_quota[0])["reason"] == quota
+    assert (
+        h.get(over_quota[1])["reason"]
+        == f"behind workload {over_quota[0]} (same queue and request), which waits: {quota}"
+    )
     assert h.get(no_gpu)["reason"] == "no node has 1 free GPU"
 
 

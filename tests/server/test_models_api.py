@@ -136,6 +136,9 @@ def test_tenants_see_and_touch_only_their_own_models(make_harness: MakeHarness) 
     ("body", "status", "field"),
     [
         ({"name": "x", "engine": "vllm"}, 422, "model"),
+        ({"name": "x", "engine": "vllm", "model": "/"}, 422, "model"),  # issue 25: the keeper would walk the host
+        ({"name": "x", "engine": "vllm", "model": "/proc/self"}, 422, "model"),
+        ({"name": "x", "engine": "transformers", "model": "/srv/models/../../etc"}, 422, "model"),
         ({"name": "x", "engine": "sim", "model": "gpt-17"}, 422, "model"),
         ({"name": "x", "engine": "tgi"}, 422, "engine"),
         ({"name": "no spaces", "engine": "sim"}, 422, "name"),

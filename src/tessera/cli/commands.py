@@ -14,11 +14,12 @@ from typing import Annotated, Any
 
 import typer
 
-from tessera.cli.options import JsonOption, TokenOption, UrlOption, client_for
+from tessera.cli.options import JsonOption, TokenOption, UrlOption, client_for, finite_float
 from tessera.cli.specfile import SpecFile, load_spec_file
 from tessera.cli.submit_flags import job_options, with_defaults
 from tessera.cli.terminal import one_line_errors
 from tessera.client.errors import ApiError
+from tessera.errors import InvalidRequestError
 
 token_app = typer.Typer(help="Manage API tokens (admin).", no_args_is_help=True)
 
@@ -28,9 +29,13 @@ def submit(
     gpus: Annotated[int | None, typer.Option("--gpus", help="GPUs (0: CPU only).")] = None,
     gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", help="Device memory per GPU, e.g. 10GiB.")] = None,
     gpu_milli: Annotated[int | None, typer.Option("--gpu-milli", help="Share of the GPU in thousandths.")] = None,
-    gpu_fraction: Annotated[float | None, typer.Option("--gpu-fraction", help="Share of the GPU, e.g. 0.3.")] = None,
+    gpu_fraction: Annotated[
+        float | None, typer.Option("--gpu-fraction", parser=finite_float, help="Share of the GPU, e.g. 0.3.")
+    ] = None,
     gpu_compute: Annotated[int | None, typer.Option("--gpu-compute", help="Compute share in percent.")] = None,
-    gpu_type: Annotated[str | None, typer.Option("--gpu-type", help="Allowed GPU types, e.g. A100,H100.")] = None,
+    gpu_type: Annotated[
+        str | None, typer.Option("--gpu-type", help="Allowed GPU types, e.g. A100,H100 (without --gpus: one GPU).")
+    ] = None,
     cpu: Annotated[str | None, typer.Option("--cpu", help="CPU cores, e.g. 4 or 500m.")] = None,
     mem: Annotated[str | None, typer.Option("--mem", help="Host memory, e.g. 16GiB.")] = None,
     priority: Annotated[
@@ -94,6 +99,8 @@ def submit(
         body.update({k: v for k, v in flags.items() if v is not None})
         if "gpus" not in body and any(k in body for k in ("gpu_mem", "gpu_milli", "gpu_fraction", "gpu_compute")):
             body["gpus"] = 1  # a share without a count means one GPU
+        if "gpus" not in body and body.get("gpu_types"):
+            body["gpus"] = 1  # so does a GPU type: a user naming one wants a GPU, not a CPU-only workload
         if not body.get("command"):
             raise ApiError(0, "command: nothing to run; put it after --, e.g. tessera submit -- python train.py")
         with client_for(url, token) as client:
@@ -124,6 +131,10 @@ def jobs(
     with one_line_errors(), client_for(url, token) as client:
         states = None if all_states else ["pending", "running"]
         rows = client.workloads(states, queue, array=array)
+        if queue is not None and not rows:  # nothing of that queue: is there such a queue (that you may see)?
+            known = sorted(q["name"] for q in client.queues())
+            if queue not in known:
+                raise InvalidRequestError("--queue", f"no queue {queue!r} (yours: {', '.join(known) or 'none'})")
         if as_json:
             typer.echo(json.dumps(rows))
             return

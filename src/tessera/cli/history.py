@@ -8,6 +8,7 @@ Times for ``--since`` and ``--until``: an ISO date or date and time in local tim
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from datetime import datetime
@@ -33,9 +34,13 @@ def parse_when(text: str, option: str, now: float) -> float:
     if match := _AGO.match(value):
         return now - float(match.group(1)) * _UNIT_S[match.group(2)]
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):
+            raise InvalidRequestError(option, f"not a time: {text!r} (a finite number of seconds since the epoch)")
+        return seconds
     try:
         return datetime.fromisoformat(text.strip()).timestamp()
     except ValueError:

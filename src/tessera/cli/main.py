@@ -23,6 +23,7 @@ import typer
 
 from tessera.cli import lean_typer
 from tessera.cli.lazy import LazyGroup
+from tessera.cli.options import BEFORE_COMMAND, TokenOption, UrlOption, finite_float
 from tessera.cli.serving import register as register_serving_command
 from tessera.cli.settings import DEFAULT_PORT
 from tessera.cli.terminal import one_line_errors, run_app
@@ -76,9 +77,11 @@ Commands.pretty_exceptions_short = app.pretty_exceptions_short
 
 
 @app.callback()
-def _root() -> None:
-    # Does nothing: a callback makes typer build a group although no command is registered on the app itself.
-    pass
+def _root(url: UrlOption = None, token: TokenOption = None) -> None:
+    """``--url`` and ``--token`` before the subcommand (``tessera --token X jobs``) count as if given after it
+    (``tessera.cli.options``); a command's own win. The callback also makes typer build a group although no command
+    is registered on the app itself."""
+    BEFORE_COMMAND.url, BEFORE_COMMAND.token = url, token
 
 
 simulate_app = typer.Typer(help="Run simulation experiments.", no_args_is_help=True)
@@ -92,7 +95,10 @@ PodsOption = Annotated[
     typer.Option("--pods", help="Pod list CSV (openb format, 11 or 5 columns); with --nodes."),
 ]
 InflateOption = Annotated[
-    float, typer.Option("--inflate", help="Stop arrivals at this multiple of the cluster's GPU capacity.")
+    float,
+    typer.Option(
+        "--inflate", parser=finite_float, help="Stop arrivals at this multiple of the cluster's GPU capacity."
+    ),
 ]
 
 
@@ -206,7 +212,8 @@ def simulate_timeline(
     nodes: NodesOption = None,
     pods: PodsOption = None,
     gpu_scale: Annotated[
-        float | None, typer.Option("--gpu-scale", help="Share of the node list's GPUs to keep (openb).")
+        float | None,
+        typer.Option("--gpu-scale", parser=finite_float, help="Share of the node list's GPUs to keep (openb)."),
     ] = None,
     policies: Annotated[
         str | None,

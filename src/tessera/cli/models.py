@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tessera.cli.options import JsonOption, TokenOption, UrlOption, client_for
+from tessera.cli.options import JsonOption, TokenOption, UrlOption, client_for, finite_float
 from tessera.cli.terminal import one_line_errors
 
 models_app = typer.Typer(
@@ -63,7 +63,9 @@ def deploy(
     model: Annotated[str | None, typer.Option("--model", help="Weights: a local folder (sim: a catalog name).")] = None,
     gpus: Annotated[int, typer.Option("--gpus", help="GPUs per replica (0: CPU).")] = 1,
     gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", help="Device memory per replica, e.g. 20GiB.")] = None,
-    gpu_fraction: Annotated[float | None, typer.Option("--gpu-fraction", help="Share of the GPU, e.g. 0.25.")] = None,
+    gpu_fraction: Annotated[
+        float | None, typer.Option("--gpu-fraction", parser=finite_float, help="Share of the GPU, e.g. 0.25.")
+    ] = None,
     min_replicas: Annotated[int, typer.Option("--min-replicas", help="0: scale to zero when idle.")] = 1,
     max_replicas: Annotated[int | None, typer.Option("--max-replicas", help="Default: max(1, min).")] = None,
     idle_timeout: Annotated[str, typer.Option("--idle-timeout", help="Idle time before scaling to zero.")] = "30s",

@@ -1,8 +1,14 @@
-"""Options and the API client shared by the CLI's commands (``commands``, ``models``)."""
+"""Options and the API client shared by the CLI's commands (``commands``, ``models``).
+
+``--url`` and ``--token`` are taken before the subcommand too (``tessera --token X jobs``, as after it): the root
+callback (``tessera.cli.main``) records them in ``BEFORE_COMMAND`` for the one command the process runs, and
+``client_for`` uses them where the command's own are not given."""
 
 from __future__ import annotations
 
+import math
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -19,12 +25,35 @@ TokenOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
+@dataclass(slots=True)
+class ServerOptions:
+    """``--url`` and ``--token`` as given before the subcommand (None: not given)."""
+
+    url: str | None = None
+    token: str | None = None
+
+
+BEFORE_COMMAND = ServerOptions()  # set by the root callback on every run (tessera.cli.main._root)
+
+
 def client_for(url: str | None, token: str | None) -> TesseraClient:
     import_httpx_without_its_cli()
     from tessera.client.http import TesseraClient
 
-    settings = resolve_settings(url, token)
+    settings = resolve_settings(url or BEFORE_COMMAND.url, token or BEFORE_COMMAND.token)
     return TesseraClient(settings.url, settings.token)
+
+
+def finite_float(text: str) -> float:
+    """A float option's value (typer's ``parser=``): a finite number; ``nan``, ``inf`` and words are refused, as
+    one line naming the option (``Invalid value for '--gpu-fraction': ...``, exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is not a finite number")
+    return value
 
 
 def import_httpx_without_its_cli() -> None:

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from tessera.cli.textfiles import read_text_file
 from tessera.errors import InputFileError
 
 QUEUE_KEYS = {"name", "tenant", "cohort", "queueingStrategy", "weight", "flavors"}
@@ -59,7 +60,7 @@ class QueueDoc:
 
 
 def load_queue_file(path: Path) -> list[QueueDoc]:
-    text = path.read_text()
+    text = read_text_file(path)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:

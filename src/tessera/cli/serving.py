@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tessera.cli.options import finite_float
 from tessera.cli.terminal import one_line_errors
 
 if TYPE_CHECKING:  # rich, like the simulator, loads when the command runs
@@ -38,8 +39,12 @@ def simulate_serving(
         ),
     ] = None,
     models: Annotated[int, typer.Option("--models", help="Models to split the trace into (1..256).")] = 8,
-    zipf: Annotated[float, typer.Option("--zipf", help="Zipf exponent of the models' popularity (>= 0).")] = 1.0,
-    load: Annotated[float, typer.Option("--load", help="Multiple of the trace's arrival rate (0 < X <= 100).")] = 1.0,
+    zipf: Annotated[
+        float, typer.Option("--zipf", parser=finite_float, help="Zipf exponent of the models' popularity (>= 0).")
+    ] = 1.0,
+    load: Annotated[
+        float, typer.Option("--load", parser=finite_float, help="Multiple of the trace's arrival rate (0 < X <= 100).")
+    ] = 1.0,
     policies: Annotated[
         str, typer.Option("--policies", help="Comma-separated: static, static-autoscale, tessera.")
     ] = DEFAULT_POLICIES,

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tessera.cli.textfiles import read_text_file
 from tessera.errors import InputFileError
 
 DEFAULT_PORT = 8470  # tessera up's default port
@@ -42,7 +43,7 @@ def _read_config(path: Path) -> dict[str, str]:
     import yaml  # only when there is a config file to read: every command starts faster without it
 
     try:
-        loaded = yaml.safe_load(path.read_text())
+        loaded = yaml.safe_load(read_text_file(path))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise InputFileError(str(path), None if mark is None else mark.line + 1, None, "not valid YAML") from None

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tessera.cli.textfiles import read_text_file
 from tessera.client.errors import ApiError
 from tessera.errors import InputFileError, TesseraError
 
@@ -31,7 +32,7 @@ class SpecFile:
 def load_spec_file(path: Path) -> SpecFile:
     import yaml  # only for submit -f: every other command starts faster without it
 
-    text = path.read_text()
+    text = read_text_file(path)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         body = yaml.safe_load(text)

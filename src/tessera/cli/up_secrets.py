@@ -10,6 +10,7 @@ from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tessera.cli.textfiles import read_text_file
 from tessera.errors import InvalidRequestError
 
 ADMIN_TOKEN_ENV = "TESSERA_ADMIN_TOKEN"
@@ -28,7 +29,7 @@ def admin_token_of(flag: str | None, path: Path | None, environ: MutableMapping[
         )
     if path is not None:
         try:
-            token = path.read_text().strip()
+            token = read_text_file(path).strip()
         except OSError as error:
             raise InvalidRequestError("--admin-token-file", f"{path}: {error.strerror or error}") from None
         if not token:

@@ -7,6 +7,7 @@ types load with the first of those calls, so that a command that only lists (``t
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -44,6 +45,9 @@ class TesseraClient:
         self.close()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        if "json" in kwargs and (where := non_finite_at(kwargs["json"])) is not None:
+            field, value = where  # JSON has no NaN or infinity: say which field, as the server would
+            raise ApiError(0, f"{field}: must be a finite number, not {value}", field)
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
@@ -269,6 +273,18 @@ class TesseraClient:
         """Delete a model: its replicas stop, then it is gone."""
         result: dict[str, Any] = self._call("DELETE", f"/v1/models/{name}")
         return result
+
+
+def non_finite_at(body: object, where: str = "") -> tuple[str, float] | None:
+    """The first NaN or infinity in a JSON body, as (dotted field, value); None when there is none."""
+    if isinstance(body, float) and not math.isfinite(body):
+        return where or "body", body
+    items = body.items() if isinstance(body, dict) else enumerate(body) if isinstance(body, list | tuple) else ()
+    for key, value in items:
+        found = non_finite_at(value, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def wait_healthy(url: str, timeout_s: float = 30.0, exit_code: Callable[[], int | None] = lambda: None) -> None:

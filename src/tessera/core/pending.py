@@ -45,7 +45,11 @@ class PendingOffer:
         self.fifo: dict[str, deque[str]] = {}
         self.groups: OrderedDict[Shape, deque[str]] = OrderedDict()
         self.failed_at_release: dict[Shape, int] = {}  # shape -> the release count when it last failed
+        self.failed_reason: dict[Shape, str] = {}  # shape -> why its first workload waited when it last failed
         self.releases = 0
+        # Workloads added since ``reasons`` last ran: one may wait behind a shape (or far down a StrictFIFO line)
+        # that no step of the instant offers, and would have no reason of its own (``unexplained`` gives it one).
+        self.added: list[str] = []
         # Workloads preempted in the instant ``held_at``: not offered again before the next instant (``hold``).
         self.held: set[str] = set()
         self.held_at: float | None = None
@@ -69,6 +73,7 @@ class PendingOffer:
         self.releases += 1
 
     def add(self, workload_id: str) -> None:
+        self.added.append(workload_id)
         if self.strict_fifo:
             self.fifo.setdefault(self.fifo_key(workload_id), deque()).append(workload_id)
         else:
@@ -99,9 +104,12 @@ class PendingOffer:
             return members[0]
         return next((w for w in members if w not in self.held), None)
 
-    def failed(self, workload_id: str) -> None:
-        """``workload_id`` did not fit: its shape waits for the next release."""
-        self.failed_at_release[self.shape_of(workload_id)] = self.releases
+    def failed(self, workload_id: str, reason: str = "") -> None:
+        """``workload_id`` did not fit (``reason``: why): its shape waits for the next release."""
+        shape = self.shape_of(workload_id)
+        self.failed_at_release[shape] = self.releases
+        if reason:
+            self.failed_reason[shape] = reason
 
     def retry_queues(self, queues: Iterable[str]) -> None:
         """Offer the failed shapes of ``queues`` again at once (a reclaim may now let them run)."""
@@ -121,20 +129,68 @@ class PendingOffer:
         return all(w is None or w in waiting for w in firsts) and not any(self.fifo.values())
 
     def reasons(self, waiting: dict[str, str]) -> dict[str, str]:
-        """``waiting`` with each reason given to the workloads behind the one it was given for (same shape)."""
+        """``waiting`` with a reason for each workload no step was offered (``_reason_of``)."""
+        self.added.clear()
         spread = dict(waiting)
-        for members in self.groups.values():
+        if self.strict_fifo:
+            for line, members in self.fifo.items():
+                for workload_id in list(members)[STRICT_FIFO_WINDOW:]:
+                    spread.setdefault(workload_id, _past_window(line))
+            return spread
+        for shape, members in self.groups.items():
             first = self._first(members)
-            reason = waiting.get(first) if first is not None else None
-            if reason is not None:
-                for workload_id in members:
-                    spread.setdefault(workload_id, reason)
+            reason = self._shape_reason(shape, first, waiting)
+            if first is None or reason is None:
+                continue
+            spread.setdefault(first, reason)
+            behind = _behind(first, reason)
+            for workload_id in members:
+                if workload_id != first:
+                    spread.setdefault(workload_id, behind)
         return spread
+
+    def unexplained(self) -> dict[str, str]:
+        """The reasons of the workloads added since ``reasons`` last ran that no step offered (their shape failed
+        since the last release, or they are past a StrictFIFO line's window), as ``reasons`` gives them."""
+        added, self.added = self.added, []
+        found: dict[str, str] = {}
+        for workload_id in added:
+            if self.strict_fifo:
+                line = self.fifo_key(workload_id)
+                members = self.fifo.get(line, deque())
+                if workload_id in members and members.index(workload_id) >= STRICT_FIFO_WINDOW:
+                    found[workload_id] = _past_window(line)
+                continue
+            shape = self.shape_of(workload_id)
+            members = self.groups.get(shape, deque())
+            first = self._first(members) if workload_id in members else None
+            reason = self._shape_reason(shape, first, {})
+            if first is not None and reason is not None:
+                found[workload_id] = reason if workload_id == first else _behind(first, reason)
+        return found
+
+    def _shape_reason(self, shape: Shape, first: str | None, waiting: dict[str, str]) -> str | None:
+        """Why ``shape``'s ``first`` workload waits: its reason in ``waiting``, else, when the shape is not offered
+        again because it failed since the last release, the reason it failed with."""
+        if first is None:
+            return None
+        reason = waiting.get(first)
+        if reason is None and self.failed_at_release.get(shape) == self.releases:
+            return self.failed_reason.get(shape)
+        return reason
 
     @property
     def no_shapes(self) -> bool:
         """Nothing waits in a backfill group."""
         return not self.groups
+
+
+def _behind(first: str, reason: str) -> str:
+    return f"behind workload {first} (same queue and request), which waits: {reason}"
+
+
+def _past_window(line: str) -> str:
+    return f"behind {STRICT_FIFO_WINDOW}+ earlier workloads of StrictFIFO queue {line}"
 
 
 def growable(scheduler: Scheduler) -> bool:
@@ -169,6 +225,8 @@ def schedule_instant(
         if blocked:  # borrowers took quota after the owner's shapes failed: retry them (reclaim) now
             offer.retry_queues(blocked)
             _steps(scheduler, offer, now_s, workload_of, apply, budget)
+    if unexplained := offer.unexplained():  # added behind shapes no step offered: an empty plan carries why
+        apply(StepPlan(waiting=unexplained))
 
 
 def _steps(
@@ -194,8 +252,8 @@ def _steps(
         plan = scheduler.plan([workload_of(w) for w in candidates], now_s)
         apply(dataclasses.replace(plan, grows=()))
         offer.hold((p.workload_id for p in plan.preempts), now_s)
-        for workload_id in plan.waiting:
-            offer.failed(workload_id)
+        for workload_id, reason in plan.waiting.items():
+            offer.failed(workload_id, reason)
         if plan.grows and offer.all_waiting_seen(plan.waiting):
             apply(StepPlan(grows=plan.grows))
         if not plan.binds:

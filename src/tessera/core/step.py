@@ -131,8 +131,12 @@ class QuotaStep:
                     later.extend(queues[name])
                     queues[name].clear()
             elif not self._try_in_queue(workload, strict) and strict:
+                where = "" if self.implicit else f" of queue {name}"
+                why = self.waiting[workload.workload_id]
                 for rest in queues[name]:
-                    self.waiting[rest.workload_id] = "waiting behind an earlier workload"
+                    self.waiting[rest.workload_id] = (
+                        f"behind workload {workload.workload_id}{where} (StrictFIFO), which waits: {why}"
+                    )
                 queues[name].clear()
             if not queues[name]:
                 del queues[name]

@@ -12,7 +12,15 @@ model goes from hot to zero replicas it asks for a warm place in a host-memory b
 lowest-priority, then least recently used, warm models are evicted for it, never a higher-priority one), reads the
 weights in if the page cache lost them, and lets the evicted models' pages go (``weights_cache.drop``). The tier it
 reports is measured, not assumed: warm means at least ``WARM_AT`` of the bytes are in the page cache now (the
-kernel may drop pages on its own under memory pressure). File work runs on one background thread.
+kernel may drop pages on its own under memory pressure).
+
+The weights' path is the tenant's word, so the keeper touches only what the tenant itself may read: it walks the
+folder and opens the files as the tenant's OS account (``as_tenant``, when workloads run as tenant users), and
+measures, reads in and lets go through those descriptors; a path the tenant may not read is cold and never read.
+The work is bounded whatever the path names (``weights_cache``: entries walked, files, no ``/`` nor system trees,
+no sparse files, ``mincore`` in windows); weights larger than the whole budget are cold at once, unmeasured. All
+file work runs on one background thread, never on the controller's (``publish`` only decides and queues; a model
+just scaled to zero shows cold until its weights are measured), and a recheck is not queued behind one not done.
 
 The budget is ``TESSERA_WARM_CACHE_BYTES`` (default: a quarter of the host's memory). The tier only describes the
 server's own host: with the Ray backend replicas run on other nodes, whose page caches are not managed here.
@@ -28,11 +36,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from contextlib import AbstractContextManager
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from tessera.backends.accounts import Account
+from tessera.server.as_tenant import TenantFilesError, as_account
 from tessera.serving import weights_cache
 from tessera.serving.controller import ReplicaView
 from tessera.serving.policies.model_cache import NodeCacheState, Tier, admit_warm, drop_warm
@@ -47,6 +57,12 @@ FILE_ENGINES = ("vllm", "sglang", "transformers")  # engines that load weight fi
 PRIORITY_OF_SLO = {"interactive": 2, "standard": 1, "batch": 0}
 
 
+def has_weight_files(model: DeployedModel) -> bool:
+    """Whether the model's engine loads weight files and the model names them by an absolute path (a catalog or
+    hub name is not a file of this host)."""
+    return model.engine in FILE_ENGINES and model.weights.startswith("/")
+
+
 def default_budget_bytes() -> int:
     text = os.environ.get(BUDGET_ENV, "")
     if text.isdigit():
@@ -55,24 +71,29 @@ def default_budget_bytes() -> int:
 
 
 class ModelCacheKeeper:
-    """See the module docstring. ``tiers`` maps a model id to its tier's name, for ``GET /v1/models``."""
+    """See the module docstring. ``tiers`` maps a model id to its tier's name, for ``GET /v1/models``.
+    ``account_of(tenant)``: the OS account whose permissions a tenant's weights are read with (None: the server's
+    own, as when workloads run as the server's user)."""
 
     def __init__(
         self,
         budget_bytes: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         background: Callable[[Callable[[], object]], object] | None = None,
+        account_of: Callable[[str], Account | None] | None = None,
     ) -> None:
         self.state = NodeCacheState(default_budget_bytes() if budget_bytes is None else budget_bytes)
         self.clock = clock
+        self.account_of = account_of
         self.tiers: dict[int, str] = {}
         self.starts: Counter[tuple[str, str]] = Counter()  # (model name, tier it started from)
         self._names: dict[int, str] = {}
-        self._paths: dict[str, Path] = {}  # model key -> its weights
+        self._models: dict[str, DeployedModel] = {}  # model key -> the model (its weights and tenant)
         self._ids: dict[str, int] = {}  # model key -> model id
         self._hot: set[int] = set()
         self._seen_replicas: set[int] = set()
         self._checked_s: dict[int, float] = {}
+        self._queued: Counter[int] = Counter()  # model id -> file work of it queued or running
         self._lock = threading.RLock()  # re-entered when the file work runs inline (tests)
         if background is None:
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tessera-model-cache")
@@ -82,6 +103,7 @@ class ModelCacheKeeper:
 
     # ------------------------------------------------------------------------------------------ ReplicaSink
     def publish(self, models: Sequence[DeployedModel], replicas: dict[int, list[ReplicaView]]) -> None:
+        """Called each controller tick; decides, and queues the file work (never done on the caller's thread)."""
         now = self.clock()
         with self._lock:
             for model in models:
@@ -96,72 +118,121 @@ class ModelCacheKeeper:
             if view.workload_id not in self._seen_replicas:
                 self._seen_replicas.add(view.workload_id)
                 self.starts[(model.name, self.tiers.get(model.id, Tier.COLD.value))] += 1
-        path = self._weights(model)
         if any(v.running and not v.stopping for v in views):
             self.tiers[model.id] = Tier.HOT.value
             self._hot.add(model.id)
             drop_warm(self.state, model.key)  # in the engine now: no longer counted in the host budget
             return
-        if path is None:
+        if not has_weight_files(model):
             self.tiers[model.id] = Tier.COLD.value
             return
+        self._models[model.key] = model
         was_hot = model.id in self._hot
         self._hot.discard(model.id)
-        if was_hot:  # just scaled to zero: keep it warm if the budget allows
-            self._keep_warm(model, path, now)
+        if was_hot:  # just scaled to zero: keep it warm if the budget allows (until measured: cold)
+            self.tiers[model.id] = Tier.COLD.value
+            self._queue(model, functools.partial(self._keep_warm, model), always=True)
         elif model.id not in self.tiers:  # first seen at zero (a restart): warm only if it is cached already
-            self._measure(model, path, now)
-            if self.tiers[model.id] == Tier.WARM.value:
-                self._keep_warm(model, path, now)
+            self.tiers[model.id] = Tier.COLD.value
+            self._queue(model, functools.partial(self._keep_if_cached, model))
+        elif now - self._checked_s.get(model.id, -RECHECK_S) >= RECHECK_S:
+            self._checked_s[model.id] = now
+            self._queue(model, functools.partial(self._measure, model))
+
+    def _queue(self, model: DeployedModel, work: Callable[[], object], always: bool = False) -> None:
+        """Queue ``work`` for ``model`` unless work of it is queued already (a recheck never piles up behind a slow
+        read); ``always``: queued anyway (a scale to zero's keep-warm, after what is queued)."""
+        if self._queued[model.id] and not always:
             return
-        if now - self._checked_s.get(model.id, -RECHECK_S) >= RECHECK_S:
-            self._measure(model, path, now)
+        self._queued[model.id] += 1
 
-    def _keep_warm(self, model: DeployedModel, path: Path, now: float) -> None:
-        size = weights_cache.weights_bytes(path)
-        priority = PRIORITY_OF_SLO.get(model.slo, 1)
-        victims, _ = admit_warm(self.state, model.key, size, priority, now)
-        for victim in victims:
-            log.info("model cache: %s leaves the warm tier for %s", victim, model.key)
-            self._background(functools.partial(self._let_go, victim))
-        if model.key in self.state.warm:
-            self._background(functools.partial(self._prefetch, model, path))
-        else:  # no room within the budget, even after evicting what it may: its pages are not kept either
-            self._background(functools.partial(weights_cache.drop, path))
-        self._measure(model, path, now)
+        def run() -> None:
+            try:
+                work()
+            except Exception:  # a tenant's path that cannot be read (or taken as the tenant): the model is cold
+                log.exception("model cache: file work for %s failed; it counts as cold", model.key)
+                self._set_tier(model, Tier.COLD.value)
+            finally:
+                with self._lock:
+                    self._queued[model.id] -= 1
+                    if not self._queued[model.id]:
+                        del self._queued[model.id]
 
-    def _let_go(self, key: str) -> None:
-        path = self._paths.get(key)
-        if path is None:
+        self._background(run)
+
+    # ----------------------------------------------------------------------- file work (background thread)
+    def _open(self, model: DeployedModel) -> weights_cache.OpenWeights | None:
+        """The model's weight files, looked for and opened as its tenant (the kernel checks each access as for the
+        tenant's own workload); None when they are not weights the keeper may keep: unreadable by the tenant, past
+        the bounds (``weights_cache``), or larger than the whole budget (never warm, so never measured). What is
+        done with them then (measure, read in, let go) is done through these descriptors."""
+        try:
+            with self._as_tenant(model.tenant):
+                found = weights_cache.scan(model.weights)
+                if found.total_bytes == 0 or found.total_bytes > self.state.host_capacity_bytes:
+                    return None
+                return weights_cache.open_weights(found)
+        except (OSError, weights_cache.NotWeights, TenantFilesError) as error:
+            log.info("model cache: the weights of %s are not kept warm: %s", model.key, error)
+            return None
+
+    def _keep_warm(self, model: DeployedModel) -> None:
+        opened = self._open(model)
+        if opened is None:
+            self._set_tier(model, Tier.COLD.value)
             return
-        weights_cache.drop(path)
+        with opened:
+            with self._lock:
+                if model.id in self._hot or model.id not in self.tiers:  # hot again, or deleted, meanwhile
+                    return
+                size, priority = opened.weights.total_bytes, PRIORITY_OF_SLO.get(model.slo, 1)
+                victims, _ = admit_warm(self.state, model.key, size, priority, self.clock())
+                kept = model.key in self.state.warm
+                evicted = [self._models[v] for v in victims if v in self._models]
+            for victim in evicted:
+                log.info("model cache: %s leaves the warm tier for %s", victim.key, model.key)
+                self._let_go(victim)
+            if not kept:  # no room within the budget, even after evicting what it may: its pages are not kept either
+                weights_cache.drop(opened)
+            elif weights_cache.resident_fraction(opened) < WARM_AT:
+                weights_cache.prefetch(opened)
+            self._measure(model, opened)
+
+    def _keep_if_cached(self, model: DeployedModel) -> None:
+        if self._measure(model) == Tier.WARM.value:
+            self._keep_warm(model)
+
+    def _let_go(self, victim: DeployedModel) -> None:
+        opened = self._open(victim)
+        if opened is None:
+            self._set_tier(victim, Tier.COLD.value)
+            return
+        with opened:
+            weights_cache.drop(opened)
+            self._measure(victim, opened)
+
+    def _measure(self, model: DeployedModel, opened: weights_cache.OpenWeights | None = None) -> str:
+        """The model's tier from the page cache now; recorded unless it turned hot meanwhile. Measured as the
+        server, through descriptors opened as the tenant (``mincore`` answers only a file's owner or writer)."""
+        if opened is None:
+            opened = self._open(model)
+            if opened is None:
+                self._set_tier(model, Tier.COLD.value)
+                return Tier.COLD.value
+            with opened:
+                return self._measure(model, opened)
+        tier = Tier.WARM.value if weights_cache.resident_fraction(opened) >= WARM_AT else Tier.COLD.value
+        self._set_tier(model, tier)
+        return tier
+
+    def _set_tier(self, model: DeployedModel, tier: str) -> None:
         with self._lock:
-            model_id = self._ids.get(key)
-            if model_id is not None and self.tiers.get(model_id) == Tier.WARM.value:
-                cached = weights_cache.resident_fraction(path) >= WARM_AT
-                self.tiers[model_id] = Tier.WARM.value if cached else Tier.COLD.value
-                self._checked_s[model_id] = self.clock()
+            if model.id in self.tiers and model.id not in self._hot:
+                self.tiers[model.id] = tier
+                self._checked_s[model.id] = self.clock()
 
-    def _prefetch(self, model: DeployedModel, path: Path) -> None:
-        if weights_cache.resident_fraction(path) < WARM_AT:
-            weights_cache.prefetch(path)
-        with self._lock:
-            if model.id in self.tiers and self.tiers[model.id] != Tier.HOT.value:
-                self._measure(model, path, self.clock())
-
-    def _measure(self, model: DeployedModel, path: Path, now: float) -> None:
-        cached = weights_cache.resident_fraction(path) >= WARM_AT
-        self.tiers[model.id] = Tier.WARM.value if cached else Tier.COLD.value
-        self._checked_s[model.id] = now
-
-    def _weights(self, model: DeployedModel) -> Path | None:
-        if model.engine not in FILE_ENGINES or not model.weights:
-            return None
-        path = Path(model.weights)
-        if not path.exists():
-            return None
-        self._paths[model.key] = path
-        return path
+    def _as_tenant(self, tenant: str) -> AbstractContextManager[None]:
+        return as_account(self.account_of(tenant) if self.account_of is not None else None)
 
     def _forget(self, model_id: int) -> None:
         self.tiers.pop(model_id, None)
@@ -171,7 +242,7 @@ class ModelCacheKeeper:
         for key in [k for k, i in self._ids.items() if i == model_id]:
             drop_warm(self.state, key)
             self._ids.pop(key, None)
-            self._paths.pop(key, None)
+            self._models.pop(key, None)
 
     # -------------------------------------------------------------------------------------------- metrics
     def collector(self) -> Collector:

@@ -7,6 +7,8 @@ workload submission (queue, pool, share) are made on the replica it would start.
 from __future__ import annotations
 
 import dataclasses
+import os
+from pathlib import PurePosixPath
 
 from tessera.api import ModelDeploy, ModelOut
 from tessera.api.serving import CacheTier
@@ -18,6 +20,7 @@ from tessera.server.serving_plane import deployed, replica_row
 from tessera.server.store import served
 from tessera.server.store.models import ServedModelRow, WorkloadRow
 from tessera.server.submit import Principal, queue_for
+from tessera.serving import weights_cache
 from tessera.serving.models import CATALOG
 from tessera.serving.replica_health import ModelHealth
 from tessera.serving.replicas import DeployedModel
@@ -26,12 +29,26 @@ NEEDS_WEIGHTS = ("vllm", "sglang")
 CHECK_PORT = 1  # a placeholder port: validation only builds the replica's workload, it never starts it
 
 
+def check_weights_path(path: str) -> None:
+    """Refuse (422 naming ``model``) a weights path that can never be a model's weights: the root, a system tree
+    (``/proc``, ``/sys``, ``/dev``) or one with ``..``. Whether the tenant may read it is checked as the tenant when
+    its files are read (``server.model_cache``, the engine as the tenant's workload)."""
+    parts = PurePosixPath(path).parts
+    if ".." in parts:
+        raise InvalidRequestError("model", "give the weights' path without '..'")
+    normal = PurePosixPath(os.path.normpath(path))
+    if normal == PurePosixPath("/") or any(normal.is_relative_to(tree) for tree in weights_cache.SYSTEM_TREES):
+        raise InvalidRequestError("model", f"{path} is not a model's weights: give the folder of its files")
+
+
 def model_row(body: ModelDeploy, caller: Principal, ctx: ServerContext, now_s: float) -> ServedModelRow:
     queue = queue_for(body.queue, caller, ctx.store.queues())
     if body.engine in NEEDS_WEIGHTS and not body.model:
         raise InvalidRequestError("model", f"the {body.engine} engine needs the weights: a local model folder")
     if body.engine == "sim" and body.model and body.model not in CATALOG:
         raise InvalidRequestError("model", f"the sim engine plays a catalog model ({', '.join(CATALOG)})")
+    if body.model and body.model.startswith("/"):
+        check_weights_path(body.model)
     if body.gpu_fraction is not None and body.gpu_mem is not None:
         raise InvalidRequestError("gpu_fraction", "give gpu_fraction or gpu_mem, not both")
     if body.gpus == 0 and (body.gpu_fraction is not None or body.gpu_mem is not None):

@@ -121,6 +121,8 @@ def _request(spec: WorkloadSpec, queue: str) -> Request:
         for given in ("gpu_milli", "gpu_fraction", "gpu_compute", "gpu_mem"):
             if getattr(spec, given) is not None:
                 raise InvalidRequestError(given, "a GPU share needs gpus >= 1")
+        if spec.gpu_types:  # else a CPU-only workload, which a user asking for a GPU type did not mean
+            raise InvalidRequestError("gpu_types", "GPU types need gpus >= 1 (a workload with gpus 0 runs on CPUs)")
     gpu_mem_mib = parse_mem_mib(spec.gpu_mem, "gpu_mem") if spec.gpu_mem is not None else 0
     milli = 0
     if spec.gpu_milli is not None:

@@ -23,6 +23,7 @@ import uvicorn
 from fastapi import FastAPI
 from prometheus_client.registry import Collector
 
+from tessera.backends.accounts import TenantAccounts
 from tessera.backends.base import Backend
 from tessera.backends.local import LocalBackend
 from tessera.errors import InvalidRequestError
@@ -101,6 +102,7 @@ class Server:
     stopping: threading.Event = field(default_factory=threading.Event)
     notice: str = ""  # what the operator is told about the backend at start ("" for the local one)
     closers: list[Callable[[], None]] = field(default_factory=list)  # called once the loop has stopped
+    accounts: TenantAccounts | None = None  # the tenants' OS accounts (tenant-users), None: the server's own
 
 
 def build_server(
@@ -111,7 +113,7 @@ def build_server(
     host: HostResources | None = None,
     clock: Callable[[], float] = time.time,
 ) -> Server:
-    notice, ray_pool, setup = "", None, None
+    notice, ray_pool, setup, accounts = "", None, None, None
     if backend is None and config.backend == "ray":
         setup = connect_ray(config.ray_address, config.gpus, config.data_dir)
         backend, probe, ray_pool, notice = setup.backend, setup.probe, setup.pool, setup.notice
@@ -142,7 +144,7 @@ def build_server(
         ctx.usage.observe(clock(), loop.queue_specs, loop.snapshot.queue_usage)
 
     loop.on_step = on_step
-    server = Server(ctx, create_app(ctx), runner, notice=notice)
+    server = Server(ctx, create_app(ctx), runner, notice=notice, accounts=accounts)
     if setup is not None:  # the Ray cluster's nodes join and leave while the server runs (server.node_sync)
         NodeFollower(setup.watch.latest, loop).attach()
         setup.watch.start()
@@ -243,7 +245,7 @@ def serve(
     server.ctx.replica_ready = server.ctx.metrics.states.replica_ready = front.readiness
     for collector in front.collectors:
         server.ctx.metrics.register(collector)
-    keeper = ModelCacheKeeper()
+    keeper = ModelCacheKeeper(account_of=server.accounts.account if server.accounts is not None else None)
     server.ctx.model_tiers = keeper.tiers
     server.ctx.metrics.register(keeper.collector())
     plane = ServingPlane(server.ctx, EngineRunner(check_unprivileged=mode == "tenant-users"))

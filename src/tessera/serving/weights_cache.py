@@ -7,6 +7,20 @@ once, sequentially, so that they are; ``drop`` tells the kernel it may forget th
 pages go at once, pages still being written back stay). The weights are a file or every regular file under a
 folder (``.safetensors``, ``.bin``, ``.gguf``, the tokenizer and config files), symlinks followed, never leaving
 that folder's tree through a link.
+
+The path is a tenant's word, so the work is bounded whatever it names (``NotWeights`` beyond the bounds):
+
+- a walk looks at most at ``MAX_ENTRIES`` directory entries and keeps at most ``MAX_FILES`` files (``"/"`` ends
+  there), and never enters ``/proc``, ``/sys`` or ``/dev``, nor takes ``/`` itself as weights;
+- a file mostly made of holes (a sparse file: allocated blocks under half its size) is not weights: its apparent
+  size would cost work and memory for nothing;
+- ``mincore`` runs over one window of ``WINDOW_BYTES`` at a time (its vector is 1/4096 of the window: 256 KiB),
+  so memory does not grow with a file's size, and over at most ``MAX_MEASURED_BYTES`` in all: beyond that, windows
+  spread evenly over the files are measured and the fraction is theirs (a sample).
+
+The caller decides whose permissions apply: the server's model-cache keeper scans and opens the files as the
+tenant's OS account (``server.as_tenant``), so a path the tenant may not read is not read, then measures, reads and
+lets go through the descriptors it opened (``OpenWeights``).
 """
 
 from __future__ import annotations
@@ -14,12 +28,17 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 READ_CHUNK = 8 << 20
+MAX_ENTRIES = 20_000  # directory entries one walk looks at
+MAX_FILES = 4096  # files of one model's weights
+WINDOW_BYTES = 1 << 30  # one mincore call's span
+MAX_MEASURED_BYTES = 64 << 30  # bytes one measurement asks mincore about, at most
+SYSTEM_TREES = (Path("/proc"), Path("/sys"), Path("/dev"))  # never weights, never walked
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -27,83 +46,196 @@ _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 _MAP_FAILED = ctypes.c_void_p(-1).value
+_LOW_BIT = bytes(b & 1 for b in range(256))  # mincore's vector: the low bit of each byte says "resident"
 
 
-def weight_files(path: str | Path) -> list[Path]:
-    """The files of the weights at ``path`` (empty when there is nothing there), largest first."""
-    root = Path(path)
+class NotWeights(ValueError):
+    """The path is not a model's weights within the bounds (module docstring); the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class WeightFiles:
+    files: tuple[Path, ...]  # largest first
+    sizes: tuple[int, ...]  # each file's size in bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.sizes)
+
+
+def scan(path: str | Path) -> WeightFiles:
+    """The weights at ``path`` (no files when there is nothing there); ``NotWeights`` past the bounds."""
+    root = Path(os.path.abspath(path))
+    if root == Path("/") or any(root == tree or root.is_relative_to(tree) for tree in SYSTEM_TREES):
+        raise NotWeights(f"{root} is not a model's weights")
+    found: list[tuple[int, str, Path]] = []
     if root.is_file():
-        return [root]
-    if not root.is_dir():
-        return []
-    top = root.resolve()
-    files = [f for f in _walk(root) if f.resolve().is_relative_to(top)]
-    return sorted(files, key=lambda f: (-f.stat().st_size, str(f)))
+        found.append((_checked_size(root), str(root), root))
+    elif root.is_dir():
+        top = root.resolve()
+        for file in _walk(root):
+            if file.resolve().is_relative_to(top):
+                found.append((_checked_size(file), str(file), file))
+                if len(found) > MAX_FILES:
+                    raise NotWeights(f"{root} holds more than {MAX_FILES} files")
+    found.sort(key=lambda item: (-item[0], item[1]))
+    return WeightFiles(tuple(f for _, _, f in found), tuple(size for size, _, _ in found))
+
+
+def _checked_size(file: Path) -> int:
+    info = file.stat()
+    if info.st_size > 2 * info.st_blocks * 512 + mmap.PAGESIZE:
+        raise NotWeights(f"{file} is mostly holes (a sparse file), not weights")
+    return info.st_size
 
 
 def _walk(root: Path) -> Iterator[Path]:
-    for folder, _, names in os.walk(root, followlinks=False):
+    seen = 0
+    for folder, dirs, names in os.walk(root, followlinks=False):
+        seen += len(dirs) + len(names)
+        if seen > MAX_ENTRIES:
+            raise NotWeights(f"{root} has more than {MAX_ENTRIES} entries")
+        dirs[:] = [d for d in dirs if Path(folder, d) not in SYSTEM_TREES]
         for name in names:
             candidate = Path(folder) / name
             if candidate.is_file():
                 yield candidate
 
 
+def weight_files(path: str | Path) -> list[Path]:
+    """The files of the weights at ``path`` (empty when there is nothing there), largest first."""
+    return list(scan(path).files)
+
+
 def weights_bytes(path: str | Path) -> int:
-    return sum(f.stat().st_size for f in weight_files(path))
+    return scan(path).total_bytes
 
 
-def resident_bytes(file: Path) -> int:
-    """Bytes of ``file`` in the page cache now (0 for an empty or unreadable file)."""
+class OpenWeights:
+    """The weights' files opened read-only (``open_weights``): measuring, reading in and letting go then work on
+    these descriptors, with whatever identity the caller has by then. Opening is where the permission check is made:
+    the keeper opens as the tenant, then measures as the server (``mincore`` tells a process that may not write a
+    file nothing true about it: every page reads as resident)."""
+
+    def __init__(self, weights: WeightFiles) -> None:
+        self.weights = weights
+        self.fds: list[int] = []
+        try:
+            for file, size in zip(weights.files, weights.sizes, strict=True):
+                self.fds.append(os.open(file, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK))
+                opened = os.fstat(self.fds[-1])  # the file scanned, not one put in its place since
+                if not stat.S_ISREG(opened.st_mode) or opened.st_size != size:
+                    raise NotWeights(f"{file} changed while it was looked at")
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds.clear()
+
+    def __enter__(self) -> OpenWeights:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def open_weights(path: str | Path | WeightFiles) -> OpenWeights:
+    """The weights' files opened read-only (``OSError`` when one cannot be): close it, or use it in a ``with``."""
+    return OpenWeights(path if isinstance(path, WeightFiles) else scan(path))
+
+
+def resident_bytes(file: Path, ranges: list[tuple[int, int]] | None = None) -> int:
+    """Bytes of ``file`` in the page cache now (0 for an empty or unreadable file), over ``ranges`` (offset,
+    length) of it when given, else over all of it; one window of ``WINDOW_BYTES`` mapped at a time."""
     try:
         fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return 0
     try:
-        size = os.fstat(fd).st_size
-        if size == 0:
-            return 0
-        address = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if address in (None, _MAP_FAILED):
-            return 0
-        try:
-            pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-            vector = (ctypes.c_ubyte * pages)()
-            if _libc.mincore(address, size, vector) != 0:
-                return 0
-            in_core = int(np.count_nonzero(np.frombuffer(bytes(vector), dtype=np.uint8) & 1))  # the low bit: resident
-            return min(size, in_core * mmap.PAGESIZE)
-        finally:
-            _libc.munmap(address, size)
+        return _resident_of(fd, ranges)
     finally:
         os.close(fd)
 
 
-def resident_fraction(path: str | Path) -> float:
-    """The share of the weights' bytes in the page cache (0 when there are no weights)."""
-    files = weight_files(path)
-    total = sum(f.stat().st_size for f in files)
-    if total == 0:
-        return 0.0
-    return sum(resident_bytes(f) for f in files) / total
+def _resident_of(fd: int, ranges: list[tuple[int, int]] | None) -> int:
+    size = os.fstat(fd).st_size
+    spans = ranges if ranges is not None else [(0, size)]
+    return sum(_resident_in(fd, offset, min(length, size - offset)) for offset, length in spans if offset < size)
 
 
-def prefetch(path: str | Path) -> int:
-    """Read the weights through once (sequential, large reads, the kernel told so) so that they are in the page
-    cache; returns the bytes read."""
+def _resident_in(fd: int, offset: int, length: int) -> int:
     done = 0
-    buffer = bytearray(READ_CHUNK)
-    for file in weight_files(path):
-        with open(file, "rb", buffering=0) as handle:
-            os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-            while count := handle.readinto(buffer):
-                done += count
+    vector = (ctypes.c_ubyte * (WINDOW_BYTES // mmap.PAGESIZE))()
+    end = offset + length
+    while offset < end:
+        span = min(WINDOW_BYTES, end - offset)
+        address = _libc.mmap(None, span, mmap.PROT_READ, mmap.MAP_SHARED, fd, offset)
+        if address in (None, _MAP_FAILED):
+            return done
+        try:
+            pages = (span + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+            if _libc.mincore(address, span, vector) != 0:
+                return done
+            in_core = bytes(vector)[:pages].translate(_LOW_BIT).count(1)
+            done += min(span, in_core * mmap.PAGESIZE)
+        finally:
+            _libc.munmap(address, span)
+        offset += span
     return done
 
 
-def drop(path: str | Path) -> None:
-    """Let the kernel forget the weights' clean pages (another process using them keeps them mapped)."""
-    for file in weight_files(path):
+def resident_fraction(path: str | Path | WeightFiles | OpenWeights) -> float:
+    """The share of the weights' bytes in the page cache (0 when there are no weights), measured over at most
+    ``MAX_MEASURED_BYTES`` (windows spread evenly over the files beyond that)."""
+    if not isinstance(path, OpenWeights):
+        with open_weights(path) as opened:
+            return resident_fraction(opened)
+    weights = path.weights
+    total = weights.total_bytes
+    if total == 0:
+        return 0.0
+    if total <= MAX_MEASURED_BYTES:
+        return sum(_resident_of(fd, None) for fd in path.fds) / total
+    step = WINDOW_BYTES * -(-total // MAX_MEASURED_BYTES)  # one window measured per step of the weights' bytes
+    measured = resident = 0
+    start = 0  # the file's first byte in the weights' bytes
+    for fd, size in zip(path.fds, weights.sizes, strict=True):
+        first = -(-start // step) * step - start  # the first window's offset within this file
+        ranges = [(at, min(WINDOW_BYTES, size - at)) for at in range(first, size, step)]
+        measured += sum(length for _, length in ranges)
+        resident += _resident_of(fd, ranges)
+        start += size
+    return resident / measured if measured else 0.0
+
+
+def prefetch(path: str | Path | WeightFiles | OpenWeights) -> int:
+    """Read the weights through once (sequential, large reads, the kernel told so) so that they are in the page
+    cache; returns the bytes read."""
+    if not isinstance(path, OpenWeights):
+        with open_weights(path) as opened:
+            return prefetch(opened)
+    done = 0
+    buffer = bytearray(READ_CHUNK)
+    for fd in path.fds:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        offset = 0
+        while count := os.preadv(fd, [buffer], offset):
+            offset += count
+        done += offset
+    return done
+
+
+def drop(path: str | Path | WeightFiles | OpenWeights) -> None:
+    """Let the kernel forget the weights' clean pages (another process using them keeps them mapped); a file that
+    cannot be opened is left alone."""
+    if isinstance(path, OpenWeights):
+        for fd in path.fds:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return
+    for file in (path if isinstance(path, WeightFiles) else scan(path)).files:
         try:
             fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:

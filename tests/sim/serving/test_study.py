@@ -90,3 +90,19 @@ def test_gpus_for_slo_finds_the_smallest_cluster_that_meets_the_slos() -> None:
     except ValueError:  # the initial replicas do not fit
         return
     assert not fewer.meets_slo(SLO_PCT)
+
+
+def test_every_progress_bar_ends_at_100_percent_and_only_the_studied_policies_have_one() -> None:
+    """Issue 25: a ``--gpus-for-slo`` search that found no cluster meeting the SLOs returned with its bar at 10%,
+    and static's sizing (which sizes the other policies' clusters) opened a "static" bar left at 50% when static
+    was not studied."""
+    last: dict[str, float] = {}
+
+    def progress(label: str, fraction: float) -> None:
+        assert 0.0 <= fraction <= 1.0 and fraction >= last.get(label, 0.0), (label, fraction)
+        last[label] = fraction
+
+    config = StudyConfig(trace=None, models=3, load=LOAD, policies=("static-autoscale",), seeds=(0,), gpus_for_slo=True)
+    (autoscale,) = run_study(config, progress)
+    assert not autoscale.meets_slo(SLO_PCT)  # the search's early way out: reported on the largest cluster tried
+    assert last == {"static-autoscale seed 0": 1.0}

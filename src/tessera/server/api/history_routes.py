@@ -24,8 +24,14 @@ from tessera.server.submit import Principal
 from tessera.server.usage_history import MAX_POINTS, WINDOW_S
 
 HISTORY_LIMIT = 1000
-Since = Annotated[float | None, Query(ge=0, description="seconds since the epoch: only workloads not ended before")]
-Until = Annotated[float | None, Query(ge=0, description="seconds since the epoch: only workloads submitted by then")]
+Since = Annotated[
+    float | None,
+    Query(ge=0, allow_inf_nan=False, description="seconds since the epoch: only workloads not ended before"),
+]
+Until = Annotated[
+    float | None,
+    Query(ge=0, allow_inf_nan=False, description="seconds since the epoch: only workloads submitted by then"),
+]
 QueueParam = Annotated[str | None, Query(max_length=100)]
 TenantParam = Annotated[str | None, Query(max_length=100, description="admin: only this tenant's")]
 QueueName = Annotated[str, PathParam(min_length=1, max_length=100)]
@@ -88,7 +94,8 @@ def router(ctx: ServerContext) -> APIRouter:
         caller: Caller,
         queue: Annotated[str | None, Query(min_length=1, max_length=100, description="only this queue")] = None,
         window_s: Annotated[
-            float | None, Query(gt=0, le=WINDOW_S, description="only the samples of the last window_s seconds")
+            float | None,
+            Query(gt=0, le=WINDOW_S, allow_inf_nan=False, description="only the samples of the last window_s seconds"),
         ] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_POINTS, description="at most the newest N samples per queue")] = (
             MAX_POINTS

@@ -54,14 +54,16 @@ def check_models_fit(config: StudyConfig) -> None:
 
 
 def run_study(config: StudyConfig, progress: Progress | None = None) -> list[PolicyRun]:
-    """One run per (policy, seed), in the order of ``config.policies`` then ``config.seeds``."""
+    """One run per (policy, seed), in the order of ``config.policies`` then ``config.seeds``. ``progress(label,
+    fraction)`` reports each run's advance, ending at 1.0 for every (policy, seed), whichever way its run was found
+    (the ``--gpus-for-slo`` search may stop early: then its bar stood at the fraction reached)."""
     trace = config.load_trace()
     perf = make_perf_factory(config.perf_profile)
     kind = parse_gpu_cluster(config.gpus or DEFAULT_GPUS)
     runs: dict[tuple[str, int], PolicyRun] = {}
     for seed in config.seeds:
         workload = build_workload(trace, config.models, config.zipf, config.load, seed)
-        study = _SeedStudy(workload, perf, kind, seed, progress)
+        study = _SeedStudy(workload, perf, kind, seed, progress, shown=frozenset(config.policies))
         for policy in config.policies:
             if policy == "static":
                 runs[(policy, seed)] = study.static()
@@ -70,23 +72,33 @@ def run_study(config: StudyConfig, progress: Progress | None = None) -> list[Pol
             else:
                 gpus = kind.count if config.gpus else study.static_gpus()
                 runs[(policy, seed)] = study.run(policy, nodes_for(gpus, kind))
+            study.report(policy, 1.0)
     return [runs[(p, s)] for p in config.policies for s in config.seeds]
 
 
 class _SeedStudy:
     def __init__(
-        self, workload: Workload, perf: PerfFactory, kind: GpuCluster, seed: int, progress: Progress | None
+        self,
+        workload: Workload,
+        perf: PerfFactory,
+        kind: GpuCluster,
+        seed: int,
+        progress: Progress | None,
+        shown: frozenset[str],
     ) -> None:
         self.workload = workload
         self.perf = perf
         self.kind = kind
         self.seed = seed
         self.progress = progress
+        # The policies with a progress bar (the study's): static's sizing, which the others' clusters are sized from,
+        # advances static's bar only when static is studied, not a bar of its own that would never end.
+        self.shown = shown
         self._static_sizes: dict[str, int] | None = None
         self._static_run: PolicyRun | None = None
 
-    def _report(self, policy: str, fraction: float) -> None:
-        if self.progress is not None:
+    def report(self, policy: str, fraction: float) -> None:
+        if self.progress is not None and policy in self.shown:
             self.progress(f"{policy} seed {self.seed}", min(max(fraction, 0.0), 1.0))
 
     def inputs(self, nodes: list[NodeSpec], fixed: dict[str, int] | None = None, only: str | None = None) -> TwinInputs:
@@ -98,7 +110,7 @@ class _SeedStudy:
     def run(self, policy: str, nodes: list[NodeSpec], fraction: tuple[float, float] = (0.0, 1.0)) -> PolicyRun:
         lo, hi = fraction
         twin = Twin(self.inputs(nodes), policy_setup(policy), self.seed)
-        return twin.run(lambda f: self._report(policy, lo + (hi - lo) * f))
+        return twin.run(lambda f: self.report(policy, lo + (hi - lo) * f))
 
     # ---------------------------------------------------------------------------------------------- static
     def static_sizes(self) -> dict[str, int]:
@@ -106,7 +118,7 @@ class _SeedStudy:
             sizes: dict[str, int] = {}
             for i, m in enumerate(self.workload.models):
                 sizes[m.name] = self._replicas_for_peak(m.name, m.spec.tensor_parallel)
-                self._report("static", 0.5 * (i + 1) / len(self.workload.models))
+                self.report("static", 0.5 * (i + 1) / len(self.workload.models))
             self._static_sizes = sizes
         return self._static_sizes
 
@@ -143,7 +155,7 @@ class _SeedStudy:
             while True:  # tensor-parallel replicas may leave holes a node short: add nodes until all fit
                 try:
                     twin = Twin(self.inputs(nodes, sizes), policy_setup("static"), self.seed)
-                    self._static_run = twin.run(lambda f: self._report("static", 0.5 + 0.5 * f))
+                    self._static_run = twin.run(lambda f: self.report("static", 0.5 + 0.5 * f))
                     break
                 except ProvisioningError:
                     nodes = nodes_for(len(nodes) * self.kind.gpus_per_node + self.kind.gpus_per_node, self.kind)
@@ -178,7 +190,7 @@ class _SeedStudy:
         while hi - lo > 1:
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if meets(mid) else (mid, hi)
-        self._report(policy, 1.0)
+        self.report(policy, 1.0)
         best = tried[hi]
         assert best is not None
         return best
