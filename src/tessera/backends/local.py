@@ -50,7 +50,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,6 +67,7 @@ from tessera.backends.local_files import (
     read_exit_file,
     write_atomically,
 )
+from tessera.backends.local_watch import Watch, group_exists, reap_released_children, release_children
 from tessera.core.errors import InvalidRequestError, TesseraError
 from tessera.faults import crash_point
 
@@ -76,20 +76,6 @@ logger = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S = 5.0  # how long an ended workload's SIGKILLed processes may take to vanish before we report anyway
 __all__ = ["SUPERVISOR_MODULE", "LocalBackend"]
 NODE_NAME = "local"  # as ``tessera.gpu.gpus.GpuDevice.node`` names this host
-
-
-@dataclass(slots=True)
-class _Watch:
-    """One tracked workload; mutated only under ``LocalBackend._lock``."""
-
-    ref: LocalProcess
-    popen: subprocess.Popen[bytes] | None  # None: adopted from an earlier server, not our child
-    term_sent: bool = False
-    kill_at_s: float | None = None  # time.monotonic() deadline for SIGKILL, set by stop()
-    kill_sent: bool = False
-    ended: bool = False  # the supervisor is gone; waiting for the rest of the group to vanish
-    exit_code: int | None = None
-    report_by_s: float = 0.0  # report even if some process of the group is still there at this time
 
 
 class LocalBackend:
@@ -114,7 +100,7 @@ class LocalBackend:
         run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.exec = LocalExec(python, containment, run_dir, accounts)
         self._lock = threading.Lock()
-        self._watches: dict[str, _Watch] = {}
+        self._watches: dict[str, Watch] = {}
         self._starting: set[str] = set()  # ids whose launch is starting their process (not watched yet)
 
     def exit_path(self, workload_id: str) -> Path:
@@ -162,7 +148,7 @@ class LocalBackend:
             raise InvalidRequestError("argv", "the command is empty")
         if spec.workdir is not None and not spec.workdir.is_dir():
             raise NotADirectoryError(errno.ENOTDIR, "the workload's directory does not exist", str(spec.workdir))
-        _reap_released_children()
+        reap_released_children()
         account = self.exec.account(spec)
         exit_file, spec_file = self.exit_path(spec.workload_id), self.spec_path(spec.workload_id)
         command = self.exec.command(exit_file, spec_file, spec.argv)
@@ -196,7 +182,7 @@ class LocalBackend:
             assert marker is not None, "a child that was not waited for always has a /proc entry"
             ref = LocalProcess(spec.workload_id, popen.pid, popen.pid, marker, str(exit_file))
             with self._lock:
-                self._watches[spec.workload_id] = _Watch(ref=ref, popen=popen)
+                self._watches[spec.workload_id] = Watch(ref=ref, popen=popen)
             try:
                 write_atomically(self.ref_path(spec.workload_id), json.dumps(ref.handle().to_json()) + "\n")
             except OSError as error:  # the workload runs all the same; only find() will not know it
@@ -215,7 +201,7 @@ class LocalBackend:
             if ref.workload_id in self._watches:
                 logger.debug("adopt: %s is already tracked", ref.workload_id)
                 return
-            self._watches[ref.workload_id] = _Watch(ref=ref, popen=None)
+            self._watches[ref.workload_id] = Watch(ref=ref, popen=None)
         logger.info("adopted %s (pid %d)", ref.workload_id, ref.pid)
 
     def find(self, workload_id: str) -> Handle | None:
@@ -262,7 +248,7 @@ class LocalBackend:
 
     def poll(self) -> list[ExitStatus]:
         """Workloads that ended since the last call, each once; SIGKILLs those whose stop grace has run out."""
-        _reap_released_children()
+        reap_released_children()
         now_s = time.monotonic()
         ended: list[ExitStatus] = []
         with self._lock:
@@ -300,12 +286,11 @@ class LocalBackend:
             children = [watch.popen for watch in self._watches.values() if watch.popen is not None]
             self._watches.clear()
         self.exec.close()
-        with _released_lock:
-            _released_children.extend(children)
+        release_children(children)
 
     # ------------------------------------------------------------------------------------------------ internals
 
-    def _advance(self, watch: _Watch, now_s: float) -> bool:
+    def _advance(self, watch: Watch, now_s: float) -> bool:
         """One poll step of one workload; True once its supervisor has ended (then ``_report`` says whether
         anything of its group is left)."""
         if not watch.ended:
@@ -320,14 +305,14 @@ class LocalBackend:
             self._signal_group(watch, signal.SIGKILL)  # whatever outlived the supervisor
         return True
 
-    def _groups_left(self, watches: list[_Watch]) -> dict[int, list[int]]:
+    def _groups_left(self, watches: list[Watch]) -> dict[int, list[int]]:
         """The live processes left in the groups of ``watches`` (ended supervisors), by group: groups no longer ours
         count as empty, and one ``/proc`` scan serves all those that ``killpg(0)`` still finds (a zombie counts
         there, so only the scan can tell)."""
-        groups = {w.ref.pgid for w in watches if self._group_is_ours(w) and _group_exists(w.ref.pgid)}
+        groups = {w.ref.pgid for w in watches if self._group_is_ours(w) and group_exists(w.ref.pgid)}
         return procfs.live_members_of_groups(groups)
 
-    def _report(self, watch: _Watch, left: list[int], now_s: float) -> ExitStatus | None:
+    def _report(self, watch: Watch, left: list[int], now_s: float) -> ExitStatus | None:
         """The ended workload's ``ExitStatus`` once nothing of its group is ``left`` (or its drain time is up)."""
         stem = file_stem(watch.ref.workload_id)
         left = left + self.exec.kill(stem)  # also what left the group or outlived a SIGKILLed supervisor
@@ -338,12 +323,12 @@ class LocalBackend:
         self.exec.remove(stem)
         return ExitStatus(watch.ref.workload_id, watch.exit_code)
 
-    def _supervisor_running(self, watch: _Watch) -> bool:
+    def _supervisor_running(self, watch: Watch) -> bool:
         if watch.popen is not None:
             return watch.popen.poll() is None
         return watch.ref.pid != 0 and procfs.is_running(watch.ref.pid, watch.ref.started_marker)
 
-    def _exit_code(self, watch: _Watch) -> int | None:
+    def _exit_code(self, watch: Watch) -> int | None:
         written = read_exit_file(Path(watch.ref.exit_file))
         if written is not None:
             return written
@@ -354,7 +339,7 @@ class LocalBackend:
         logger.warning("%s: the process is gone and left no exit code", watch.ref.workload_id)
         return None
 
-    def _terminate(self, watch: _Watch) -> None:
+    def _terminate(self, watch: Watch) -> None:
         """SIGTERM: through the supervisor (it relays to the group once), or to the group if it is gone."""
         if self._supervisor_running(watch):
             try:
@@ -366,17 +351,17 @@ class LocalBackend:
         spare = watch.ref.pgid if self._group_is_ours(watch) else None
         self.exec.signal(file_stem(watch.ref.workload_id), signal.SIGTERM, spare_group=spare)
 
-    def _kill_group(self, watch: _Watch) -> None:
+    def _kill_group(self, watch: Watch) -> None:
         """SIGKILL to the group and the cgroup; ``kill_sent`` if some process received it."""
         if self._signal_group(watch, signal.SIGKILL) | bool(self.exec.kill(file_stem(watch.ref.workload_id))):
             watch.kill_sent = True
 
-    def _group_is_ours(self, watch: _Watch) -> bool:
+    def _group_is_ours(self, watch: Watch) -> bool:
         """False once the supervisor's PID names another process: then a process group with that id is not ours.
         (While any process of our group lives, Linux keeps the PID from being reused.) Never for pid 0."""
         return watch.ref.pid != 0 and not procfs.is_pid_reused(watch.ref.pid, watch.ref.started_marker)
 
-    def _signal_group(self, watch: _Watch, signum: int) -> bool:
+    def _signal_group(self, watch: Watch, signum: int) -> bool:
         """Signals the workload's process group if it is still ours; True if some process received the signal."""
         if not self._group_is_ours(watch):
             logger.info("%s: pid %d is not its process; not signalling it", watch.ref.workload_id, watch.ref.pid)
@@ -389,28 +374,6 @@ class LocalBackend:
             logger.warning("%s: not allowed to signal process group %d", watch.ref.workload_id, watch.ref.pgid)
             return False
         return True
-
-
-def _group_exists(pgid: int) -> bool:
-    """True while the process group has any process, zombies included (``killpg`` with signal 0 sends nothing)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # there is a process, not ours to signal
-        return True
-    return True
-
-
-# Children of this process that a closed LocalBackend no longer watches; any LocalBackend's poll/launch reaps them
-# when they end, so a server restarted inside the same process (tests) leaves no zombies. Process-wide by nature.
-_released_children: list[subprocess.Popen[bytes]] = []
-_released_lock = threading.Lock()
-
-
-def _reap_released_children() -> None:
-    with _released_lock:
-        _released_children[:] = [child for child in _released_children if child.poll() is None]
 
 
 if TYPE_CHECKING:  # mypy checks that the class satisfies the seam

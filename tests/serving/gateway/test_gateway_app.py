@@ -14,7 +14,7 @@ from tessera.serving.gateway.app import Gateway, GatewayConfig
 from tessera.serving.gateway.auth import StaticKeys
 from tessera.serving.gateway.metrics import GatewayMetrics
 from tessera.serving.gateway.registry import InMemoryRegistry, ModelRoute
-from tessera.serving.gateway.upstream import HttpxUpstream
+from tessera.serving.gateway.upstream_httpx import HttpxUpstream
 
 KEYS = {"key-a": "team-a", "key-b": "team-b"}
 A = {"authorization": "Bearer key-a"}

@@ -16,8 +16,8 @@ replica when it registered it): a new connection to a Unix socket whose listener
   ``idle_timeout_s``, and when the replica leaves the registry (``forget``); at most ``max_idle_total`` are kept.
   A streamed answer that sends nothing for ``chunk_gap_s`` once it has begun (a stalled engine) ends with
   ``UpstreamError``; its first bytes may take ``timeout_s``, as its head may.
-- ``HttpxUpstream``: the same over an ``httpx.AsyncClient`` (tests drive the gateway through httpx's mock
-  transport with it).
+- ``HttpxUpstream`` (``upstream_httpx``): the same over an ``httpx.AsyncClient`` (tests drive the gateway through
+  httpx's mock transport with it).
 
 ``UpstreamResponse.close`` before the body's end drops the connection: that is how a client's disconnect reaches
 the engine (vLLM and the sim abort a request whose connection closes).
@@ -30,17 +30,16 @@ import contextlib
 import functools
 import socket
 import struct
-from collections.abc import AsyncIterator, Awaitable
-from typing import Protocol, TypeVar
+from collections.abc import AsyncIterator
+from typing import Protocol
 from urllib.parse import urlsplit
 
-import httpx
+from tessera.serving.gateway.deadlines import Deadlines
 
 READ_BYTES = 65536
 MAX_HEAD_BYTES = 64 * 1024
 MAX_CALL_BODY_BYTES = 16 * 1024 * 1024  # an answer read whole (``call``: metrics, health)
 UNIX_SCHEME = "unix:"
-_T = TypeVar("_T")
 
 
 class UpstreamError(ConnectionError):
@@ -88,59 +87,6 @@ _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 _Key = tuple[str, int]  # (host, port), or (the socket's path, 0)
 
 
-class _Deadlines:
-    """Deadlines of many tasks on one recurring timer: a task still registered when a check finds it past its
-    deadline is cancelled (checks every ``tick_s``, so up to that late). An ``asyncio.timeout`` per exchange arms
-    and disarms a loop timer per request, about 3% of the gateway's CPU at 1,000 req/s; the timeouts here are
-    seconds to minutes long, so a coarse check is enough."""
-
-    def __init__(self, tick_s: float) -> None:
-        self.tick_s = tick_s
-        self._due: dict[asyncio.Task[object], float] = {}
-        self._late: set[asyncio.Task[object]] = set()
-        self._timer: asyncio.TimerHandle | None = None
-
-    def add(self, task: asyncio.Task[object], due: float, loop: asyncio.AbstractEventLoop) -> None:
-        self._due[task] = due
-        if self._timer is None:
-            self._timer = loop.call_later(self.tick_s, self._check, loop)
-
-    def remove(self, task: asyncio.Task[object]) -> bool:
-        """Unregister ``task``; True when it was cancelled for being late."""
-        self._due.pop(task, None)
-        if task in self._late:
-            self._late.discard(task)
-            return True
-        return False
-
-    def _check(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer = None
-        now = loop.time()
-        for task, due in list(self._due.items()):
-            if due <= now:
-                del self._due[task]
-                self._late.add(task)
-                task.cancel()
-        if self._due:
-            self._timer = loop.call_later(self.tick_s, self._check, loop)
-
-    async def within(self, awaitable: Awaitable[_T], limit_s: float, late: str) -> _T:
-        """``await awaitable``, raising ``UpstreamError(late)`` once ``limit_s`` has passed; any other cancel
-        (the client left) goes through as it is."""
-        task = asyncio.current_task()
-        assert task is not None
-        loop = asyncio.get_running_loop()
-        self.add(task, loop.time() + limit_s, loop)
-        try:
-            return await awaitable
-        except asyncio.CancelledError:
-            if self.remove(task) and task.uncancel() == 0:
-                raise UpstreamError(late) from None
-            raise
-        finally:
-            self.remove(task)
-
-
 class _RawResponse:
     closes_at_once = True
 
@@ -169,7 +115,7 @@ class _RawResponse:
         has begun; before, its ``timeout_s`` (an engine may queue a request a long while before its first token)."""
         gap = self._pool.chunk_gap_s if self._begun else self._pool.timeout_s
         late = f"no data from the replica for {gap:g} s"
-        data = await self._pool._deadlines.within(self._conn[0].read(READ_BYTES), gap, late)
+        data = await self._pool._deadlines.within(self._conn[0].read(READ_BYTES), gap, UpstreamError, late)
         self._begun = True
         return data
 
@@ -281,7 +227,7 @@ class RawUpstream:
         self._idle: dict[_Key, list[tuple[_Conn, float, int | None]]] = {}
         self._idle_count = 0
         self._sweep_timer: asyncio.TimerHandle | None = None
-        self._deadlines = _Deadlines(min(1.0, max(0.01, min(timeout_s, chunk_gap_s) / 10)))
+        self._deadlines = Deadlines(min(1.0, max(0.01, min(timeout_s, chunk_gap_s) / 10)))
 
     async def post(self, base_url: str, path: str, body: bytes, peer_pid: int | None = None) -> UpstreamResponse:
         return await self._send("POST", base_url, path, body, peer_pid)
@@ -339,7 +285,7 @@ class RawUpstream:
         late = f"no answer from {where} in {self.timeout_s} s"
         try:
             writer.write(payload)
-            head = await self._deadlines.within(reader.readuntil(b"\r\n\r\n"), self.timeout_s, late)
+            head = await self._deadlines.within(reader.readuntil(b"\r\n\r\n"), self.timeout_s, UpstreamError, late)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             writer.close()
             raise UpstreamError(f"no answer from {where}: {type(exc).__name__}") from exc
@@ -403,56 +349,3 @@ class RawUpstream:
         if self._sweep_timer is not None:
             self._sweep_timer.cancel()
             self._sweep_timer = None
-
-
-# ------------------------------------------------------------------------------------------------------ httpx
-class _HttpxResponse:
-    closes_at_once = False
-    complete = False  # its last piece is not known as such: the end goes in a write of its own
-
-    def __init__(self, response: httpx.Response) -> None:
-        self._response = response
-        self.status = response.status_code
-        self.content_type = response.headers.get("content-type", "application/json")
-        length = response.headers.get("content-length")
-        self.content_length = int(length) if length is not None else None
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._response.aiter_raw():
-                if chunk:
-                    yield chunk
-        except httpx.HTTPError as exc:
-            raise UpstreamError(str(exc)) from exc
-
-    async def close(self) -> None:
-        await self._response.aclose()
-
-
-class HttpxUpstream:
-    def __init__(self, client: httpx.AsyncClient) -> None:
-        self.client = client
-
-    async def call(
-        self, method: str, base_url: str, path: str, body: bytes = b"", peer_pid: int | None = None
-    ) -> tuple[int, bytes]:
-        try:
-            response = await self.client.request(method, base_url + path, content=body or None)
-        except httpx.HTTPError as exc:
-            raise UpstreamError(f"{type(exc).__name__}: {exc}") from exc
-        return response.status_code, response.content
-
-    def forget(self, base_url: str) -> None:
-        pass  # httpx's pool closes what it no longer uses
-
-    async def post(self, base_url: str, path: str, body: bytes, peer_pid: int | None = None) -> UpstreamResponse:
-        request = self.client.build_request(
-            "POST", base_url + path, content=body, headers={"content-type": "application/json"}
-        )
-        try:
-            return _HttpxResponse(await self.client.send(request, stream=True))
-        except httpx.HTTPError as exc:
-            raise UpstreamError(f"{type(exc).__name__}: {exc}") from exc
-
-    async def aclose(self) -> None:
-        await self.client.aclose()
