@@ -7,8 +7,10 @@ concurrent requests while it starts (0 errors), and a replica that ends is resta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -297,3 +299,47 @@ def test_a_model_whose_engine_cannot_start_shows_failing_backs_off_and_fails_req
     assert 'tessera_model_failing{served_model="broken"} 1.0' in metrics
     listed = tessera(server, "models")
     assert listed.returncode == 0 and "failing" in listed.stdout and "replica failures in a row" in listed.stdout
+
+
+def _engine_pids(model_name: str) -> list[int]:
+    """The sim engine processes serving ``model_name`` (found by their command line)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"tessera.serving.engines.sim_server" in argv and model_name.encode() in argv:
+            found.append(int(cmdline.parent.name))
+    return found
+
+
+def test_a_replica_that_stalls_mid_stream_ends_the_stream_with_an_error_event(tmp_path: Path) -> None:
+    """A replica stopped with SIGSTOP once held its client's stream for ever. A stream silent for the chunk gap
+    (here 2 s, ``TESSERA_GATEWAY_CHUNK_GAP_S``; 300 s by default) ends with an error event the client sees."""
+    live = LiveServer(tmp_path / "server", gpus="1xA100-80GB", env={"TESSERA_GATEWAY_CHUNK_GAP_S": "2"})
+    live.start()
+    stopped: list[int] = []
+    try:
+        with live.client() as client:
+            client.deploy_model({"name": "stalls", "engine": "sim", "gpu_fraction": 0.25})
+        wait_for(lambda: model(live, "stalls")["replicas"] == 1, timeout_s=30)
+        stream = gateway(live, timeout=60).chat.completions.create(
+            model="stalls", messages=[{"role": "user", "content": "go on"}], max_tokens=5000, stream=True
+        )
+        assert next(iter(stream)).choices is not None
+        stopped = _engine_pids("stalls")
+        assert stopped
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(openai.APIError, match="no data from the replica for 2 s"):
+            for _ in stream:
+                pass
+        assert time.monotonic() - started < 20
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        live.cancel_all()
+        live.stop()
