@@ -259,6 +259,23 @@ def test_a_wrong_token_is_refused_at_sign_in(browsing: Browsing, cluster: Cluste
     expect(page.locator("#nav")).to_be_hidden()
 
 
+def test_a_failing_model_shows_its_state_and_last_error(browsing: Browsing, cluster: Cluster) -> None:
+    """A model whose engine cannot start is ``failing`` with the engine's last line (issue 25, defect 6); on the
+    CPU (no GPU share), and deleted afterwards, so the other views see the cluster as it was."""
+    with cluster.server.client() as admin:
+        admin.deploy_model({"name": "broken", "engine": "vllm", "model": "/nonexistent", "gpus": 0})
+        try:
+            failing = wait_for(lambda: (m := admin.model("broken"))["state"] == "failing" and m, timeout_s=60)
+            page = sign_in(browsing, cluster, hash_="#/models")
+            row = page.locator('tr[data-model="broken"]')
+            expect(row.locator(".badge")).to_have_text("failing")
+            expect(row.locator(".error")).to_have_text(failing["last_error"])
+            written(browsing.shot("model-failing"))
+        finally:
+            admin.delete_model("broken")
+            wait_for(lambda: all(m["name"] != "broken" for m in admin.models()), timeout_s=60)
+
+
 def test_the_models_and_queues_views(browsing: Browsing, cluster: Cluster) -> None:
     with cluster.server.client() as admin:  # the server's history of the queues' usage, from before the page opens
         served = {q["queue"]: q["points"] for q in admin.queue_usage()["queues"]}
@@ -267,7 +284,7 @@ def test_the_models_and_queues_views(browsing: Browsing, cluster: Cluster) -> No
     page = sign_in(browsing, cluster, hash_="#/models")
     row = page.locator('tr[data-model="chat"]')
     expect(row).to_contain_text("ready")
-    expect(row).to_contain_text("1 running")
+    expect(row).to_contain_text("1 ready")
     expect(row.locator("code.url")).to_have_text(f"{cluster.server.url}/openai/v1")
     written(browsing.shot("models"))
     page.click('nav a[data-view="queues"]')
