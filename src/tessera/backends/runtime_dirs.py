@@ -10,7 +10,8 @@ Where: a root server uses ``/run/tessera/<digest>`` (``/run`` is root's, nobody 
 way); any other server ``$XDG_RUNTIME_DIR/tessera/<digest>`` or ``/tmp/tessera-<uid>/<digest>``, each directory
 checked to be its own and private (``/tmp`` is everybody's: a directory someone else made first is refused). The
 digest names the server's run directory, so two servers on one host never share one, and paths stay short (a Unix
-socket's path has at most 107 bytes).
+socket's path has at most 107 bytes). It is meant for sockets and small files: ``/run`` is a memory-backed tmpfs,
+what a workload writes there counts against its memory limit, and it goes with the workload.
 """
 
 from __future__ import annotations
