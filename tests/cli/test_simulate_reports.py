@@ -66,3 +66,19 @@ def test_simulate_timeline_prints_a_table_with_the_summary_columns(tmp_path: Pat
     assert f"{makespan_h:.1f}" in tessera_row  # the table's figures are the summary's
     assert any("team-a" in line and "reclaims" in line for line in lines)  # the queue table
     assert "|---|" not in result.stdout  # no Markdown dumped on the terminal any more
+
+
+def test_simulate_timeline_runs_a_named_placement_as_tessera_up_does_and_refuses_an_unknown_one(
+    tmp_path: Path,
+) -> None:
+    jobs = [{"id": f"j{i}", "arrival_s": 30 * i, "duration_s": 300, "queue": "team-a", "gang": 1} for i in range(6)]
+    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": jobs}))
+    (tmp_path / "queues.json").write_text(json.dumps({"queues": [{"name": "team-a", "nominal_gpus": 8}]}))
+    base = ["simulate", "timeline", "--workload", "tenants", "--policies", "tessera"]
+    base += ["--jobs", str(tmp_path / "jobs.json"), "--queues", str(tmp_path / "queues.json")]
+    result = runner.invoke(app, [*base, "--placement", "packing", "--out", str(tmp_path / "p")])
+    assert result.exit_code == 0, result.output
+    assert list(json.loads((tmp_path / "p" / "summary.json").read_text())["policies"]) == ["tessera+packing"]
+    wrong = runner.invoke(app, [*base, "--placement", "nope", "--out", str(tmp_path / "q")])
+    assert wrong.exit_code == 2 and "--placement: unknown placement 'nope'" in wrong.output
+    assert len(wrong.output.strip().splitlines()) == 1

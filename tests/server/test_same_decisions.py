@@ -175,8 +175,9 @@ def compare(
     nodes = [n.name for n in h.server.ctx.pool.nodes]
     # Workloads submitted to the server declare no runtime: the simulator's scheduler is not told them either.
     simulated = run_timeline(
-        h.server.ctx.pool.nodes, jobs, policy, queues=queues, record_decisions=True, runtimes_known=False
-    )
+        h.server.ctx.pool.nodes, jobs, policy, queues=queues, record_decisions=True, runtimes_known=False,
+        placement=h.server.ctx.loop.config.placement,
+    )  # fmt: skip
     assert simulated.unfinished == 0
     h.server.ctx.loop.scheduler.journal = []
     driver = ServerReplay(h, jobs, **replay)  # type: ignore[arg-type]
@@ -230,6 +231,25 @@ def test_simulator_and_server_make_the_same_decisions_when_las_ages_and_preempts
     if policy.startswith(("tiresias", "tessera")):
         assert any(kind == "preempt" for _, kind, *_ in sim)
     assert served == sim
+
+
+@pytest.mark.parametrize(("policy", "placement"), [("tessera", "packing"), ("fifo-share", "dotprod")])
+def test_a_placement_named_for_the_server_and_for_the_simulator_gives_the_same_decisions(
+    make_harness: MakeHarness, policy: str, placement: str
+) -> None:
+    """``tessera up --placement`` and ``tessera simulate timeline --placement`` build the same scheduler: one
+    registry of placements (``core.placement.PLACEMENTS``), the same override in ``build_scheduler``."""
+    h = make_harness(GPUS, policy=policy, placement=placement)
+    queues, tokens = make_queues(h)
+    jobs = trace(2, 60, TEAMS)
+    sim, served = compare(h, policy, jobs, queues, tokens, finish=fake_finish)
+    default = run_timeline(h.server.ctx.pool.nodes, jobs, policy, queues=queues, record_decisions=True,
+                           runtimes_known=False)  # fmt: skip
+    assert served == sim and sim != normalised(default.decisions, lambda i: jobs[int(i)].id, sorted(sim_nodes(h)))
+
+
+def sim_nodes(h: Harness) -> list[str]:
+    return [n.name for n in h.server.ctx.pool.nodes]
 
 
 def test_the_comparison_sees_a_different_policy(make_harness: MakeHarness, tmp_path: Path) -> None:

@@ -250,3 +250,25 @@ class Health(BaseModel):
     simulated_gpus: bool
     gpus: int
     api_version: str = Field(API_VERSION, description="the server's API_VERSION (servers before it existed: 1)")
+    policy: str = Field("", description="the scheduling policy (preset) it runs: GET /v1/config says more")
+    placement: str = Field("", description="the placement policy it runs (the preset's own, or --placement)")
+
+
+class SchedulingOut(BaseModel):
+    """``GET /v1/config``: the scheduler this server runs, as ``tessera simulate`` would name and configure it (any
+    token may read it)."""
+
+    policy: str = Field(description="the preset (tessera simulate timeline --policies NAME runs the same)")
+    placement: str = Field(description="the placement policy in effect (the preset's own, or tessera up --placement)")
+    placement_summary: str = Field(description="what that placement does, in a line")
+    whole_gpus: bool = Field(description="GPU shares are rounded up to whole GPUs (static binding)")
+    discipline: str = Field(description="StrictFIFO or BestEffortFIFO (backfill)")
+    borrowing: bool = Field(description="queues borrow idle quota in their cohort and reclaim it by preemption")
+    las_thresholds_gpu_s: list[float] = Field(description="least-attained-service levels (empty: no LAS)")
+    las_within_class: bool
+    gang_one_node: bool = Field(description="a gang goes onto one node when one can hold it")
+    head_reservation: bool
+    elastic: bool = Field(description="elastic workloads grow and shrink")
+    colocation_rule: bool = Field(description="typed training jobs share a GPU only when it is a net gain")
+    presets: list[str] = Field(description="every preset a server may run (tessera up --policy)")
+    placements: list[str] = Field(description="every placement policy (tessera up --placement)")

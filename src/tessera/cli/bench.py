@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from tessera.cli.main import InflateOption, NodesOption, PodsOption
+from tessera.cli.main import InflateOption
+from tessera.cli.options import NodesOption, PodsOption
 from tessera.cli.terminal import one_line_errors
 from tessera.core.errors import InvalidRequestError
 

@@ -23,10 +23,11 @@ import typer
 
 from tessera.cli import lean_typer
 from tessera.cli.lazy import LazyGroup
-from tessera.cli.options import BEFORE_COMMAND, TokenOption, UrlOption, finite_float
+from tessera.cli.options import BEFORE_COMMAND, NodesOption, PodsOption, TokenOption, UrlOption, finite_float
 from tessera.cli.serving import register as register_serving_command
 from tessera.cli.settings import DEFAULT_PORT
 from tessera.cli.terminal import one_line_errors, run_app
+from tessera.cli.timeline import register as register_timeline_command
 from tessera.core.errors import InvalidRequestError
 
 # The simulator (matplotlib), the placement policies (scipy), the presets and the server (FastAPI, SQLAlchemy) load
@@ -86,14 +87,6 @@ def _root(url: UrlOption = None, token: TokenOption = None) -> None:
 
 simulate_app = typer.Typer(help="Run simulation experiments.", no_args_is_help=True)
 
-NodesOption = Annotated[
-    Path | None,
-    typer.Option("--nodes", help="Node list CSV (openb format); with --pods. Default: the embedded synthetic cluster."),
-]
-PodsOption = Annotated[
-    Path | None,
-    typer.Option("--pods", help="Pod list CSV (openb format, 11 or 5 columns); with --nodes."),
-]
 InflateOption = Annotated[
     float,
     typer.Option(
@@ -205,81 +198,7 @@ def _print_files(console: Console, files: ReportFiles) -> None:
         console.print(f"  {path}", soft_wrap=True, markup=False, highlight=False)
 
 
-@simulate_app.command("timeline")
-def simulate_timeline(
-    out: Annotated[Path, typer.Option("--out", help="Folder for summary.json, summary.md and the plots.")],
-    workload: Annotated[str, typer.Option("--workload", help="openb, training or tenants.")] = "openb",
-    nodes: NodesOption = None,
-    pods: PodsOption = None,
-    gpu_scale: Annotated[
-        float | None,
-        typer.Option("--gpu-scale", parser=finite_float, help="Share of the node list's GPUs to keep (openb)."),
-    ] = None,
-    policies: Annotated[
-        str | None,
-        typer.Option(
-            "--policies", help="Comma-separated timeline policies (default: every preset).", show_default=False
-        ),
-    ] = None,
-    seeds: Annotated[str, typer.Option("--seeds", help="Seeds of the generated workloads.")] = "0",
-    traces: Annotated[
-        Path | None, typer.Option("--traces", help="Folder with gavel/, philly/, pai/ for the training workload.")
-    ] = None,
-    queues: Annotated[
-        Path | None, typer.Option("--queues", help="JSON file of queues with quotas (tenants; replaces the built-in).")
-    ] = None,
-    jobs_file: Annotated[
-        Path | None, typer.Option("--jobs", help="JSON file of jobs (tenants; replaces the built-in demand).")
-    ] = None,
-) -> None:
-    """Replay a workload over time: arrivals, queueing, departures; JCT, waiting and GPU allocation per policy."""
-    from rich.console import Console
-    from rich.markup import escape
-
-    from tessera.cli.sim_tables import queue_table, timeline_table
-    from tessera.core.presets import PRESETS, resolve_preset
-    from tessera.sim.placement_study.sweep import parse_seeds
-    from tessera.sim.replay.timeline import run_timeline
-    from tessera.sim.reports.placement_study import format_seeds
-    from tessera.sim.reports.timeline import summarize as summarize_timeline
-    from tessera.sim.reports.timeline import write_timeline_report
-    from tessera.sim.workloads.inputs import timeline_inputs
-
-    with one_line_errors():
-        chosen = policies if policies is not None else ",".join(PRESETS)
-        names = [resolve_preset(n.strip(), "--policies").name for n in chosen.split(",") if n.strip()]
-        seed_list = parse_seeds(seeds)
-        console = Console()
-        results = []
-        workload_name = workload
-        for seed in seed_list:
-            inputs = timeline_inputs(workload, nodes, pods, gpu_scale, seed, traces, queues, jobs_file)
-            workload_name = inputs.workload
-            gpus = sum(n.gpu_count for n in inputs.nodes)
-            console.print(
-                f"[bold]{escape(inputs.workload)}[/] seed {seed}: {len(inputs.nodes)} nodes, {gpus} GPUs, "
-                f"{len(inputs.jobs):,} jobs"
-            )
-            for name in names:
-                result = run_timeline(
-                    inputs.nodes,
-                    inputs.jobs,
-                    name,
-                    seed,
-                    inputs.throughput,
-                    inputs.queues,
-                    colocation=inputs.colocation,
-                )
-                console.print(f"  {name}: {result.wall_s:.1f} s")
-                results.append(result)
-        paths = write_timeline_report(out, workload_name, results)
-        summaries = summarize_timeline(results)
-        console.print(timeline_table(workload_name, format_seeds(seed_list), summaries))
-        if (queues_of := queue_table(summaries)) is not None:
-            console.print(queues_of)
-        console.print("Report written to:", *[str(p) for p in paths], sep="\n  ", markup=False, highlight=False)
-
-
+register_timeline_command(simulate_app)
 register_serving_command(simulate_app)
 
 

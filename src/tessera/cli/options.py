@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -23,6 +24,14 @@ TokenOption = Annotated[
     str | None, typer.Option("--token", help="Bearer token (default: $TESSERA_TOKEN, config file).", show_default=False)
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+NodesOption = Annotated[
+    Path | None,
+    typer.Option("--nodes", help="Node list CSV (openb format); with --pods. Default: the embedded synthetic cluster."),
+]
+PodsOption = Annotated[
+    Path | None,
+    typer.Option("--pods", help="Pod list CSV (openb format, 11 or 5 columns); with --nodes."),
+]
 
 
 @dataclass(slots=True)

@@ -241,6 +241,11 @@ class TesseraClient:
         result: list[dict[str, Any]] = self._call("GET", "/v1/history/totals", params=params)
         return result
 
+    def config(self) -> dict[str, Any]:
+        """The scheduler the server runs: its preset, placement and every knob (``GET /v1/config``)."""
+        result: dict[str, Any] = self._call("GET", "/v1/config")
+        return result
+
     def create_token(self, tenant: str, label: str = "") -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", "/v1/tokens", json={"tenant": tenant, "label": label})
         return result

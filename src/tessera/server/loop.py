@@ -121,6 +121,11 @@ class SchedulerLoop(EndsAndStops):
         self.snapshot = self._snapshot()
 
     @property
+    def placement(self) -> str:
+        """The placement policy in effect: ``--placement``, else the preset's own."""
+        return self._config.placement or self.preset.placement
+
+    @property
     def state(self) -> ClusterState:
         return self.scheduler.state
 

@@ -1,12 +1,14 @@
 """Placement policies: one module per policy, all driven by the same ``Placer`` engine.
 
-``make_policy`` builds one by name; policies that measure fragmentation need the target workload's typical pods,
-and the heterogeneity-aware ones (``HETERO_POLICIES``) a throughput model and a way to read a request's job type.
+``PLACEMENTS`` is the registry (name -> a line saying what it does, and how it is built); ``make_policy`` builds one
+by name. Policies that measure fragmentation need the target workload's typical pods, and the heterogeneity-aware
+one (``hetero``) a throughput model and a way to read a request's job type.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from tessera.core.errors import InvalidRequestError
 from tessera.core.fragmentation import FragmentationModel, TypicalPod
@@ -31,6 +33,61 @@ POLICY_NAMES: tuple[str, ...] = FGD_STUDY_POLICIES + TESSERA_POLICIES
 HETERO_POLICIES: tuple[str, ...] = ("hetero",)
 
 
+@dataclass(frozen=True, slots=True)
+class PlacementInputs:
+    """What a placement policy may be built from (each takes what it needs)."""
+
+    typical: Sequence[TypicalPod] = ()  # the workload's typical pods (fragmentation-aware policies)
+    model_names: Sequence[str] = ()  # the cluster's GPU models, by index
+    throughput: ThroughputModel | None = None  # per job type and GPU model (hetero)
+    job_type_of: Callable[[Request], str | None] | None = None  # how hetero reads a request's job type
+    colocation: ColocationModel | None = None  # hetero's co-location rule, when the preset has it
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementEntry:
+    """One placement policy of the registry: its name, what it does in a line, how it is built."""
+
+    name: str
+    summary: str
+    build: Callable[[PlacementInputs], PlacementPolicy]
+
+
+def _hetero(inputs: PlacementInputs) -> PlacementPolicy:
+    model = inputs.throughput if inputs.throughput is not None else ThroughputModel({})
+    return HeteroPolicy(model, inputs.job_type_of, colocation=inputs.colocation)
+
+
+# The one registry of placement policies: ``make_policy``, ``tessera simulate`` and ``tessera up --placement`` all
+# resolve names here, so a new policy is one module and one line.
+PLACEMENTS: dict[str, PlacementEntry] = {
+    entry.name: entry
+    for entry in (
+        PlacementEntry("random", "a random feasible GPU (FGD study baseline)", lambda i: RandomPolicy()),
+        PlacementEntry("dotprod", "largest dot product of request and free resources", lambda i: DotProdPolicy()),
+        PlacementEntry("clustering", "GPUs already shared by the same kind of pod", lambda i: ClusteringPolicy()),
+        PlacementEntry("packing", "GPUs already in use first, then idle ones", lambda i: PackingPolicy()),
+        PlacementEntry("bestfit", "the node left with the least free capacity", lambda i: BestFitPolicy()),
+        PlacementEntry(
+            "fgd", "least growth of fragmentation (FGD, ATC '23)",
+            lambda i: FgdPolicy(FragmentationModel(i.typical, i.model_names)),
+        ),
+        PlacementEntry(
+            "tessera", "fragmentation-aware with shape reserves and gap prices, typical pods given",
+            lambda i: TesseraPolicy(i.typical, i.model_names, online=False),
+        ),
+        PlacementEntry(
+            "tessera-online", "tessera learning the typical pods from arrivals",
+            lambda i: TesseraPolicy(i.typical, i.model_names, online=True),
+        ),
+        PlacementEntry(
+            "hetero", "the GPU model fastest for the job type, best fit among equals (best fit without a type)",
+            _hetero,
+        ),
+    )
+}  # fmt: skip
+
+
 def make_policy(
     name: str,
     typical: Sequence[TypicalPod] = (),
@@ -40,34 +97,24 @@ def make_policy(
     job_type_of: Callable[[Request], str | None] | None = None,
     colocation: ColocationModel | None = None,
 ) -> PlacementPolicy:
-    """The policy called ``name``; ``typical`` and ``model_names`` feed fragmentation-aware policies.
+    """The policy called ``name`` (``PLACEMENTS``); ``typical`` and ``model_names`` feed fragmentation-aware
+    policies.
 
     ``hetero`` ranks GPU types by ``throughput`` (default: an empty table, i.e. the catalog's relative speeds) for
     the job type ``job_type_of`` reads from a request; without ``job_type_of`` it places like ``bestfit``. With
     ``colocation`` it lets two training jobs share a GPU only when that is a net gain (``placement.hetero``).
     """
-    simple: dict[str, type[PlacementPolicy]] = {
-        "random": RandomPolicy,
-        "dotprod": DotProdPolicy,
-        "clustering": ClusteringPolicy,
-        "packing": PackingPolicy,
-        "bestfit": BestFitPolicy,
-    }
-    if name in simple:
-        return simple[name]()
-    if name == "fgd":
-        return FgdPolicy(FragmentationModel(typical, model_names))
-    if name in TESSERA_POLICIES:
-        return TesseraPolicy(typical, model_names, online=name == "tessera-online")
-    if name in HETERO_POLICIES:
-        model = throughput if throughput is not None else ThroughputModel({})
-        return HeteroPolicy(model, job_type_of, colocation=colocation)
-    known = ", ".join(POLICY_NAMES + HETERO_POLICIES)
-    raise InvalidRequestError("policy", f"unknown policy {name!r} (known: {known})")
+    entry = PLACEMENTS.get(name)
+    if entry is None:
+        raise InvalidRequestError("policy", f"unknown policy {name!r} (known: {', '.join(PLACEMENTS)})")
+    return entry.build(PlacementInputs(typical, model_names, throughput, job_type_of, colocation))
 
 
 __all__ = [
     "FGD_STUDY_POLICIES",
+    "PLACEMENTS",
+    "PlacementEntry",
+    "PlacementInputs",
     "HETERO_POLICIES",
     "HeteroPolicy",
     "POLICY_NAMES",

@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tessera.api import API_VERSION, ErrorOut, Health
 from tessera.errors import InvalidRequestError
-from tessera.server.api import history_routes, models_routes, routes, stream_routes, web
+from tessera.server.api import config_routes, history_routes, models_routes, routes, stream_routes, web
 from tessera.server.api.errors import CatchAll, invalid_body, json_safe
 from tessera.server.api.limits import BodyLimit
 from tessera.server.auth import principal_for
@@ -57,7 +57,10 @@ def create_app(ctx: ServerContext) -> FastAPI:
         if not ctx.ready:
             return JSONResponse(status_code=503, content={"detail": "starting"})
         gpus = sum(len(d) for d in ctx.pool.devices)
-        return Health(status="ok", simulated_gpus=ctx.pool.simulated, gpus=gpus, api_version=API_VERSION)
+        return Health(
+            status="ok", simulated_gpus=ctx.pool.simulated, gpus=gpus, api_version=API_VERSION,
+            policy=ctx.loop.preset.name, placement=ctx.loop.placement,
+        )  # fmt: skip
 
     @app.get(
         "/metrics", response_class=PlainTextResponse, tags=["operations"], responses={401: _json_error("bad token")}
@@ -82,6 +85,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
     app.include_router(models_routes.router(ctx), prefix="/v1", responses=errors)
     app.include_router(history_routes.router(ctx), prefix="/v1", responses=errors)
     app.include_router(stream_routes.router(ctx), prefix="/v1", responses=errors)
+    app.include_router(config_routes.router(ctx), prefix="/v1", responses=errors)
     web.mount(app)  # /ui (the dashboard) and /docs
     return app
 

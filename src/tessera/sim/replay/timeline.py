@@ -76,6 +76,7 @@ def run_timeline(
     check_invariants: bool = False,
     record_decisions: bool = False,
     runtimes_known: bool = True,
+    placement: str | None = None,
 ) -> TimelineResult:
     """Replay ``jobs`` on ``nodes`` under one policy; every job either finishes or never fits.
 
@@ -83,12 +84,15 @@ def run_timeline(
     With ``queues`` every job's ``queue`` must name one of them (module docstring). ``check_invariants`` (debug
     mode, for tests) checks the cluster and the quota ledger after every step (``core.invariants``);
     ``record_decisions`` keeps every applied decision (``TimelineResult.decisions``, ``Scheduler.journal``);
-    ``runtimes_known=False`` hides the runtimes from the scheduler (a server's workloads declare none).
+    ``runtimes_known=False`` hides the runtimes from the scheduler (a server's workloads declare none);
+    ``placement`` replaces the preset's placement policy (``tessera up --placement`` does the same live), and the
+    result is then labelled ``PRESET+PLACEMENT``.
     """
     preset = resolve_preset(policy_name, "--policies")
     replay = _Replay(
-        nodes, jobs, preset, seed, throughput or ThroughputModel({}), tuple(queues), colocation, runtimes_known
-    )
+        nodes, jobs, preset, seed, throughput or ThroughputModel({}), tuple(queues), colocation, runtimes_known,
+        placement,
+    )  # fmt: skip
     replay.check_invariants = check_invariants
     if record_decisions:
         replay.scheduler.journal = []
@@ -118,8 +122,10 @@ class _Replay:
         queues: tuple[QueueSpec, ...] = (),
         colocation: ColocationModel | None = None,
         runtimes_known: bool = True,
+        placement: str | None = None,
     ):
         self.preset = preset
+        self.label = preset.name if placement in (None, preset.placement) else f"{preset.name}+{placement}"
         self.jobs = [j for j in jobs if j.duration_s is not None or j.work_steps is not None]
         self.requests = [_typed(preset.request_of(j.request), j) for j in self.jobs]
         self.state = ClusterState(sorted(nodes, key=lambda n: n.name))
@@ -132,6 +138,7 @@ class _Replay:
             throughput=throughput,
             colocation=colocation,
             tie_break=TieBreak.FIRST,
+            placement=placement,
         )
         self.books = self.scheduler.books
         self.las = bool(preset.las_thresholds_gpu_s)
@@ -171,7 +178,7 @@ class _Replay:
         capacity = self.state.gpu_capacity_milli
         shares = self.accounts.shares() if self.accounts else {}
         return TimelineResult(
-            self.preset.name,
+            self.label,
             np.array([self.jobs[i].arrival_s for i in np.flatnonzero(done)]),
             self.start_s[done],
             self.finish_s[done],
