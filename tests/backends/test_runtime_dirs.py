@@ -86,3 +86,18 @@ def test_a_base_directory_somebody_else_made_first_is_refused(tmp_path: Path) ->
     link.symlink_to(tmp_path)
     with pytest.raises(RuntimeDirError):
         runtime_dirs._own_directory(link, 0o711)
+
+
+def test_a_replica_is_not_started_without_the_network_it_asked_for_when_the_host_cannot_say(tmp_path: Path) -> None:
+    """A probe that could not even run (a host out of processes) is no answer: the launch fails and is retried,
+    rather than the replica running on the host's loopback; nothing of it is left behind."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    backend = LocalBackend(tmp_path / "run", python="/nonexistent/python3")
+    try:
+        with pytest.raises(OSError, match="network of its own"):
+            backend.launch(LaunchSpec("r", ("true",), private_network=True))
+        assert backend.runtime_dir("r") is not None and not backend.runtime_dir("r").exists()  # type: ignore[union-attr]
+        assert backend.exec._private_network is None  # asked again next time
+    finally:
+        backend.close()

@@ -124,7 +124,7 @@ class LocalBackend:
         return self.exec.runtime_dir(file_stem(workload_id))
 
     def private_network(self) -> bool:
-        return self.exec.private_network
+        return bool(self.exec.private_network)
 
     def spec_path(self, workload_id: str) -> Path:
         """Where ``launch`` leaves the command's spec for the supervisor (which deletes it once read)."""

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -62,14 +63,25 @@ class LocalExec:
         self._private_network: bool | None = None  # found out at the first launch that asks
 
     @property
-    def private_network(self) -> bool:
-        """Whether a supervisor can give its command a network namespace of its own (tried once)."""
+    def private_network(self) -> bool | None:
+        """Whether a supervisor can give its command a network namespace of its own: found out once; None while a
+        probe could not even run (a host out of processes), tried again at the next launch that asks."""
         if self._private_network is None:
             self._private_network = netns.private_network_usable(self.python, self.supervisor_env)
-            if not self._private_network:
+            if self._private_network is False:
                 logger.warning("no private network namespaces here (not root, or forbidden): replicas share the "
                                "host's loopback")  # fmt: skip
         return self._private_network
+
+    def _network_of(self, spec: LaunchSpec) -> bool:
+        """Whether ``spec``'s command gets a network of its own; ``OSError`` when it asks and the host cannot say
+        yet (the launch fails, the workload is retried: it never runs with less isolation than it could have)."""
+        if not spec.private_network:
+            return False
+        usable = self.private_network
+        if usable is None:
+            raise OSError(errno.EAGAIN, "cannot tell whether the workload can have a network of its own; try again")
+        return usable
 
     def command(self, exit_file: Path, spec_file: Path, argv: Sequence[str]) -> list[str]:
         """The supervisor's command line (``--exit-file PATH`` right after the module: recovery looks for it)."""
@@ -83,15 +95,12 @@ class LocalExec:
     def prepare(self, spec: LaunchSpec, stem: str, spec_file: Path, account: Account | None) -> tuple[Path | None, str]:
         """Makes the workload's cgroups with its limits and writes the spec file for the supervisor; returns its
         containment cgroup (None without) and its limits in words."""
+        private_network = self._network_of(spec)  # before anything is made: a refusal leaves nothing behind
         cgroup = self.cgroups.create(stem) if self.cgroups else None
-        try:
-            note = self._limit(spec, stem, cgroup)
-        except BaseException:
-            self.undo(spec_file, stem, cgroup)
-            raise
         runs_as = account or self.server_account
         env = dict(spec.env)
         try:
+            note = self._limit(spec, stem, cgroup)
             if self.runtime is not None:
                 env[RUNTIME_DIR_ENV] = str(self.runtime.make(stem, runs_as.uid, runs_as.gid))
         except BaseException:
@@ -106,7 +115,7 @@ class LocalExec:
             umask=WORKLOAD_UMASK,
             cgroup=None if cgroup is None else str(cgroup),
             cgroup_kind=None if self.cgroups is None else self.cgroups.kind,
-            private_network=spec.private_network and self.private_network,
+            private_network=private_network,
             limit_cgroups=tuple(str(p) for p in self.limit_places.v1_dirs(stem, cgroup)) if cgroup else (),
             log=None if spec.log_path is None else str(spec.log_path.absolute()),
             log_max_bytes=spec.log_max_bytes,

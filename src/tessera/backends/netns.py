@@ -40,14 +40,15 @@ def enter_private_network() -> None:
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | IFF_UP))
 
 
-def private_network_usable(python: str = sys.executable, env: dict[str, str] | None = None) -> bool:
+def private_network_usable(python: str = sys.executable, env: dict[str, str] | None = None) -> bool | None:
     """Whether a process started like the supervisor can make a private network namespace here (root, and no
-    sandbox that forbids it): tried once in a child, which the namespace leaves with."""
+    sandbox that forbids it): tried in a child, which the namespace leaves with. None when the child could not
+    even run (a host out of processes): ask again later."""
     if os.geteuid() != 0:
         return False
     probe = "from tessera.backends.netns import enter_private_network as e; e()"
     try:
         done = subprocess.run([python, "-s", "-P", "-c", probe], env=env, capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
-        return False
+        return None
     return done.returncode == 0
