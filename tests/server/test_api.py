@@ -142,7 +142,10 @@ def test_the_server_reports_its_api_version_and_the_sdk_reads_it(make_harness: M
         return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
 
     with TesseraClient("http://tessera", ADMIN, transport=httpx.MockTransport(forward)) as client:
-        assert client.health() == Health(status="ok", simulated_gpus=True, gpus=2, api_version=API_VERSION)
+        health = Health(
+            status="ok", simulated_gpus=True, gpus=2, api_version=API_VERSION, policy="tessera", placement="hetero"
+        )
+        assert client.health() == health
         assert client.api_version() == API_VERSION
 
 
