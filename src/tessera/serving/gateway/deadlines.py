@@ -46,8 +46,8 @@ class Deadlines:
         if self._due:
             self._timer = loop.call_later(self.tick_s, self._check, loop)
 
-    async def within(self, awaitable: Awaitable[_T], limit_s: float, late: type[Exception], message: str) -> _T:
-        """``await awaitable``, raising ``late(message)`` once ``limit_s`` has passed; any other cancel (the client
+    async def within(self, awaitable: Awaitable[_T], limit_s: float) -> _T:
+        """``await awaitable``, raising ``TimeoutError`` once ``limit_s`` has passed; any other cancel (the client
         left) goes through as it is."""
         task = asyncio.current_task()
         assert task is not None
@@ -57,7 +57,7 @@ class Deadlines:
             return await awaitable
         except asyncio.CancelledError:
             if self.remove(task) and task.uncancel() == 0:
-                raise late(message) from None
+                raise TimeoutError from None
             raise
         finally:
             self.remove(task)

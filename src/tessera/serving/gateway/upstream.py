@@ -90,8 +90,11 @@ _Key = tuple[str, int]  # (host, port), or (the socket's path, 0)
 class _RawResponse:
     closes_at_once = True
 
-    def __init__(self, pool: RawUpstream, key: _Key, conn: _Conn, head: bytes, rest: bytes) -> None:
+    def __init__(
+        self, pool: RawUpstream, key: _Key, conn: _Conn, head: bytes, rest: bytes, listener: int | None = None
+    ) -> None:
         self._pool, self._key, self._conn = pool, key, conn
+        self._listener = listener  # the process listening at a Unix socket, as checked when it was connected
         lines = head.decode("latin-1").split("\r\n")
         self.status = int(lines[0].split(" ", 2)[1])
         headers = {}
@@ -114,8 +117,10 @@ class _RawResponse:
         """What the socket holds next, waiting at most the pool's ``chunk_gap_s`` (a stalled replica) once the body
         has begun; before, its ``timeout_s`` (an engine may queue a request a long while before its first token)."""
         gap = self._pool.chunk_gap_s if self._begun else self._pool.timeout_s
-        late = f"no data from the replica for {gap:g} s"
-        data = await self._pool._deadlines.within(self._conn[0].read(READ_BYTES), gap, UpstreamError, late)
+        try:
+            data = await self._pool._deadlines.within(self._conn[0].read(READ_BYTES), gap)
+        except TimeoutError:
+            raise UpstreamError(f"no data from the replica for {gap:g} s") from None
         self._begun = True
         return data
 
@@ -180,20 +185,29 @@ class _RawResponse:
 
     async def close(self) -> None:
         if self.complete and self._reusable and not self._buffer:
-            self._pool._give_back(self._key, self._conn)
+            self._pool._give_back(self._key, self._conn, self._listener)
         else:
             self._conn[1].close()
 
 
 @functools.lru_cache(maxsize=4096)  # replicas come and go: bounded
+def _key_of(base_url: str) -> _Key:
+    """A replica's key: (host, port), or (the socket's path, 0) for ``unix:PATH``."""
+    if base_url.startswith(UNIX_SCHEME):
+        return base_url[len(UNIX_SCHEME) :], 0
+    parts = urlsplit(base_url)
+    return parts.hostname or "127.0.0.1", parts.port or 80
+
+
+def _where(key: _Key) -> str:
+    return key[0] if key[1] == 0 else f"{key[0]}:{key[1]}"
+
+
+@functools.lru_cache(maxsize=4096)
 def _request_head(method: str, base_url: str, path: str) -> tuple[_Key, bytes]:
     """The replica's key and the request head up to the length, parsed once per method, URL and path."""
-    if base_url.startswith(UNIX_SCHEME):
-        key, host_header = (base_url[len(UNIX_SCHEME) :], 0), "localhost"
-    else:
-        parts = urlsplit(base_url)
-        host, port = parts.hostname or "127.0.0.1", parts.port or 80
-        key, host_header = (host, port), f"{host}:{port}"
+    key = _key_of(base_url)
+    host_header = "localhost" if key[1] == 0 else f"{key[0]}:{key[1]}"
     head = f"{method} {path} HTTP/1.1\r\nhost: {host_header}\r\ncontent-type: application/json\r\ncontent-length: "
     return key, head.encode("latin-1")
 
@@ -257,13 +271,13 @@ class RawUpstream:
                 conn[1].close()
                 continue
             with contextlib.suppress(UpstreamError):
-                return await self._exchange(key, conn, payload)
+                return await self._exchange(key, conn, payload, listener)
             break
-        conn = await self._connect(key, peer_pid)
-        return await self._exchange(key, conn, payload)
+        conn, listener = await self._connect(key, peer_pid)
+        return await self._exchange(key, conn, payload, listener)
 
-    async def _connect(self, key: _Key, peer_pid: int | None) -> _Conn:
-        where = key[0] if key[1] == 0 else f"{key[0]}:{key[1]}"
+    async def _connect(self, key: _Key, peer_pid: int | None) -> tuple[_Conn, int | None]:
+        """A new connection, and the process listening at a Unix socket (refused unless it is ``peer_pid``)."""
         try:
             async with asyncio.timeout(self.timeout_s):  # no task of its own, unlike wait_for before 3.12
                 if key[1] == 0:
@@ -271,40 +285,39 @@ class RawUpstream:
                 else:
                     conn = await asyncio.open_connection(key[0], key[1])
         except (OSError, TimeoutError) as exc:
-            raise UpstreamError(f"cannot connect to {where}: {exc}") from exc
-        if peer_pid is not None:
-            listener = peer_pid_of(conn[1].get_extra_info("socket"))
-            if listener is not None and listener != peer_pid:
-                conn[1].close()
-                raise UpstreamError(f"{where} is served by process {listener}, not by the replica ({peer_pid})")
-        return conn
+            raise UpstreamError(f"cannot connect to {_where(key)}: {exc}") from exc
+        listener = peer_pid_of(conn[1].get_extra_info("socket")) if key[1] == 0 else None
+        if peer_pid is not None and listener is not None and listener != peer_pid:
+            conn[1].close()
+            raise UpstreamError(f"{_where(key)} is served by process {listener}, not by the replica ({peer_pid})")
+        return conn, listener
 
-    async def _exchange(self, key: _Key, conn: _Conn, payload: bytes) -> _RawResponse:
+    async def _exchange(self, key: _Key, conn: _Conn, payload: bytes, listener: int | None) -> _RawResponse:
         reader, writer = conn
-        where = key[0] if key[1] == 0 else f"{key[0]}:{key[1]}"
-        late = f"no answer from {where} in {self.timeout_s} s"
         try:
             writer.write(payload)
-            head = await self._deadlines.within(reader.readuntil(b"\r\n\r\n"), self.timeout_s, UpstreamError, late)
+            head = await self._deadlines.within(reader.readuntil(b"\r\n\r\n"), self.timeout_s)
+        except TimeoutError:
+            writer.close()
+            raise UpstreamError(f"no answer from {_where(key)} in {self.timeout_s} s") from None
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             writer.close()
-            raise UpstreamError(f"no answer from {where}: {type(exc).__name__}") from exc
-        except BaseException:  # late (UpstreamError), or the client left: the replica must see the close
+            raise UpstreamError(f"no answer from {_where(key)}: {type(exc).__name__}") from exc
+        except BaseException:  # the client left: the replica must see the close
             writer.close()
             raise
         try:
-            return _RawResponse(self, key, conn, head[:-4], b"")
+            return _RawResponse(self, key, conn, head[:-4], b"", listener)
         except (ValueError, IndexError):
             writer.close()
-            raise UpstreamError(f"{where} sent a malformed answer head") from None
+            raise UpstreamError(f"{_where(key)} sent a malformed answer head") from None
 
-    def _give_back(self, key: _Key, conn: _Conn) -> None:
+    def _give_back(self, key: _Key, conn: _Conn, listener: int | None) -> None:
         idle = self._idle.setdefault(key, [])
         if len(idle) >= self.max_idle_per_replica or self._idle_count >= self.max_idle_total:
             conn[1].close()
             return
         loop = asyncio.get_running_loop()
-        listener = peer_pid_of(conn[1].get_extra_info("socket")) if key[1] == 0 else None  # (a Unix socket's)
         idle.append((conn, loop.time(), listener))
         self._idle_count += 1
         if self._sweep_timer is None:
@@ -335,7 +348,7 @@ class RawUpstream:
         return self._idle_count
 
     def forget(self, base_url: str) -> None:
-        key = _request_head("POST", base_url, "/")[0]
+        key = _key_of(base_url)
         for conn, _, _ in self._idle.pop(key, []):
             conn[1].close()
             self._idle_count -= 1
