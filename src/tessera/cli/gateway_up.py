@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 import math
 import os
 import threading
@@ -35,8 +34,6 @@ from tessera.serving.gateway.auth import ANY_TENANT
 from tessera.serving.gateway.bridge import GatewayBridge, LiveRegistry, route_of
 from tessera.serving.gateway.metrics import GatewayMetrics
 from tessera.serving.gateway.registry import ModelRoute
-
-log = logging.getLogger(__name__)
 
 PREFIX = "/openai"
 Scope = MutableMapping[str, Any]

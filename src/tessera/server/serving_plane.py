@@ -12,11 +12,9 @@ address. Its engine shim runs with the interpreter ``EngineRunner`` found that t
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from tessera.api import WorkloadSpec
 from tessera.server.context import ServerContext
@@ -96,15 +94,14 @@ def replica_row(
     return row
 
 
-def last_log_line(path: Path, tail_bytes: int = 4096) -> str:
-    """The last non-empty line of a log (what an engine said last before it died), at most 300 characters."""
+def last_log_line(ctx: ServerContext, workload_id: int) -> str:
+    """The last non-empty line of a workload's log (what an engine said last before it died; rotated logs read as
+    one), at most 300 characters."""
     try:
-        with open(path, "rb") as log_file:
-            log_file.seek(max(0, log_file.seek(0, os.SEEK_END) - tail_bytes))
-            text = log_file.read().decode("utf-8", "replace")
+        read = ctx.logs.read(workload_id, ctx.logs.tail_offset(workload_id, 3), 8192, finished=True)
     except OSError:
         return ""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line.strip() for line in read.data.decode("utf-8", "replace").splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
 
 
@@ -130,9 +127,6 @@ class ServingPlane(ControlPlane):
             return f"http://127.0.0.1:{port}"
         runtime = self.ctx.loop.backend.runtime_dir(str(row.id))
         return None if runtime is None else f"unix:{runtime / SOCKET_NAME}"
-
-    def owns(self, workload_id: int, pid: int) -> bool:
-        return replica_owns(self.ctx, workload_id, pid)
 
     def models(self) -> list[DeployedModel]:
         return [deployed(row) for row in served.models(self.ctx.store)]
@@ -175,12 +169,12 @@ class ServingPlane(ControlPlane):
         row = self.ctx.store.get_workload(workload_id)
         if row is None:
             return None
-        return ReplicaEnd(workload_id, row.state, row.reason, last_log_line(self.ctx.loop.launcher.log_path(row.id)))
+        return ReplicaEnd(workload_id, row.state, row.reason, last_log_line(self.ctx, row.id))
 
     def record_health(self, model: DeployedModel, health: ModelHealth) -> None:
         before = self.ctx.model_health.get(model.id)
         self.ctx.model_health[model.id] = health
-        failures = health.failures - (before.failures if before is not None else 0)
+        failures = health.failures_total - (before.failures_total if before is not None else 0)
         if failures > 0:
             self.ctx.metrics.replica_failures.labels(model.name).inc(failures)
         self.ctx.metrics.model_failing.labels(model.name).set(int(health.failing))

@@ -45,6 +45,8 @@ class ModelHealth:
     failures: int = 0  # replicas in a row that ended on their own with none ready meanwhile
     last_error: str = ""  # the last failure's reason and log line
     retry_at_s: float | None = None  # when the next replica may start (backing off); None: at once
+    # Replicas that ended on their own, ever (the failures metric counts from it; not part of the health's value).
+    failures_total: int = field(default=0, compare=False)
 
     @property
     def failing(self) -> bool:
@@ -100,4 +102,4 @@ class HealthTracker:
 
     def health(self, ready: int | None, now_s: float) -> ModelHealth:
         retry = self.retry_at_s() if self.failures and not self.may_start(now_s) else None
-        return ModelHealth(ready, self.failures, self.last_error if self.failures else "", retry)
+        return ModelHealth(ready, self.failures, self.last_error if self.failures else "", retry, self.failures_total)

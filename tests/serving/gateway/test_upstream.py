@@ -200,7 +200,7 @@ def test_idle_connections_the_replica_closed_or_that_left_are_closed_not_kept_in
 def test_a_stream_that_stalls_ends_with_an_error_after_the_chunk_gap() -> None:
     """A replica stopped mid-answer (SIGSTOP) once held a client's stream for ever."""
 
-    async def go() -> tuple[bytes, float]:
+    async def go() -> bytes:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             await reader.readuntil(b"\r\n\r\n")
             writer.write(SSE + b"\r\n\r\n" + b"6\r\ndata: \r\n")  # one chunk, then silence
@@ -210,17 +210,14 @@ def test_a_stream_that_stalls_ends_with_an_error_after_the_chunk_gap() -> None:
         upstream = RawUpstream(timeout_s=5, chunk_gap_s=0.3)
         response = await upstream.post(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", "/v1/x", b"{}")
         got = b""
-        started = asyncio.get_running_loop().time()
         with pytest.raises(UpstreamError, match="no data from the replica for 0.3 s"):
             async for chunk in response.chunks():
                 got += chunk
-        waited = asyncio.get_running_loop().time() - started
         await response.close()
         server.close()
-        return got, waited
+        return got
 
-    got, waited = asyncio.run(go())
-    assert got == b"data: " and waited < 5
+    assert asyncio.run(go()) == b"data: "
 
 
 def test_a_replica_that_answers_garbage_is_an_upstream_error_not_a_crash() -> None:
