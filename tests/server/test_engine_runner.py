@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tessera.server import engine_runner
 from tessera.server.engine_runner import EngineRunner, RunnerUnreachable, package_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(os.geteuid() != 0, reason="runs probes as nobody: needs root")]
@@ -55,3 +56,16 @@ def test_the_replicas_path_has_the_servers_packages_but_no_directory_others_may_
     path = package_path({"PYTHONPATH": os.pathsep.join([str(mine), str(shared), "/nonexistent"])})
     assert str(mine) in path and str(shared) not in path and "/nonexistent" not in path
     assert os.getcwd() not in path[1:] or os.getcwd() in site.getsitepackages()
+
+
+def test_a_search_that_found_none_is_made_again_later_not_never() -> None:
+    """One tenant's fork bomb at the moment of the first replica start must not leave every model failing until the
+    server restarts: the verdict 'none' expires."""
+    runner = EngineRunner(check_unprivileged=True, tried=["/nonexistent/python3"])
+    with pytest.raises(RunnerUnreachable):
+        runner.python()
+    runner.tried = ["/usr/bin/python3"]  # e.g. the host recovered, or the operator installed one
+    with pytest.raises(RunnerUnreachable):
+        runner.python()  # not before RETRY_S
+    runner._failed_at -= engine_runner.RETRY_S
+    assert runner.python() == "/usr/bin/python3"

@@ -13,13 +13,15 @@ an interpreter that an unprivileged user can run with this Tessera and its depen
 
 Each candidate is tried by running it as ``nobody`` (no group, no home: what any tenant's user can do, it can) to
 import the sim engine. If none passes, ``python`` raises ``RunnerUnreachable`` naming what was tried and why it
-failed: a model's replicas then fail at once, saying so, instead of never answering. Servers that run workloads
-as their own user need no check.
+failed: a model's replicas then fail at once, saying so, instead of never answering; the search is made again
+after ``RETRY_S`` (a probe may fail for a passing reason, a host out of processes). Servers that run workloads as
+their own user need no check.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pwd
 import site
@@ -27,6 +29,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -39,6 +42,7 @@ RUNNER_PYTHON_ENV = "TESSERA_ENGINE_RUNNER_PYTHON"
 PROBE_MODULE = "tessera.serving.engines.sim_server"
 PROBE_TIMEOUT_S = 120.0
 UNPRIVILEGED_USER = "nobody"
+RETRY_S = 60.0  # a search that found none is made again after this long (a probe may fail on a host out of processes)
 
 
 class RunnerUnreachable(TesseraError):
@@ -62,17 +66,11 @@ def package_path(environ: Mapping[str, str] = os.environ) -> list[str]:
 def candidates(env_choice: str | None, version: Sequence[int] = sys.version_info[:2]) -> list[str]:
     """The interpreters to try, in order (see the module docstring); duplicates removed."""
     same = f"python{version[0]}.{version[1]}"
-    found: list[str] = [env_choice] if env_choice else []
-    found.append(sys.executable)
-    for folder in DEFAULT_PATH.split(os.pathsep):
-        path = os.path.join(folder, same)
-        if os.access(path, os.X_OK):
-            found.append(path)
-    unique: list[str] = []
-    for path in found:
-        if path not in unique:
-            unique.append(path)
-    return unique
+    found = [*([env_choice] if env_choice else []), sys.executable]
+    found += [
+        path for folder in DEFAULT_PATH.split(os.pathsep) if os.access(path := os.path.join(folder, same), os.X_OK)
+    ]
+    return list(dict.fromkeys(found))
 
 
 class EngineRunner:
@@ -86,12 +84,13 @@ class EngineRunner:
         self._lock = threading.Lock()
         self._found: str | None = None
         self._failure: str | None = None
+        self._failed_at = -math.inf  # time.monotonic() of the last search that found none
 
     def python(self) -> str:
         if not self.check_unprivileged:
             return sys.executable
         with self._lock:
-            if self._found is None and self._failure is None:
+            if self._found is None and time.monotonic() - self._failed_at >= RETRY_S:
                 self._find()
             if self._found is None:
                 raise RunnerUnreachable(self._failure or "no interpreter")
@@ -113,6 +112,7 @@ class EngineRunner:
             f"install Tessera where other users can read it, set {RUNNER_PYTHON_ENV} to such an interpreter, or "
             "run tessera up --run-as server"
         )
+        self._failed_at = time.monotonic()
         log.error("%s", self._failure)
 
     def _probe(self, python: str) -> str | None:
