@@ -44,8 +44,8 @@ class PendingOffer:
         self.fifo_key = fifo_key  # the StrictFIFO line a workload waits in
         self.fifo: dict[str, deque[str]] = {}
         self.groups: OrderedDict[Shape, deque[str]] = OrderedDict()
-        self.failed_at_release: dict[Shape, int] = {}  # shape -> the release count when it last failed
-        self.failed_reason: dict[Shape, str] = {}  # shape -> why its first workload waited when it last failed
+        # shape -> (the release count when it last failed, why its first workload waited then)
+        self.failed_shapes: dict[Shape, tuple[int, str]] = {}
         self.releases = 0
         # Workloads added since ``reasons`` last ran: one may wait behind a shape (or far down a StrictFIFO line)
         # that no step of the instant offers, and would have no reason of its own (``unexplained`` gives it one).
@@ -94,9 +94,8 @@ class PendingOffer:
         if self.strict_fifo:
             lines = ([w for w in members if w not in self.held] for members in self.fifo.values())
             return [w for line in lines for w in line[:STRICT_FIFO_WINDOW]]
-        releases = self.releases
         firsts = [(shape, self._first(members)) for shape, members in self.groups.items()]
-        return [w for shape, w in firsts if w is not None and self.failed_at_release.get(shape) != releases]
+        return [w for shape, w in firsts if w is not None and not self._failed_now(shape)]
 
     def _first(self, members: deque[str]) -> str | None:
         """The first of a shape's workloads not held (``hold``), if any."""
@@ -106,16 +105,18 @@ class PendingOffer:
 
     def failed(self, workload_id: str, reason: str = "") -> None:
         """``workload_id`` did not fit (``reason``: why): its shape waits for the next release."""
-        shape = self.shape_of(workload_id)
-        self.failed_at_release[shape] = self.releases
-        if reason:
-            self.failed_reason[shape] = reason
+        self.failed_shapes[self.shape_of(workload_id)] = (self.releases, reason)
+
+    def _failed_now(self, shape: Shape) -> bool:
+        """Whether ``shape`` failed since the last release (it is not offered again before the next)."""
+        failed = self.failed_shapes.get(shape)
+        return failed is not None and failed[0] == self.releases
 
     def retry_queues(self, queues: Iterable[str]) -> None:
         """Offer the failed shapes of ``queues`` again at once (a reclaim may now let them run)."""
         names = set(queues)
-        for shape in [s for s in self.failed_at_release if s[3] in names]:
-            del self.failed_at_release[shape]
+        for shape in [s for s in self.failed_shapes if s[3] in names]:
+            del self.failed_shapes[shape]
 
     def heads(self, workload_of: Callable[[str], PendingWorkload]) -> list[PendingWorkload]:
         """The first pending workload of each request shape (what the reclaim measure looks at)."""
@@ -129,7 +130,7 @@ class PendingOffer:
         return all(w is None or w in waiting for w in firsts) and not any(self.fifo.values())
 
     def reasons(self, waiting: dict[str, str]) -> dict[str, str]:
-        """``waiting`` with a reason for each workload no step was offered (``_reason_of``)."""
+        """``waiting`` with a reason for each workload no step was offered (``_shape_reason``)."""
         self.added.clear()
         spread = dict(waiting)
         if self.strict_fifo:
@@ -151,22 +152,29 @@ class PendingOffer:
 
     def unexplained(self) -> dict[str, str]:
         """The reasons of the workloads added since ``reasons`` last ran that no step offered (their shape failed
-        since the last release, or they are past a StrictFIFO line's window), as ``reasons`` gives them."""
+        since the last release, or they are past a StrictFIFO line's window), as ``reasons`` gives them. One pass
+        over each line or shape the added workloads joined, however many joined it."""
         added, self.added = self.added, []
         found: dict[str, str] = {}
+        if self.strict_fifo:
+            lines: dict[str, list[str]] = {}
+            for workload_id in added:
+                lines.setdefault(self.fifo_key(workload_id), []).append(workload_id)
+            for line, joined in lines.items():
+                past = set(list(self.fifo.get(line, ()))[STRICT_FIFO_WINDOW:])
+                found.update((w, _past_window(line)) for w in joined if w in past)
+            return found
+        shapes: dict[Shape, list[str]] = {}
         for workload_id in added:
-            if self.strict_fifo:
-                line = self.fifo_key(workload_id)
-                members = self.fifo.get(line, deque())
-                if workload_id in members and members.index(workload_id) >= STRICT_FIFO_WINDOW:
-                    found[workload_id] = _past_window(line)
-                continue
-            shape = self.shape_of(workload_id)
-            members = self.groups.get(shape, deque())
-            first = self._first(members) if workload_id in members else None
+            shapes.setdefault(self.shape_of(workload_id), []).append(workload_id)
+        for shape, joined in shapes.items():
+            members = self.groups.get(shape)
+            first = self._first(members) if members else None
             reason = self._shape_reason(shape, first, {})
-            if first is not None and reason is not None:
-                found[workload_id] = reason if workload_id == first else _behind(first, reason)
+            if members is None or first is None or reason is None:
+                continue
+            present = set(members)
+            found.update((w, reason if w == first else _behind(first, reason)) for w in joined if w in present)
         return found
 
     def _shape_reason(self, shape: Shape, first: str | None, waiting: dict[str, str]) -> str | None:
@@ -175,8 +183,8 @@ class PendingOffer:
         if first is None:
             return None
         reason = waiting.get(first)
-        if reason is None and self.failed_at_release.get(shape) == self.releases:
-            return self.failed_reason.get(shape)
+        if reason is None and self._failed_now(shape):
+            return self.failed_shapes[shape][1] or None
         return reason
 
     @property
