@@ -43,3 +43,33 @@ def test_the_weights_are_the_files_of_the_folder_largest_first_and_never_outside
     assert weights_cache.resident_fraction(tmp_path / "missing") == 0.0
     single = folder / "a.bin"
     assert weights_cache.weight_files(single) == [single]
+
+
+def test_reading_in_and_measuring_stop_at_the_sizes_scanned(tmp_path: Path) -> None:
+    """A tenant's file grown after the scan (``truncate -s 16T``) once had the keeper read every byte of it."""
+    folder = write_weights(tmp_path / "m", {"model.safetensors": 1 << 20})
+    with weights_cache.open_weights(folder) as opened:
+        with open(folder / "model.safetensors", "r+b") as handle:
+            handle.truncate(8 << 30)  # 8 GiB of holes after the scan
+        assert weights_cache.prefetch(opened) == 1 << 20
+        assert weights_cache.resident_fraction(opened) <= 1.0
+
+
+def test_a_link_into_a_system_tree_is_not_weights(tmp_path: Path) -> None:
+    (tmp_path / "cpus").symlink_to("/sys/devices/system/cpu")
+    (tmp_path / "all").symlink_to("/")
+    for link in ("cpus", "all"):
+        with pytest.raises(weights_cache.NotWeights, match="not a model's weights"):
+            weights_cache.scan(tmp_path / link)
+
+
+def test_sampled_windows_start_on_page_boundaries_in_every_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the measured cap, windows are spread over the files; one starting inside a page could not be mapped
+    and counted as not cached, so fully cached weights of odd sizes measured 0.6."""
+    folder = write_weights(tmp_path / "m", {"a.safetensors": (3 << 20) + 1234, "b.safetensors": (3 << 20) + 777})
+    weights_cache.prefetch(folder)
+    monkeypatch.setattr(weights_cache, "WINDOW_BYTES", 256 * 1024)
+    monkeypatch.setattr(weights_cache, "MAX_MEASURED_BYTES", 1 << 20)
+    assert weights_cache.resident_fraction(folder) > 0.95

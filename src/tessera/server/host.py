@@ -9,12 +9,15 @@
 - **Private files.** The data directory is 0700 (0711 when the tenants' homes are inside it: others may pass
   through to their home but list nothing), the run and log directories 0700, the SQLite files and logs 0600, and the
   server runs with umask 077 so that whatever it creates later is private too.
+- **Open files.** ``raise_open_files_limit`` lifts the soft limit of open files (towards 65,536, within the hard
+  limit) at start.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import resource
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -84,3 +87,21 @@ def make_private(data_dir: Path, homes_inside: bool) -> None:
     for entry in os.scandir(data_dir):
         if entry.name.startswith("tessera.db") and entry.is_file(follow_symlinks=False):
             os.chmod(entry.path, stat.S_IRUSR | stat.S_IWUSR)
+
+
+OPEN_FILES_WANTED = 65_536
+
+
+def raise_open_files_limit(wanted: int = OPEN_FILES_WANTED) -> int:
+    """Raise this process's soft limit of open files towards ``wanted`` (never past the hard limit); the limit now.
+    The server holds a descriptor per client connection, per kept-alive replica connection and, while it measures
+    a model's weights, per weight file: the common soft default of 1,024 is too few for that."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open-files limit from %d to %d: %s", soft, target, exc)
+    return soft

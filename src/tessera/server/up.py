@@ -37,7 +37,13 @@ from tessera.server.auth import create_tenant_token, ensure_admin_token, token_k
 from tessera.server.context import ServerContext
 from tessera.server.demo import DEMO_TENANT, submit_demo
 from tessera.server.engine_runner import EngineRunner
-from tessera.server.host import isolation_notice, make_private, run_as_mode, tenant_accounts
+from tessera.server.host import (
+    isolation_notice,
+    make_private,
+    raise_open_files_limit,
+    run_as_mode,
+    tenant_accounts,
+)
 from tessera.server.logfiles import LogFiles
 from tessera.server.loop import SchedulerLoop
 from tessera.server.loop_values import LoopConfig, StepReport
@@ -226,6 +232,7 @@ def serve(
     mode = run_as_mode(config.run_as)
     homes_inside = config.homes.resolve().is_relative_to(config.data_dir.resolve())
     make_private(config.data_dir, homes_inside=mode == "tenant-users" and homes_inside)
+    raise_open_files_limit()
     check_port_free(config.host, config.port)
     server = build_server(config)
     log.log(*isolation_notice(mode, config.homes))

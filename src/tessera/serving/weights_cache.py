@@ -11,7 +11,9 @@ that folder's tree through a link.
 The path is a tenant's word, so the work is bounded whatever it names (``NotWeights`` beyond the bounds):
 
 - a walk looks at most at ``MAX_ENTRIES`` directory entries and keeps at most ``MAX_FILES`` files (``"/"`` ends
-  there), and never enters ``/proc``, ``/sys`` or ``/dev``, nor takes ``/`` itself as weights;
+  there), and never enters ``/proc``, ``/sys`` or ``/dev``, nor takes ``/`` itself as weights (nor a path whose
+  links lead there);
+- reading in and measuring stop at the sizes the scan found (a file grown since is not read further);
 - a file mostly made of holes (a sparse file: allocated blocks under half its size) is not weights: its apparent
   size would cost work and memory for nothing;
 - ``mincore`` runs over one window of ``WINDOW_BYTES`` at a time (its vector is 1/4096 of the window: 256 KiB),
@@ -35,7 +37,7 @@ from pathlib import Path
 
 READ_CHUNK = 8 << 20
 MAX_ENTRIES = 20_000  # directory entries one walk looks at
-MAX_FILES = 4096  # files of one model's weights
+MAX_FILES = 1024  # files of one model's weights (each held open while it is measured: tessera up raises its limit)
 WINDOW_BYTES = 1 << 30  # one mincore call's span
 MAX_MEASURED_BYTES = 64 << 30  # bytes one measurement asks mincore about, at most
 SYSTEM_TREES = (Path("/proc"), Path("/sys"), Path("/dev"))  # never weights, never walked
@@ -66,8 +68,9 @@ class WeightFiles:
 def scan(path: str | Path) -> WeightFiles:
     """The weights at ``path`` (no files when there is nothing there); ``NotWeights`` past the bounds."""
     root = Path(os.path.abspath(path))
-    if root == Path("/") or any(root == tree or root.is_relative_to(tree) for tree in SYSTEM_TREES):
-        raise NotWeights(f"{root} is not a model's weights")
+    for named in (root, root.resolve()):  # as given, and where its links lead
+        if named == Path("/") or any(named == tree or named.is_relative_to(tree) for tree in SYSTEM_TREES):
+            raise NotWeights(f"{root} is not a model's weights")
     found: list[tuple[int, str, Path]] = []
     if root.is_file():
         found.append((_checked_size(root), str(root), root))
@@ -160,8 +163,10 @@ def resident_bytes(file: Path, ranges: list[tuple[int, int]] | None = None) -> i
         os.close(fd)
 
 
-def _resident_of(fd: int, ranges: list[tuple[int, int]] | None) -> int:
-    size = os.fstat(fd).st_size
+def _resident_of(fd: int, ranges: list[tuple[int, int]] | None, size: int | None = None) -> int:
+    """Bytes of the open file in the page cache, over ``ranges`` or all of it, never past ``size`` (the size it was
+    scanned with: a file grown since is not measured further)."""
+    size = os.fstat(fd).st_size if size is None else min(size, os.fstat(fd).st_size)
     spans = ranges if ranges is not None else [(0, size)]
     return sum(_resident_in(fd, offset, min(length, size - offset)) for offset, length in spans if offset < size)
 
@@ -198,15 +203,16 @@ def resident_fraction(path: str | Path | WeightFiles | OpenWeights) -> float:
     if total == 0:
         return 0.0
     if total <= MAX_MEASURED_BYTES:
-        return sum(_resident_of(fd, None) for fd in path.fds) / total
+        return sum(_resident_of(fd, None, size) for fd, size in zip(path.fds, weights.sizes, strict=True)) / total
     step = WINDOW_BYTES * -(-total // MAX_MEASURED_BYTES)  # one window measured per step of the weights' bytes
     measured = resident = 0
     start = 0  # the file's first byte in the weights' bytes
     for fd, size in zip(path.fds, weights.sizes, strict=True):
         first = -(-start // step) * step - start  # the first window's offset within this file
+        first += -first % mmap.PAGESIZE  # mmap maps from page boundaries only
         ranges = [(at, min(WINDOW_BYTES, size - at)) for at in range(first, size, step)]
         measured += sum(length for _, length in ranges)
-        resident += _resident_of(fd, ranges)
+        resident += _resident_of(fd, ranges, size)
         start += size
     return resident / measured if measured else 0.0
 
@@ -218,11 +224,11 @@ def prefetch(path: str | Path | WeightFiles | OpenWeights) -> int:
         with open_weights(path) as opened:
             return prefetch(opened)
     done = 0
-    buffer = bytearray(READ_CHUNK)
-    for fd in path.fds:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    buffer = memoryview(bytearray(READ_CHUNK))
+    for fd, size in zip(path.fds, path.weights.sizes, strict=True):  # no further than scanned: a file grown since
+        os.posix_fadvise(fd, 0, size, os.POSIX_FADV_SEQUENTIAL)
         offset = 0
-        while count := os.preadv(fd, [buffer], offset):
+        while offset < size and (count := os.preadv(fd, [buffer[: min(READ_CHUNK, size - offset)]], offset)):
             offset += count
         done += offset
     return done
