@@ -4,11 +4,12 @@ bearer security scheme in the OpenAPI document, and the dashboard's files at ``/
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import re
 import threading
 import time
 import types
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from live_server import free_port, wait_for
 from server_harness import ADMIN, Harness, MakeHarness
 
 from tessera.server.api import stream_routes, web
+from tessera.server.submit import Principal
 
 
 def changed_ids(body: str) -> list[int]:
@@ -154,12 +156,15 @@ def test_a_stream_slot_is_given_back_once_also_when_its_body_never_ran() -> None
     release()  # the body's ``finally`` and the finalizer of a body dropped unstarted: counted once
     assert app.state.event_streams == 0 and app.state.event_streams_of == {}
 
-    async def body() -> Any:  # a StreamingResponse's body that the server drops before iterating it
-        yield ""
-
-    dropped = body()
-    weakref.finalize(dropped, stream_routes.take_stream_slot(app, "team-a"))
-    del dropped
+    # The route's own response, dropped before its body started (a client gone before the first byte).
+    routes = stream_routes.router(None).routes  # type: ignore[arg-type]  # the context is read by the body only
+    route = next(r for r in routes if getattr(r, "path", "") == "/events/stream")
+    request = types.SimpleNamespace(app=app)
+    caller = Principal("team-a", is_admin=False)
+    response = asyncio.run(route.endpoint(request=request, caller=caller))  # type: ignore[attr-defined]
+    assert app.state.event_streams_of == {"team-a": 1}
+    del response
+    gc.collect()
     assert app.state.event_streams == 0 and app.state.event_streams_of == {}
 
 
