@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
-from tessera.cli.textfiles import read_text_file
 from tessera.errors import InputFileError
+from tessera.textfiles import read_text_file
 
 QUEUE_KEYS = {"name", "tenant", "cohort", "queueingStrategy", "weight", "flavors"}
 FLAVOR_KEYS = {"name", "nominalQuota", "borrowingLimit", "lendingLimit"}

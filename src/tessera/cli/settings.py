@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tessera.cli.textfiles import read_text_file
 from tessera.errors import InputFileError
+from tessera.textfiles import read_text_file
 
 DEFAULT_PORT = 8470  # tessera up's default port
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tessera.cli.textfiles import read_text_file
 from tessera.client.errors import ApiError
 from tessera.errors import InputFileError, TesseraError
+from tessera.textfiles import read_text_file
 
 
 @dataclass(frozen=True, slots=True)

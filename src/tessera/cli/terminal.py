@@ -25,7 +25,7 @@ def one_line_errors() -> Iterator[None]:
     except OSError as exc:  # a missing, unreadable or unwritable path (input files report theirs as TesseraError)
         where = f"{exc.filename}: " if exc.filename else ""
         fail(f"{where}{exc.strerror or exc}")
-    except UnicodeDecodeError as exc:  # a text file read without tessera.cli.textfiles: still one line
+    except UnicodeDecodeError as exc:  # a text file read without tessera.textfiles: still one line
         fail(f"a file is not UTF-8 text (byte 0x{exc.object[exc.start : exc.start + 1].hex()} at offset {exc.start})")
 
 

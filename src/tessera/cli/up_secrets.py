@@ -10,8 +10,8 @@ from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tessera.cli.textfiles import read_text_file
 from tessera.errors import InvalidRequestError
+from tessera.textfiles import read_text_file
 
 ADMIN_TOKEN_ENV = "TESSERA_ADMIN_TOKEN"
 DB_ENV = "TESSERA_DB"

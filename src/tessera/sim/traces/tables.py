@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tessera.core.errors import InputFileError
+from tessera.textfiles import read_text_file
 
 _INT_RE = re.compile(r"\s*([+-]?[0-9]+)\s*")
 
@@ -39,16 +40,10 @@ class _LineReader(Protocol):
 
 def read_text(path: str | Path) -> str:
     """The file's text (UTF-8, a leading BOM dropped); unreadable or undecodable files become ``InputFileError``."""
-    name = str(path)
     try:
-        data = Path(path).read_bytes()
+        return read_text_file(Path(path))
     except OSError as exc:
-        raise InputFileError(name, None, None, f"cannot read the file: {exc.strerror or exc}") from exc
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise InputFileError(name, line, None, f"not UTF-8 text (byte {exc.start})") from exc
+        raise InputFileError(str(path), None, None, f"cannot read the file: {exc.strerror or exc}") from exc
 
 
 def read_table(path: str | Path, required: Sequence[str], what: str) -> tuple[dict[str, int], list[tuple[int, Row]]]:

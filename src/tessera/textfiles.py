@@ -1,6 +1,7 @@
-"""Reading the text files a user hands the CLI (``submit -f``, ``queues apply -f``, the config file, the admin token
-file): UTF-8 (a leading BOM dropped); a file that is not UTF-8 is one ``InputFileError`` naming the file and the
-line of the first bad byte, never a ``UnicodeDecodeError`` traceback."""
+"""Reading the text files a user hands Tessera (the CLI's ``submit -f``, ``queues apply -f``, config and admin token
+files; the simulator's traces and tables): UTF-8 (a leading BOM dropped); a file that is not UTF-8 is one
+``InputFileError`` naming the file and the line of the first bad byte, never a ``UnicodeDecodeError`` traceback.
+Imports nothing heavy: the CLI loads it at start."""
 
 from __future__ import annotations
 
