@@ -210,8 +210,8 @@ def test_a_path_of_the_host_or_a_huge_sparse_file_costs_no_walk_and_no_measureme
         weights_cache.resident_fraction(sparse)
     crowded = tmp_path / "crowded"
     crowded.mkdir()
-    for i in range(weights_cache.MAX_ENTRIES + 1):
-        (crowded / str(i)).touch()
+    for i in range(weights_cache.MAX_ENTRIES + 1):  # entries that are no files (files stop at MAX_FILES first)
+        (crowded / str(i)).mkdir()
     with pytest.raises(weights_cache.NotWeights, match="entries"):
         weights_cache.scan(crowded)
     keeper = ModelCacheKeeper(budget_bytes=64 * MIB, clock=lambda: 0.0, background=inline)

@@ -93,6 +93,7 @@ class ModelCacheKeeper:
         self._hot: set[int] = set()
         self._seen_replicas: set[int] = set()
         self._checked_s: dict[int, float] = {}
+        self._unkept: dict[int, str] = {}  # why a model's weights are not kept warm, as last logged
         self._queued: Counter[int] = Counter()  # model id -> file work of it queued or running
         self._lock = threading.RLock()  # re-entered when the file work runs inline (tests)
         if background is None:
@@ -173,7 +174,9 @@ class ModelCacheKeeper:
                     return None
                 return weights_cache.open_weights(found)
         except (OSError, weights_cache.NotWeights, TenantFilesError) as error:
-            log.info("model cache: the weights of %s are not kept warm: %s", model.key, error)
+            if self._unkept.get(model.id) != str(error):  # said once per reason, not at every recheck
+                self._unkept[model.id] = str(error)
+                log.info("model cache: the weights of %s are not kept warm: %s", model.key, error)
             return None
 
     def _keep_warm(self, model: DeployedModel) -> None:
@@ -235,6 +238,7 @@ class ModelCacheKeeper:
         return as_account(self.account_of(tenant) if self.account_of is not None else None)
 
     def _forget(self, model_id: int) -> None:
+        self._unkept.pop(model_id, None)
         self.tiers.pop(model_id, None)
         self._hot.discard(model_id)
         self._checked_s.pop(model_id, None)

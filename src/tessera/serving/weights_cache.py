@@ -93,16 +93,21 @@ def _checked_size(file: Path) -> int:
 
 
 def _walk(root: Path) -> Iterator[Path]:
+    """The regular files under ``root`` (links to files followed, not links to folders), entry by entry: a folder of
+    millions of entries costs ``MAX_ENTRIES`` of them, not a listing of all."""
     seen = 0
-    for folder, dirs, names in os.walk(root, followlinks=False):
-        seen += len(dirs) + len(names)
-        if seen > MAX_ENTRIES:
-            raise NotWeights(f"{root} has more than {MAX_ENTRIES} entries")
-        dirs[:] = [d for d in dirs if Path(folder, d) not in SYSTEM_TREES]
-        for name in names:
-            candidate = Path(folder) / name
-            if candidate.is_file():
-                yield candidate
+    folders = [root]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                seen += 1
+                if seen > MAX_ENTRIES:
+                    raise NotWeights(f"{root} has more than {MAX_ENTRIES} entries")
+                if entry.is_dir(follow_symlinks=False):
+                    if Path(entry.path) not in SYSTEM_TREES:
+                        folders.append(Path(entry.path))
+                elif entry.is_file():
+                    yield Path(entry.path)
 
 
 def weight_files(path: str | Path) -> list[Path]:
