@@ -15,7 +15,6 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,20 +28,6 @@ from tessera.server.launch_worker import Launched, LaunchWorker
 GUARD_S = 30.0  # only to fail instead of hanging
 WAIT_S = 5.0  # a step's wait for its launches: a wedged launcher makes it wait this long (and the test fail)
 log = logging.getLogger(__name__)
-
-
-@pytest.fixture
-def fail_at(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """``fail_at("point:N")`` arms ``TESSERA_FAIL_AT`` for this test (read again at the next fault point)."""
-
-    def arm(plan: str) -> None:
-        monkeypatch.setenv(faults.FAIL_ENV, plan)
-        faults.reset()
-
-    faults.reset()
-    yield arm
-    monkeypatch.delenv(faults.FAIL_ENV, raising=False)
-    faults.reset()
 
 
 def _events(h: Harness, workload_id: int) -> list[str]:
