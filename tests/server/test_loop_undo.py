@@ -118,3 +118,39 @@ def test_a_commit_that_fails_within_a_plan_undoes_what_it_had_applied(
         assert h.get(wid)["state"] == "running", _events(h, wid)
         assert _events(h, wid).count("bound") == 1 and _launches(h, wid) == 1
     _assert_books_match_the_running(h, 3)
+
+
+def _attained_gpu_s(h: Harness, workload_id: int) -> float:
+    """The LAS service of ``workload_id`` as of now (GPU-seconds), as the books count it."""
+    las = h.server.ctx.loop.scheduler.books.las
+    assert las is not None
+    attained = las.attained_gpu_s.get(str(workload_id), 0.0)
+    started = las.run_started.get(str(workload_id))
+    return attained + (h.clock() - started if started is not None else 0.0)
+
+
+def test_a_preemption_whose_write_failed_leaves_the_victims_service_as_it_was(
+    make_harness: MakeHarness, fail_at: Any
+) -> None:
+    """Tiresias (LAS): the victim's service up to the preemption was counted when the books preempted it. Before, the
+    undo took it back into the books with its run starting at its old start again: its service counted twice, and it
+    dropped a LAS level it had not reached."""
+    h = make_harness("1xA100-80GB", policy="tiresias")
+    loop = h.server.ctx.loop
+    long_run = h.submit(gpus=1, command=["sleep", "100000"])["id"]
+    h.step()
+    ran_s = 4000.0  # past the first LAS threshold (1 GPU-hour): a newcomer preempts it
+    h.clock.advance(ran_s)
+    h.step()
+    assert _attained_gpu_s(h, long_run) == pytest.approx(ran_s)
+    newcomer = h.submit(gpus=1, command=["true"])["id"]
+    fail_at("decisions-write")
+    _serve(h)  # the newcomer preempts the long run; the write of that decision fails
+    assert h.backend.stops == [] and loop.running[long_run].stop_sent is None
+    assert _attained_gpu_s(h, long_run) == pytest.approx(ran_s)
+    h.clock.advance(1)
+    _serve(h)  # planned again and stored: the long run is stopped for the newcomer
+    assert [w for w, _ in h.backend.stops] == [str(long_run)]
+    assert _attained_gpu_s(h, long_run) == pytest.approx(ran_s + 1)
+    _serve(h)
+    assert h.get(newcomer)["state"] == "running" and h.get(long_run)["state"] == "pending"

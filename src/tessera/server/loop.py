@@ -56,6 +56,7 @@ from tessera.server.loop_values import (
     RunningEntry,
     StepReport,
     TickDecisions,
+    Victim,
     cluster_snapshot,
     describe,
     reason_changes,
@@ -198,7 +199,7 @@ class SchedulerLoop(EndsAndStops):
         self.scheduler.commit(plan, self._now, self._applied)
         tick.waiting.update(self.intake.offer.reasons(plan.waiting))
 
-    def _applied(self, decision: Decision, _books_entry: RunningWorkload) -> None:
+    def _applied(self, decision: Decision, books_entry: RunningWorkload) -> None:
         """A decision ``Scheduler.commit`` has just applied to the books: recorded in the tick first, then followed
         (a victim's entry gives up its capacity, a bound workload leaves the intake). The server's workloads are
         never elastic: it gets no resizes."""
@@ -210,7 +211,7 @@ class SchedulerLoop(EndsAndStops):
             if entry is None:  # bound by an earlier plan of this very tick (a reclaim may do it): it waits again
                 tick.unbind(wid)
                 return
-            tick.victims.setdefault(wid, (entry.placements, entry.admission, entry.stop_sent))
+            tick.victims.setdefault(wid, Victim(entry.placements, entry.admission, entry.stop_sent, books_entry))
             tick.preempts.append(decision)
             entry.placements, entry.admission = (), None  # its capacity went to the preemptor
             entry.stop_sent = StopReason.preempted(decision.reason)
@@ -265,17 +266,23 @@ class SchedulerLoop(EndsAndStops):
 
     def _undo(self, tick: TickDecisions, now: float) -> None:
         """The tick's decisions were not stored: the binds give their capacity back (still pending in the store, the
-        next intake offers them again), the victims (nothing was sent to them) get theirs back. Whatever else is in
-        the books and not running here was bound by the tick too (a bind that raised as ``commit`` applied it)."""
+        next intake offers them again), the victims (nothing was sent to them) get theirs back, their LAS service as
+        it was (``Scheduler.restore``). Whatever else is in the books and not running here was bound by the tick too
+        (a bind that raised as ``commit`` applied it)."""
         unbound = {bind.workload_id for bind, _ in tick.binds}
         unbound.update(wid for wid in self.scheduler.books.running if int(wid) not in self.running)
         self.scheduler.observe(sorted(unbound), now, finished=False)
-        for wid, (placements, admission, stop) in tick.victims.items():
+        for wid, victim in tick.victims.items():
             entry = self.running[wid]
-            entry.placements, entry.admission, entry.stop_sent = placements, admission, stop
+            entry.placements, entry.admission, entry.stop_sent = victim.placements, victim.admission, victim.stop
             self._preempted_order.pop(wid, None)
-            if not self.adopt(entry):
+            if not self.scheduler.restore(victim.books, self.intake.workload(entry.row), now):
                 log.warning("workload %s: its placement could not be taken back after a failed step", wid)
+                continue
+            if str(wid) in self.scheduler.books.uncharged:
+                entry.admission = None
+            if entry.stop_sent is not None:
+                self.scheduler.books.stopping.add(str(wid))
         if tick.guard is not None:
             self.scheduler.books.guard = tick.guard
         self.intake.offer.released()
