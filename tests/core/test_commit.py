@@ -183,6 +183,20 @@ def test_the_offer_retries_a_failed_shape_only_after_a_release() -> None:
     assert offer.candidates() == ["b", "c"]
 
 
+@pytest.mark.parametrize("strict_fifo", [False, True])
+def test_workloads_put_back_wait_at_the_head_of_their_line_in_their_order(strict_fifo: bool) -> None:
+    shapes: dict[str, Shape] = {w: (HALF, 1, 0, "q", True, None) for w in "abcd"}
+    offer = PendingOffer(strict_fifo, shapes.__getitem__, lambda w: "q")
+    for w in "abcd":
+        offer.add(w)
+    offer.remove("a")
+    offer.remove("b")
+    offer.put_back(["a", "b"])  # their binds were undone
+    line = offer.fifo["q"] if strict_fifo else offer.groups[shapes["a"]]
+    assert list(line) == ["a", "b", "c", "d"]
+    assert offer.candidates()[0] == "a"
+
+
 def test_a_workload_added_behind_a_shape_no_step_offers_is_told_what_it_waits_for() -> None:
     """Issue 25: a workload submitted behind a quota-blocked one of the same shape was never offered (the shape
     failed since the last release) and kept "waiting for the next scheduling step"."""

@@ -154,3 +154,32 @@ def test_a_preemption_whose_write_failed_leaves_the_victims_service_as_it_was(
     assert _attained_gpu_s(h, long_run) == pytest.approx(ran_s + 1)
     _serve(h)
     assert h.get(newcomer)["state"] == "running" and h.get(long_run)["state"] == "pending"
+
+
+def test_a_bind_whose_write_failed_keeps_its_place_in_line(make_harness: MakeHarness, fail_at: Any) -> None:
+    """Before, the undone bind was added again at the end of its line: the workload submitted after it ran first."""
+    h = make_harness("1xA100-80GB")
+    first, second = (h.submit(gpus=1, command=["sleep", "600"])["id"] for _ in range(2))
+    fail_at("decisions-write")
+    _serve(h)  # the first is bound; the write fails
+    assert h.get(first)["state"] == "pending" and h.backend.launched == []
+    h.clock.advance(1)
+    _serve(h)
+    assert h.get(first)["state"] == "running" and h.get(second)["state"] == "pending"
+    _assert_books_match_the_running(h, 1)
+
+
+def test_undone_binds_of_one_line_go_back_to_its_head_in_their_order(
+    make_harness: MakeHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two binds of one shape undone together (plans 1 and 2 of a tick, the commit of plan 3 raised) wait again
+    before the workloads behind them, in their order."""
+    h = make_harness("2xA100-80GB")
+    loop = h.server.ctx.loop
+    jobs = [h.submit(gpus=1, command=["sleep", "600"])["id"] for _ in range(3)]
+    fail_commit(monkeypatch, loop.scheduler, plan=3)  # the third job's plan (no GPU left for it: it would wait)
+    _serve(h)
+    assert all(h.get(w)["state"] == "pending" for w in jobs)
+    h.clock.advance(1)
+    _serve(h)
+    assert [h.get(w)["state"] for w in jobs] == ["running", "running", "pending"]

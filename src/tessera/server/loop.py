@@ -219,7 +219,7 @@ class SchedulerLoop(EndsAndStops):
         elif isinstance(decision, Bind):
             waits = {int(p.workload_id) for p in tick.preempts}  # victims decided so far must exit first
             tick.binds.append((decision, waits))
-            self.intake.bound(decision.workload_id)
+            tick.taken.append(self.intake.bound(decision.workload_id))
 
     def _take_tick(self) -> TickDecisions:
         """The tick's decisions, for ``_flush`` or ``_undo``; the next tick starts with none."""
@@ -266,7 +266,7 @@ class SchedulerLoop(EndsAndStops):
 
     def _undo(self, tick: TickDecisions, now: float) -> None:
         """The tick's decisions were not stored: the binds give their capacity back (still pending in the store, the
-        next intake offers them again), the victims (nothing was sent to them) get theirs back, their LAS service as
+        intake offers them again first), the victims (nothing was sent to them) get theirs back, their LAS service as
         it was (``Scheduler.restore``). Whatever else is in the books and not running here was bound by the tick too
         (a bind that raised as ``commit`` applied it)."""
         unbound = {bind.workload_id for bind, _ in tick.binds}
@@ -285,6 +285,7 @@ class SchedulerLoop(EndsAndStops):
                 self.scheduler.books.stopping.add(str(wid))
         if tick.guard is not None:
             self.scheduler.books.guard = tick.guard
+        self.intake.put_back(tick.taken)  # at the head of their lines: they keep their place
         self.intake.offer.released()
         log.warning(
             "the step's decisions were not stored: %d binds, %d preemptions undone", len(unbound), len(tick.victims)

@@ -16,7 +16,7 @@ from tessera.backends.base import Handle
 from tessera.core.cluster import ClusterState
 from tessera.core.preemption import PreemptionGuard
 from tessera.core.queueing.quotas import Admission, QueueSpec, QuotaLedger
-from tessera.core.scheduler import Bind, Preempt, RunningWorkload
+from tessera.core.scheduler import Bind, PendingWorkload, Preempt, RunningWorkload
 from tessera.core.workload import MILLI_PER_GPU, Placement
 from tessera.gpu.gpus import GpuDevice
 from tessera.server.memory_watch import Watched
@@ -78,6 +78,7 @@ class TickDecisions:
     binds: list[tuple[Bind, set[int]]] = field(default_factory=list)  # with the victims each must wait for
     waiting: dict[str, str] = field(default_factory=dict)  # workload id -> why it still waits
     victims: dict[int, Victim] = field(default_factory=dict)  # each victim as it was before its preemption
+    taken: list[PendingWorkload] = field(default_factory=list)  # the workloads bound, as offered, in order
     guard: PreemptionGuard | None = None  # the preemption guard before the tick's first plan, for the same undo
 
     def unbind(self, workload_id: int) -> None:
