@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -262,3 +263,35 @@ def test_the_launch_worker_recovers_from_a_thread_it_could_not_start_and_from_on
     assert worker.wait(GUARD_S)
     outcomes.update((o.workload_id, o) for o in worker.results())
     assert outcomes[2].handle is not None and [s.workload_id for s in backend.launched] == ["3", "2"]
+
+
+def test_a_launch_whose_spec_cannot_be_made_fails_its_workload(make_harness: MakeHarness, tmp_path: Path) -> None:
+    """The logs directory cannot be made (a file is in its way). Before, that error was taken for a host out of
+    threads: the launch was retried at every step for ever, the workload ``running`` with no process."""
+    (tmp_path / "logs").write_text("in the way of the logs directory")
+    h = make_harness("1xA100-80GB")
+    wid = h.submit(gpus=1)["id"]
+    _serve(h)
+    _serve(h)
+    row = h.get(wid)
+    assert row["state"] == "failed" and row["reason"].startswith("could not start: "), row
+    assert "logs" in row["reason"] and h.backend.launched == []
+    loop = h.server.ctx.loop
+    assert wid not in loop.running and int(loop.state.gpu_free_milli.sum()) == 1000  # its GPU went back
+
+
+def test_after_a_launch_that_could_not_be_handed_over_a_step_hands_over_no_later_one(
+    make_harness: MakeHarness, fail_at: Any
+) -> None:
+    """No thread to make the first launch: the launches after it wait with it for the next step, which makes them in
+    their order (before, each was tried in turn, and a later one could start before the first)."""
+    h = make_harness("2xA100-80GB")
+    loop = h.server.ctx.loop
+    jobs = [h.submit(gpus=1, command=["sleep", "600"])["id"] for _ in range(2)]
+    fail_at("launch-submit")  # the first thread the launch worker starts: can't start new thread
+    _serve(h)
+    assert h.backend.launched == [] and loop.launcher.worker.pending() == 0
+    assert all(not loop.running[w].launched for w in jobs)
+    _serve(h)
+    assert [int(spec.workload_id) for spec in h.backend.launched] == jobs
+    assert all(h.get(w)["state"] == "running" for w in jobs)

@@ -138,11 +138,20 @@ class LaunchWorker:
     def _launch(self, workload_id: int, spec: LaunchSpec) -> Launched:
         try:
             return Launched(workload_id, self.backend.launch(spec))
-        except OSError as exc:  # e.g. its working directory does not exist: said without the errno number
-            where = f": {exc.filename}" if exc.filename else ""
-            return Launched(workload_id, None, f"could not start: {exc.strerror or exc}{where}")
-        except TesseraError as exc:
-            return Launched(workload_id, None, f"could not start: {exc}")
+        except (OSError, TesseraError) as exc:
+            return Launched(workload_id, None, start_error(exc))
         except Exception as exc:  # a backend's bug must not end the worker with the queue still full
             log.exception("launching workload %s failed", workload_id)
-            return Launched(workload_id, None, f"could not start: {type(exc).__name__}: {exc}")
+            return Launched(workload_id, None, start_error(exc))
+
+
+def start_error(exc: Exception) -> str:
+    """The reason stored for a launch that failed with ``exc``: an ``OSError`` (e.g. its working directory does not
+    exist) said without its errno number, with the file it names; a ``TesseraError`` as it is; another with its
+    type."""
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"could not start: {exc.strerror or exc}{where}"
+    if isinstance(exc, TesseraError):
+        return f"could not start: {exc}"
+    return f"could not start: {type(exc).__name__}: {exc}"
