@@ -455,9 +455,15 @@ def test_forget_keeps_a_running_workload_and_a_new_launch_drops_an_old_reference
     assert backend.ref_path("w").exists() and backend.find("w") == first
     go.touch()
     wait_for_exit(backend, "w")
-    stale = backend.ref_path("w").read_text()
-    second = backend.launch(shell("w", "sleep 5", tmp_path / "w.log"))  # bound anew without a forget (a crash)
-    assert backend.ref_path("w").read_text() != stale and backend.find("w") == second
+    assert backend.find("w") == first  # ended and not forgotten: its files stay for a server that did not store it
+    # Bound anew without a forget (a crash), and this launch fails after its intent is written (its log cannot be
+    # opened): the first run's reference is dropped all the same, so nothing takes that run for this launch.
+    (tmp_path / "a-directory.log").mkdir()
+    with pytest.raises(IsADirectoryError):
+        backend.launch(shell("w", "exit 0", tmp_path / "a-directory.log"))
+    assert backend.find("w") is None and not backend.ref_path("w").exists()
+    second = backend.launch(shell("w", "sleep 5", tmp_path / "w.log"))
+    assert backend.find("w") == second != first
     backend.stop("w", grace_s=0)
     wait_for_exit(backend, "w")
 
