@@ -18,6 +18,7 @@ import pytest
 from tessera.backends.base import ExitStatus, Handle, LaunchSpec
 from tessera.backends.launch_intent import NONCE_ENV, Intent, names_exit_file, write_intent
 from tessera.backends.local import SUPERVISOR_MODULE, LocalBackend
+from tessera.backends.local_watch import Watch
 from tessera.backends.procfs import read_cmdline
 from tessera.backends.supervisor import CommandSpec, permission_denied
 from tessera.core.errors import InvalidRequestError
@@ -466,6 +467,37 @@ def test_forget_keeps_a_running_workload_and_a_new_launch_drops_an_old_reference
     assert backend.find("w") == second != first
     backend.stop("w", grace_s=0)
     wait_for_exit(backend, "w")
+
+
+class FailsOnce(LocalBackend):
+    """The local backend, except that its first SIGTERM (``_terminate``) raises, as a host out of file descriptors
+    would; no signal is ever sent (the workloads of these tests are handles without processes)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(run_dir)
+        self.terminations = 0
+
+    def _terminate(self, watch: Watch) -> None:
+        self.terminations += 1
+        if self.terminations == 1:
+            raise OSError(24, "Too many open files")
+
+
+NO_SUCH_PID = 2**22 + 1  # above the kernel's pid_max: no process has it
+
+
+def test_a_stop_whose_sigterm_failed_sends_it_again_when_asked_again(tmp_path: Path) -> None:
+    """Before, the SIGTERM counted as sent before it was: the loop's second stop sent none, and the workload got only
+    the SIGKILL at the end of its grace."""
+    backend = FailsOnce(tmp_path / "run")
+    backend.adopt(local_handle("w", NO_SUCH_PID, "1", str(tmp_path / "run" / "w.exit")))
+    with pytest.raises(OSError, match="Too many open files"):
+        backend.stop("w", grace_s=30)
+    backend.stop("w", grace_s=30)  # the loop sends a refused stop again
+    assert backend.terminations == 2
+    backend.stop("w", grace_s=30)
+    assert backend.terminations == 2  # sent once it went out
+    backend.close()
 
 
 def test_only_the_supervisors_own_options_name_its_exit_file() -> None:

@@ -231,7 +231,8 @@ class LocalBackend:
 
     def stop(self, workload_id: str, grace_s: float) -> None:
         """SIGTERM now, SIGKILL at the first ``poll`` after ``grace_s``; a no-op for a workload not tracked (it
-        may have ended meanwhile). A second call may bring the deadline forward but sends no second SIGTERM."""
+        may have ended meanwhile). A second call may bring the deadline forward but sends no second SIGTERM, unless
+        the first could not be sent (it raised)."""
         with self._lock:
             watch = self._watches.get(workload_id)
             if watch is None or watch.ended:
@@ -243,8 +244,8 @@ class LocalBackend:
             if grace_s <= 0:
                 self._kill_group(watch)
             elif not watch.term_sent:
-                watch.term_sent = True
                 self._terminate(watch)
+                watch.term_sent = True  # only once it went out: a stop that raised sends it again when called again
 
     def poll(self) -> list[ExitStatus]:
         """Workloads that ended since the last call, each once; SIGKILLs those whose stop grace has run out."""
