@@ -470,17 +470,25 @@ def test_forget_keeps_a_running_workload_and_a_new_launch_drops_an_old_reference
 
 
 class FailsOnce(LocalBackend):
-    """The local backend, except that its first SIGTERM (``_terminate``) raises, as a host out of file descriptors
-    would; no signal is ever sent (the workloads of these tests are handles without processes)."""
+    """The local backend, except that its first SIGTERM (``_terminate``) raises as a host out of file descriptors
+    would, and the first collection of workload "b"'s end (``_report``) raises an unexpected error; no signal is ever
+    sent (the workloads of these tests are handles without processes)."""
 
     def __init__(self, run_dir: Path) -> None:
         super().__init__(run_dir)
         self.terminations = 0
+        self.report_failed = False
 
     def _terminate(self, watch: Watch) -> None:
         self.terminations += 1
         if self.terminations == 1:
             raise OSError(24, "Too many open files")
+
+    def _report(self, watch: Watch, left: list[int], now_s: float) -> ExitStatus | None:
+        if watch.ref.workload_id == "b" and not self.report_failed:
+            self.report_failed = True
+            raise RuntimeError("the end of b cannot be collected yet")
+        return super()._report(watch, left, now_s)
 
 
 NO_SUCH_PID = 2**22 + 1  # above the kernel's pid_max: no process has it
@@ -497,6 +505,18 @@ def test_a_stop_whose_sigterm_failed_sends_it_again_when_asked_again(tmp_path: P
     assert backend.terminations == 2
     backend.stop("w", grace_s=30)
     assert backend.terminations == 2  # sent once it went out
+    backend.close()
+
+
+def test_an_end_that_cannot_be_collected_loses_no_other_end_of_the_same_poll(tmp_path: Path) -> None:
+    """Before, "a"'s end was taken out of the watched workloads, then "b"'s raised: "a" was never reported."""
+    backend = FailsOnce(tmp_path / "run")
+    for workload_id in ("a", "b"):  # both ended: their pids name no process
+        backend.adopt(local_handle(workload_id, NO_SUCH_PID, "1", str(tmp_path / "run" / f"{workload_id}.exit")))
+    assert backend.poll() == [ExitStatus("a", None)]
+    assert backend.tracked() == {"b"}
+    assert backend.poll() == [ExitStatus("b", None)]
+    assert backend.tracked() == set()
     backend.close()
 
 

@@ -248,7 +248,8 @@ class LocalBackend:
                 watch.term_sent = True  # only once it went out: a stop that raised sends it again when called again
 
     def poll(self) -> list[ExitStatus]:
-        """Workloads that ended since the last call, each once; SIGKILLs those whose stop grace has run out."""
+        """Workloads that ended since the last call, each once; SIGKILLs those whose stop grace has run out. An end
+        that cannot be collected yet (an error) is left for the next call; the others are reported all the same."""
         reap_released_children()
         now_s = time.monotonic()
         ended: list[ExitStatus] = []
@@ -260,6 +261,9 @@ class LocalBackend:
                     status = self._report(watch, left.get(watch.ref.pgid, []), now_s)
                 except OSError as error:  # e.g. no file descriptor left: the next poll reports it
                     logger.warning("%s: its end could not be collected yet: %s", watch.ref.workload_id, error)
+                    continue
+                except Exception:  # nor does anything else lose the ends this poll already took out of _watches
+                    logger.exception("%s: its end could not be collected; tried again", watch.ref.workload_id)
                     continue
                 if status is not None:  # its files stay for find() until the server stored the end (forget)
                     del self._watches[status.workload_id]
