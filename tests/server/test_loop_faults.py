@@ -295,3 +295,27 @@ def test_after_a_launch_that_could_not_be_handed_over_a_step_hands_over_no_later
     _serve(h)
     assert [int(spec.workload_id) for spec in h.backend.launched] == jobs
     assert all(h.get(w)["state"] == "running" for w in jobs)
+
+
+class DiesAfterStarting(FakeBackend):
+    """The fake backend, except that a launch starts its workload and then ends the thread that makes it (a
+    ``BaseException``, which the launch worker does not expect) before it returns the handle."""
+
+    def launch(self, spec: LaunchSpec) -> Handle:
+        super().launch(spec)
+        raise SystemExit("the launch thread ends after the fork")
+
+
+def test_a_launch_whose_thread_died_after_it_started_is_found_not_failed(make_harness: MakeHarness) -> None:
+    """Before, the launch being made when its thread died came back failed without asking the backend: the workload
+    was stored failed and its GPU given to the next while its process ran."""
+    backend = DiesAfterStarting()
+    h = make_harness("1xA100-80GB", backend=backend)
+    wid = h.submit(gpus=1, command=["sleep", "600"])["id"]
+    waiting = h.submit(gpus=1, command=["sleep", "600"])["id"]
+    _serve(h)
+    _serve(h)
+    row = h.get(wid)
+    assert row["state"] == "running", row
+    assert "started" in _events(h, wid) and h.server.ctx.loop.running[wid].handle == backend.find(str(wid))
+    assert h.get(waiting)["state"] == "pending" and _launches(backend, wid) == 1

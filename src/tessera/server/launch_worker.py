@@ -11,7 +11,8 @@ queue is empty and the next ``submit`` starts another), so an idle loop holds no
 A host out of threads (``RuntimeError: can't start new thread``) must not wedge it (issue 25): ``submit`` either
 queues the launch with a live thread to make it, or raises with nothing queued (the loop hands it over again at its
 next step); a worker thread that died is replaced by the next ``submit`` or ``revive``, and a launch it was making
-comes back failed rather than never.
+comes back rather than never: with the handle the backend finds for it (``Backend.find``) when its process started,
+else failed.
 """
 
 from __future__ import annotations
@@ -128,12 +129,28 @@ class LaunchWorker:
                     self._changed.notify_all()
         except BaseException as exc:  # never expected (``_launch`` catches): the next worker takes the queue over
             log.exception("the launch worker died; the next step starts another")
+            in_flight = self._in_flight  # set and cleared by this thread alone
+            lost = None if in_flight is None else self._lost_launch(in_flight, exc)
             with self._lock:
-                if self._in_flight is not None:
-                    self._done.append(Launched(self._in_flight, None, f"could not start: the launcher died: {exc!r}"))
+                if lost is not None:
+                    self._done.append(lost)
                 self._in_flight = None
                 self._thread = None
                 self._changed.notify_all()
+
+    def _lost_launch(self, workload_id: int, exc: BaseException) -> Launched:
+        """The outcome of the launch this thread was making when it died: the process may have started (the backend
+        knows it: ``Backend.find``), else the launch failed. Never failed while it runs: its GPU would go to another
+        workload."""
+        try:
+            handle = self.backend.find(str(workload_id))
+        except Exception:
+            log.exception("workload %s: the backend could not say whether its launch started", workload_id)
+            handle = None
+        if handle is not None:
+            log.warning("workload %s: its launch started before the launcher died; it runs", workload_id)
+            return Launched(workload_id, handle)
+        return Launched(workload_id, None, f"could not start: the launcher died: {exc!r}")
 
     def _launch(self, workload_id: int, spec: LaunchSpec) -> Launched:
         try:
