@@ -29,6 +29,7 @@ from tessera.server.launch_worker import Launched, LaunchWorker
 GUARD_S = 30.0  # only to fail instead of hanging
 WAIT_S = 5.0  # a step's wait for its launches: a wedged launcher makes it wait this long (and the test fail)
 log = logging.getLogger(__name__)
+STOPS_LOGGER = "tessera.server.loop_stops"
 
 
 def _events(h: Harness, workload_id: int) -> list[str]:
@@ -195,15 +196,17 @@ def test_a_preemption_whose_write_failed_leaves_its_victim_running_and_untouched
     assert h.get(owner)["state"] == "running" and _launches(h.backend, owner) == 1
 
 
-class RefusesOneStop(FakeBackend):
-    """The fake backend, except that its first ``stop`` fails (no file descriptor left to signal the group)."""
+class RefusesStops(FakeBackend):
+    """The fake backend, except that its first ``refusals`` stops fail (no file descriptor left to signal the
+    group)."""
 
-    def __init__(self) -> None:
+    def __init__(self, refusals: int = 1) -> None:
         super().__init__()
+        self.refusals = refusals
         self.refused = 0
 
     def stop(self, workload_id: str, grace_s: float) -> None:
-        if self.refused == 0:
+        if self.refused < self.refusals:
             self.refused += 1
             raise OSError(24, "Too many open files")
         super().stop(workload_id, grace_s)
@@ -211,7 +214,7 @@ class RefusesOneStop(FakeBackend):
 
 def test_a_stop_the_backend_refused_is_sent_again(make_harness: MakeHarness) -> None:
     """Before, the cancel counted as sent once stored: the next steps skipped it, and the workload ran on."""
-    backend = RefusesOneStop()
+    backend = RefusesStops()
     h = make_harness("1xA100-80GB", backend=backend)
     wid = h.submit(gpus=1, command=["sleep", "600"])["id"]
     h.step()
@@ -222,6 +225,24 @@ def test_a_stop_the_backend_refused_is_sent_again(make_harness: MakeHarness) -> 
     assert [w for w, _ in backend.stops] == [str(wid)]
     _serve(h)
     assert h.get(wid)["state"] == "cancelled"
+
+
+def test_a_stop_that_keeps_failing_logs_its_traceback_once(
+    make_harness: MakeHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, every resend that failed logged a full traceback: one per step (five a second) while it lasted."""
+    backend = RefusesStops(refusals=3)
+    h = make_harness("1xA100-80GB", backend=backend)
+    wid = h.submit(gpus=1, command=["sleep", "600"])["id"]
+    h.step()
+    assert h.http.post(f"/v1/workloads/{wid}/cancel", headers=h.as_(ADMIN)).status_code == 200
+    with caplog.at_level(logging.WARNING, logger=STOPS_LOGGER):
+        for _ in range(4):
+            _serve(h)
+    assert backend.refused == 3 and h.get(wid)["state"] == "cancelled"
+    failed = [r for r in caplog.records if r.name == STOPS_LOGGER and "stop failed" in r.getMessage()]
+    assert [r.exc_info is not None for r in failed] == [True, False, False]
+    assert all(f"workload {wid}" in r.getMessage() and "Too many open files" in r.getMessage() for r in failed[1:])
 
 
 class DiesOnLaunch(FakeBackend):

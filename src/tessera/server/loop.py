@@ -118,6 +118,7 @@ class SchedulerLoop(EndsAndStops):
         self._reasons: dict[int, str] = {}  # pending workload -> why it waits, as stored
         self._unstored_ends: list[ExitStatus] = []  # reported by the backend, not stored yet (kept across steps)
         self._unsent_stops: set[int] = set()  # stops stored but refused by the backend: sent again
+        self._stops_failed: set[int] = set()  # of those, the ones whose failure's traceback was logged
         self._writes = WriteBatch(store)  # end and stop writes, held by _writes.batched for one transaction
         self._wake = threading.Event()  # set by wake(): run_forever steps at once instead of after its interval
         self.queue_specs: tuple[QueueSpec, ...] = ()
