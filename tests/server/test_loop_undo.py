@@ -183,3 +183,29 @@ def test_undone_binds_of_one_line_go_back_to_its_head_in_their_order(
     h.clock.advance(1)
     _serve(h)
     assert [h.get(w)["state"] for w in jobs] == ["running", "running", "pending"]
+
+
+def test_a_step_that_fails_after_its_decisions_were_stored_still_launches_them(
+    make_harness: MakeHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stored decisions are not undone: a bind whose write went through is running, in the books and in the loop's
+    running table, whatever raises after the write. Before, the bound workload joined the running table only after
+    its LAS rechecks were set up; when that raised, it was stored running, held its GPU and was never launched."""
+    h = make_harness("1xA100-80GB")
+    loop = h.server.ctx.loop
+    wid = h.submit(gpus=1, command=["sleep", "600"])["id"]
+    started = loop.intake.started
+    calls = [0]
+
+    def fails_once(workload_id: str, now_s: float) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise CommitFault("after the write")
+        started(workload_id, now_s)
+
+    monkeypatch.setattr(loop.intake, "started", fails_once)
+    _serve(h)
+    assert calls[0] == 1 and h.get(wid)["state"] == "running"
+    _serve(h)
+    assert _launches(h, wid) == 1 and wid in loop.running and loop.running[wid].handle is not None
+    _assert_books_match_the_running(h, 1)

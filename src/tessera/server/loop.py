@@ -236,12 +236,13 @@ class SchedulerLoop(EndsAndStops):
         except BaseException:
             self._undo(tick, now)
             raise
-        self.scheduler.observe([str(wid) for wid in lost], now, finished=False)
         bound = [entry for entry in bound if entry.row.id not in lost]
+        for entry in bound:  # stored: running, whatever raises after this (the next launch_ready launches them)
+            self.running[entry.row.id] = entry
+        self.scheduler.observe([str(wid) for wid in lost], now, finished=False)
         for entry in bound:
             self._reasons.pop(entry.row.id, None)
             self.intake.started(str(entry.row.id), now)
-            self.running[entry.row.id] = entry
         self._stop_victims(tick.preempts, now)
         if self.on_start is not None:
             for entry in bound:
