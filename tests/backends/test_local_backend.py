@@ -18,6 +18,7 @@ import pytest
 from tessera.backends.base import ExitStatus, Handle, LaunchSpec
 from tessera.backends.launch_intent import NONCE_ENV, Intent, names_exit_file, write_intent
 from tessera.backends.local import SUPERVISOR_MODULE, LocalBackend
+from tessera.backends.local_watch import Watch
 from tessera.backends.procfs import read_cmdline
 from tessera.backends.supervisor import CommandSpec, permission_denied
 from tessera.core.errors import InvalidRequestError
@@ -455,11 +456,68 @@ def test_forget_keeps_a_running_workload_and_a_new_launch_drops_an_old_reference
     assert backend.ref_path("w").exists() and backend.find("w") == first
     go.touch()
     wait_for_exit(backend, "w")
-    stale = backend.ref_path("w").read_text()
-    second = backend.launch(shell("w", "sleep 5", tmp_path / "w.log"))  # bound anew without a forget (a crash)
-    assert backend.ref_path("w").read_text() != stale and backend.find("w") == second
+    assert backend.find("w") == first  # ended and not forgotten: its files stay for a server that did not store it
+    # Bound anew without a forget (a crash), and this launch fails after its intent is written (its log cannot be
+    # opened): the first run's reference is dropped all the same, so nothing takes that run for this launch.
+    (tmp_path / "a-directory.log").mkdir()
+    with pytest.raises(IsADirectoryError):
+        backend.launch(shell("w", "exit 0", tmp_path / "a-directory.log"))
+    assert backend.find("w") is None and not backend.ref_path("w").exists()
+    second = backend.launch(shell("w", "sleep 5", tmp_path / "w.log"))
+    assert backend.find("w") == second != first
     backend.stop("w", grace_s=0)
     wait_for_exit(backend, "w")
+
+
+class FailsOnce(LocalBackend):
+    """The local backend, except that its first SIGTERM (``_terminate``) raises as a host out of file descriptors
+    would, and the first collection of workload "b"'s end (``_report``) raises an unexpected error; no signal is ever
+    sent (the workloads of these tests are handles without processes)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(run_dir)
+        self.terminations = 0
+        self.report_failed = False
+
+    def _terminate(self, watch: Watch) -> None:
+        self.terminations += 1
+        if self.terminations == 1:
+            raise OSError(24, "Too many open files")
+
+    def _report(self, watch: Watch, left: list[int], now_s: float) -> ExitStatus | None:
+        if watch.ref.workload_id == "b" and not self.report_failed:
+            self.report_failed = True
+            raise RuntimeError("the end of b cannot be collected yet")
+        return super()._report(watch, left, now_s)
+
+
+NO_SUCH_PID = 2**22 + 1  # above the kernel's pid_max: no process has it
+
+
+def test_a_stop_whose_sigterm_failed_sends_it_again_when_asked_again(tmp_path: Path) -> None:
+    """Before, the SIGTERM counted as sent before it was: the loop's second stop sent none, and the workload got only
+    the SIGKILL at the end of its grace."""
+    backend = FailsOnce(tmp_path / "run")
+    backend.adopt(local_handle("w", NO_SUCH_PID, "1", str(tmp_path / "run" / "w.exit")))
+    with pytest.raises(OSError, match="Too many open files"):
+        backend.stop("w", grace_s=30)
+    backend.stop("w", grace_s=30)  # the loop sends a refused stop again
+    assert backend.terminations == 2
+    backend.stop("w", grace_s=30)
+    assert backend.terminations == 2  # sent once it went out
+    backend.close()
+
+
+def test_an_end_that_cannot_be_collected_loses_no_other_end_of_the_same_poll(tmp_path: Path) -> None:
+    """Before, "a"'s end was taken out of the watched workloads, then "b"'s raised: "a" was never reported."""
+    backend = FailsOnce(tmp_path / "run")
+    for workload_id in ("a", "b"):  # both ended: their pids name no process
+        backend.adopt(local_handle(workload_id, NO_SUCH_PID, "1", str(tmp_path / "run" / f"{workload_id}.exit")))
+    assert backend.poll() == [ExitStatus("a", None)]
+    assert backend.tracked() == {"b"}
+    assert backend.poll() == [ExitStatus("b", None)]
+    assert backend.tracked() == set()
+    backend.close()
 
 
 def test_only_the_supervisors_own_options_name_its_exit_file() -> None:

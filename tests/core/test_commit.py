@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tessera.core.cluster import ClusterState, NodeSpec
+from tessera.core.decisions import Decision
 from tessera.core.invariants import check_charges, check_cluster, check_quotas
 from tessera.core.pending import PendingOffer, Shape
 from tessera.core.placement import Placer, make_policy
@@ -14,7 +15,7 @@ from tessera.core.preemption import PreemptionPolicy
 from tessera.core.presets import PRESET_NAMES, build_scheduler, resolve_preset
 from tessera.core.queueing import QueueSpec, QuotaLedger, ResourceVector
 from tessera.core.queueing.las import TIRESIAS_THRESHOLDS_GPU_S
-from tessera.core.scheduler import PendingWorkload, Scheduler, SchedulerConfig
+from tessera.core.scheduler import PendingWorkload, Preempt, RunningWorkload, Scheduler, SchedulerConfig
 from tessera.core.trial import Trial
 from tessera.core.workload import Placement, Request
 
@@ -70,6 +71,40 @@ def test_commit_applies_a_reclaim_and_the_guard_protects_the_victims_next_run() 
     assert victim in engine.books.guard.preempted
     engine.observe([victim], 7.0)
     assert victim not in engine.books.guard.preempted
+
+
+def test_restore_puts_a_preempted_victim_back_with_its_quota_and_its_las_service() -> None:
+    """A preemption the runtime could not carry out (its decisions were not stored) is undone: the victim holds its
+    placements and quota again, and its LAS service is what it was (``preempt`` counted it up to then)."""
+    engine = queues()
+    engine.commit(engine.plan([PendingWorkload(f"x{i}", ONE, float(i), queue="x") for i in range(4)], 0.0), 0.0)
+    before = dict(engine.books.running)
+    free = engine.state.gpu_free_milli.copy()
+    plan = engine.plan([PendingWorkload("y0", ONE, 5.0, queue="y")], 5.0)
+    victims: dict[str, RunningWorkload] = {}
+
+    def applied(decision: Decision, entry: RunningWorkload) -> None:
+        if isinstance(decision, Preempt):
+            victims[decision.workload_id] = entry
+
+    engine.commit(plan, 5.0, applied)
+    assert victims
+    engine.observe(["y0"], 5.0, finished=False)
+    for wid, entry in victims.items():
+        assert engine.restore(entry, PendingWorkload(wid, ONE, 0.0, queue="x"), 5.0)
+    check(engine)
+    assert engine.books.running == before and np.array_equal(engine.state.gpu_free_milli, free)
+
+    las_engine = build_scheduler(resolve_preset("tiresias"), ClusterState(NODES))
+    job = PendingWorkload("j", ONE, 0.0, checkpointed=True)
+    las_engine.commit(las_engine.plan([job], 0.0), 0.0)
+    las = las_engine.books.las
+    assert las is not None
+    victim = las_engine.books.preempt(Preempt("j", "priority", "k"), 100.0)
+    assert las.attained_gpu_s["j"] == 100.0
+    assert las_engine.restore(victim, job, 100.0)
+    assert las.attained_gpu_s["j"] + (250.0 - las.run_started["j"]) == 250.0  # served from 0 to 250 on one GPU
+    assert las_engine.books.running["j"].started_s == 0.0  # its run's start stays (the runtime's rechecks)
 
 
 def test_a_bind_needs_the_workload_it_was_planned_for() -> None:
@@ -146,6 +181,20 @@ def test_the_offer_retries_a_failed_shape_only_after_a_release() -> None:
     assert offer.candidates() == ["a", "c"]
     offer.remove("a")
     assert offer.candidates() == ["b", "c"]
+
+
+@pytest.mark.parametrize("strict_fifo", [False, True])
+def test_workloads_put_back_wait_at_the_head_of_their_line_in_their_order(strict_fifo: bool) -> None:
+    shapes: dict[str, Shape] = {w: (HALF, 1, 0, "q", True, None) for w in "abcd"}
+    offer = PendingOffer(strict_fifo, shapes.__getitem__, lambda w: "q")
+    for w in "abcd":
+        offer.add(w)
+    offer.remove("a")
+    offer.remove("b")
+    offer.put_back(["a", "b"])  # their binds were undone
+    line = offer.fifo["q"] if strict_fifo else offer.groups[shapes["a"]]
+    assert list(line) == ["a", "b", "c", "d"]
+    assert offer.candidates()[0] == "a"
 
 
 def test_a_workload_added_behind_a_shape_no_step_offers_is_told_what_it_waits_for() -> None:

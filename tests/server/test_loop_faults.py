@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,20 +29,7 @@ from tessera.server.launch_worker import Launched, LaunchWorker
 GUARD_S = 30.0  # only to fail instead of hanging
 WAIT_S = 5.0  # a step's wait for its launches: a wedged launcher makes it wait this long (and the test fail)
 log = logging.getLogger(__name__)
-
-
-@pytest.fixture
-def fail_at(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """``fail_at("point:N")`` arms ``TESSERA_FAIL_AT`` for this test (read again at the next fault point)."""
-
-    def arm(plan: str) -> None:
-        monkeypatch.setenv(faults.FAIL_ENV, plan)
-        faults.reset()
-
-    faults.reset()
-    yield arm
-    monkeypatch.delenv(faults.FAIL_ENV, raising=False)
-    faults.reset()
+STOPS_LOGGER = "tessera.server.loop_stops"
 
 
 def _events(h: Harness, workload_id: int) -> list[str]:
@@ -209,15 +196,17 @@ def test_a_preemption_whose_write_failed_leaves_its_victim_running_and_untouched
     assert h.get(owner)["state"] == "running" and _launches(h.backend, owner) == 1
 
 
-class RefusesOneStop(FakeBackend):
-    """The fake backend, except that its first ``stop`` fails (no file descriptor left to signal the group)."""
+class RefusesStops(FakeBackend):
+    """The fake backend, except that its first ``refusals`` stops fail (no file descriptor left to signal the
+    group)."""
 
-    def __init__(self) -> None:
+    def __init__(self, refusals: int = 1) -> None:
         super().__init__()
+        self.refusals = refusals
         self.refused = 0
 
     def stop(self, workload_id: str, grace_s: float) -> None:
-        if self.refused == 0:
+        if self.refused < self.refusals:
             self.refused += 1
             raise OSError(24, "Too many open files")
         super().stop(workload_id, grace_s)
@@ -225,7 +214,7 @@ class RefusesOneStop(FakeBackend):
 
 def test_a_stop_the_backend_refused_is_sent_again(make_harness: MakeHarness) -> None:
     """Before, the cancel counted as sent once stored: the next steps skipped it, and the workload ran on."""
-    backend = RefusesOneStop()
+    backend = RefusesStops()
     h = make_harness("1xA100-80GB", backend=backend)
     wid = h.submit(gpus=1, command=["sleep", "600"])["id"]
     h.step()
@@ -236,6 +225,24 @@ def test_a_stop_the_backend_refused_is_sent_again(make_harness: MakeHarness) -> 
     assert [w for w, _ in backend.stops] == [str(wid)]
     _serve(h)
     assert h.get(wid)["state"] == "cancelled"
+
+
+def test_a_stop_that_keeps_failing_logs_its_traceback_once(
+    make_harness: MakeHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, every resend that failed logged a full traceback: one per step (five a second) while it lasted."""
+    backend = RefusesStops(refusals=3)
+    h = make_harness("1xA100-80GB", backend=backend)
+    wid = h.submit(gpus=1, command=["sleep", "600"])["id"]
+    h.step()
+    assert h.http.post(f"/v1/workloads/{wid}/cancel", headers=h.as_(ADMIN)).status_code == 200
+    with caplog.at_level(logging.WARNING, logger=STOPS_LOGGER):
+        for _ in range(4):
+            _serve(h)
+    assert backend.refused == 3 and h.get(wid)["state"] == "cancelled"
+    failed = [r for r in caplog.records if r.name == STOPS_LOGGER and "stop failed" in r.getMessage()]
+    assert [r.exc_info is not None for r in failed] == [True, False, False]
+    assert all(f"workload {wid}" in r.getMessage() and "Too many open files" in r.getMessage() for r in failed[1:])
 
 
 class DiesOnLaunch(FakeBackend):
@@ -277,3 +284,59 @@ def test_the_launch_worker_recovers_from_a_thread_it_could_not_start_and_from_on
     assert worker.wait(GUARD_S)
     outcomes.update((o.workload_id, o) for o in worker.results())
     assert outcomes[2].handle is not None and [s.workload_id for s in backend.launched] == ["3", "2"]
+
+
+def test_a_launch_whose_spec_cannot_be_made_fails_its_workload(make_harness: MakeHarness, tmp_path: Path) -> None:
+    """The logs directory cannot be made (a file is in its way). Before, that error was taken for a host out of
+    threads: the launch was retried at every step for ever, the workload ``running`` with no process."""
+    (tmp_path / "logs").write_text("in the way of the logs directory")
+    h = make_harness("1xA100-80GB")
+    wid = h.submit(gpus=1)["id"]
+    _serve(h)
+    _serve(h)
+    row = h.get(wid)
+    assert row["state"] == "failed" and row["reason"].startswith("could not start: "), row
+    assert "logs" in row["reason"] and h.backend.launched == []
+    loop = h.server.ctx.loop
+    assert wid not in loop.running and int(loop.state.gpu_free_milli.sum()) == 1000  # its GPU went back
+
+
+def test_after_a_launch_that_could_not_be_handed_over_a_step_hands_over_no_later_one(
+    make_harness: MakeHarness, fail_at: Any
+) -> None:
+    """No thread to make the first launch: the launches after it wait with it for the next step, which makes them in
+    their order (before, each was tried in turn, and a later one could start before the first)."""
+    h = make_harness("2xA100-80GB")
+    loop = h.server.ctx.loop
+    jobs = [h.submit(gpus=1, command=["sleep", "600"])["id"] for _ in range(2)]
+    fail_at("launch-submit")  # the first thread the launch worker starts: can't start new thread
+    _serve(h)
+    assert h.backend.launched == [] and loop.launcher.worker.pending() == 0
+    assert all(not loop.running[w].launched for w in jobs)
+    _serve(h)
+    assert [int(spec.workload_id) for spec in h.backend.launched] == jobs
+    assert all(h.get(w)["state"] == "running" for w in jobs)
+
+
+class DiesAfterStarting(FakeBackend):
+    """The fake backend, except that a launch starts its workload and then ends the thread that makes it (a
+    ``BaseException``, which the launch worker does not expect) before it returns the handle."""
+
+    def launch(self, spec: LaunchSpec) -> Handle:
+        super().launch(spec)
+        raise SystemExit("the launch thread ends after the fork")
+
+
+def test_a_launch_whose_thread_died_after_it_started_is_found_not_failed(make_harness: MakeHarness) -> None:
+    """Before, the launch being made when its thread died came back failed without asking the backend: the workload
+    was stored failed and its GPU given to the next while its process ran."""
+    backend = DiesAfterStarting()
+    h = make_harness("1xA100-80GB", backend=backend)
+    wid = h.submit(gpus=1, command=["sleep", "600"])["id"]
+    waiting = h.submit(gpus=1, command=["sleep", "600"])["id"]
+    _serve(h)
+    _serve(h)
+    row = h.get(wid)
+    assert row["state"] == "running", row
+    assert "started" in _events(h, wid) and h.server.ctx.loop.running[wid].handle == backend.find(str(wid))
+    assert h.get(waiting)["state"] == "pending" and _launches(backend, wid) == 1

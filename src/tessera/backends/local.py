@@ -231,7 +231,8 @@ class LocalBackend:
 
     def stop(self, workload_id: str, grace_s: float) -> None:
         """SIGTERM now, SIGKILL at the first ``poll`` after ``grace_s``; a no-op for a workload not tracked (it
-        may have ended meanwhile). A second call may bring the deadline forward but sends no second SIGTERM."""
+        may have ended meanwhile). A second call may bring the deadline forward but sends no second SIGTERM, unless
+        the first could not be sent (it raised)."""
         with self._lock:
             watch = self._watches.get(workload_id)
             if watch is None or watch.ended:
@@ -243,11 +244,12 @@ class LocalBackend:
             if grace_s <= 0:
                 self._kill_group(watch)
             elif not watch.term_sent:
-                watch.term_sent = True
                 self._terminate(watch)
+                watch.term_sent = True  # only once it went out: a stop that raised sends it again when called again
 
     def poll(self) -> list[ExitStatus]:
-        """Workloads that ended since the last call, each once; SIGKILLs those whose stop grace has run out."""
+        """Workloads that ended since the last call, each once; SIGKILLs those whose stop grace has run out. An end
+        that cannot be collected yet (an error) is left for the next call; the others are reported all the same."""
         reap_released_children()
         now_s = time.monotonic()
         ended: list[ExitStatus] = []
@@ -259,6 +261,9 @@ class LocalBackend:
                     status = self._report(watch, left.get(watch.ref.pgid, []), now_s)
                 except OSError as error:  # e.g. no file descriptor left: the next poll reports it
                     logger.warning("%s: its end could not be collected yet: %s", watch.ref.workload_id, error)
+                    continue
+                except Exception:  # nor does anything else lose the ends this poll already took out of _watches
+                    logger.exception("%s: its end could not be collected; tried again", watch.ref.workload_id)
                     continue
                 if status is not None:  # its files stay for find() until the server stored the end (forget)
                     del self._watches[status.workload_id]

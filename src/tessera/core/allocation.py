@@ -176,6 +176,18 @@ class Allocation:
         self._start_service(running, asked_preemptible)
         return True
 
+    def restore(self, victim: RunningWorkload, asked_preemptible: bool, now_s: float) -> bool:
+        """Undo the preemption of ``victim`` (its entry as ``preempt`` returned it) at ``now_s``, when the runtime
+        could not carry it out: bound again on its placements, its admission charged again (uncharged when its quota
+        no longer admits it). Under LAS its run goes on from ``now_s``: ``preempt`` already counted its service up to
+        then (its start stays, for the runtime's rechecks). The guard is the runtime's to restore. False, with nothing
+        changed, when its placements no longer fit."""
+        if not self.adopt(victim, asked_preemptible):
+            return False
+        if self.las is not None:
+            self.las.start(victim.workload_id, now_s)
+        return True
+
     def recharge(self, workload_id: str) -> bool:
         """Charge a running workload's admission to the current ledger (after the queues changed); False when the
         quota no longer admits it (it keeps running, uncharged)."""

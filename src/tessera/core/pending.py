@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from tessera.core.decisions import PendingWorkload, StepPlan
 from tessera.core.scheduler import Scheduler
@@ -78,6 +78,16 @@ class PendingOffer:
             self.fifo.setdefault(self.fifo_key(workload_id), deque()).append(workload_id)
         else:
             self.groups.setdefault(self.shape_of(workload_id), deque()).append(workload_id)
+
+    def put_back(self, workload_ids: Sequence[str]) -> None:
+        """``workload_ids`` were taken out (bound) and wait again, their binds undone (the runtime could not store
+        them): each goes back to the head of its shape's group or its StrictFIFO line, in the order given."""
+        for workload_id in reversed(workload_ids):
+            self.added.append(workload_id)
+            if self.strict_fifo:
+                self.fifo.setdefault(self.fifo_key(workload_id), deque()).appendleft(workload_id)
+            else:
+                self.groups.setdefault(self.shape_of(workload_id), deque()).appendleft(workload_id)
 
     def remove(self, workload_id: str) -> None:
         if self.strict_fifo:

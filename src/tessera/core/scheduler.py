@@ -220,6 +220,14 @@ class Scheduler:
             running = dataclasses.replace(running, admission=admission)
         return self.books.adopt(running, workload.preemptible)
 
+    def restore(self, victim: RunningWorkload, workload: PendingWorkload, now_s: float) -> bool:
+        """Put back a workload that ``commit`` preempted at ``now_s`` when the runtime could not carry the preemption
+        out (its decisions were not stored): ``victim`` is its entry as ``on_applied`` was handed it, ``workload`` the
+        workload as the runtime knows it (whether it asked to be preemptible). It holds its placements and quota again
+        and its LAS service is unchanged; the preemption guard is the runtime's to restore. False, with nothing
+        changed, when the placements no longer fit the cluster."""
+        return self.books.restore(victim, workload.preemptible, now_s)
+
     def _entry(self, workload: PendingWorkload, placements: tuple[Placement, ...], started_s: float) -> RunningWorkload:
         """The running entry of ``workload`` on ``placements`` from ``started_s``, with the policy's preemptibility
         and checkpointing (its admission is set by the books)."""

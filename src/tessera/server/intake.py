@@ -10,7 +10,7 @@ events). Used by ``server.loop``.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from tessera.core.allocation import gpus_held
 from tessera.core.pending import PendingOffer, Shape
@@ -54,9 +54,18 @@ class Intake:
             self.pending[row.id] = self.workload(row)
             self.offer.add(str(row.id))
 
-    def bound(self, workload_id: str) -> None:
+    def bound(self, workload_id: str) -> PendingWorkload:
+        """``workload_id`` was bound: it leaves the offer; returns it as it was offered (for ``put_back``)."""
         self.offer.remove(workload_id)
-        del self.pending[int(workload_id)]
+        return self.pending.pop(int(workload_id))
+
+    def put_back(self, workloads: Sequence[PendingWorkload]) -> None:
+        """``workloads`` were bound and their binds undone (not stored): they wait again at the head of their lines,
+        in the order given (those the intake holds again already stay where they are)."""
+        back = [w for w in workloads if int(w.workload_id) not in self.pending]
+        for workload in back:
+            self.pending[int(workload.workload_id)] = workload
+        self.offer.put_back([w.workload_id for w in back])
 
     def offered(self, workload_id: str) -> PendingWorkload:
         return self.pending[int(workload_id)]

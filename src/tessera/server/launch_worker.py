@@ -11,7 +11,8 @@ queue is empty and the next ``submit`` starts another), so an idle loop holds no
 A host out of threads (``RuntimeError: can't start new thread``) must not wedge it (issue 25): ``submit`` either
 queues the launch with a live thread to make it, or raises with nothing queued (the loop hands it over again at its
 next step); a worker thread that died is replaced by the next ``submit`` or ``revive``, and a launch it was making
-comes back failed rather than never.
+comes back rather than never: with the handle the backend finds for it (``Backend.find``) when its process started,
+else failed.
 """
 
 from __future__ import annotations
@@ -128,21 +129,46 @@ class LaunchWorker:
                     self._changed.notify_all()
         except BaseException as exc:  # never expected (``_launch`` catches): the next worker takes the queue over
             log.exception("the launch worker died; the next step starts another")
+            in_flight = self._in_flight  # set and cleared by this thread alone
+            lost = None if in_flight is None else self._lost_launch(in_flight, exc)
             with self._lock:
-                if self._in_flight is not None:
-                    self._done.append(Launched(self._in_flight, None, f"could not start: the launcher died: {exc!r}"))
+                if lost is not None:
+                    self._done.append(lost)
                 self._in_flight = None
                 self._thread = None
                 self._changed.notify_all()
 
+    def _lost_launch(self, workload_id: int, exc: BaseException) -> Launched:
+        """The outcome of the launch this thread was making when it died: the process may have started (the backend
+        knows it: ``Backend.find``), else the launch failed. Never failed while it runs: its GPU would go to another
+        workload."""
+        try:
+            handle = self.backend.find(str(workload_id))
+        except Exception:
+            log.exception("workload %s: the backend could not say whether its launch started", workload_id)
+            handle = None
+        if handle is not None:
+            log.warning("workload %s: its launch started before the launcher died; it runs", workload_id)
+            return Launched(workload_id, handle)
+        return Launched(workload_id, None, f"could not start: the launcher died: {exc!r}")
+
     def _launch(self, workload_id: int, spec: LaunchSpec) -> Launched:
         try:
             return Launched(workload_id, self.backend.launch(spec))
-        except OSError as exc:  # e.g. its working directory does not exist: said without the errno number
-            where = f": {exc.filename}" if exc.filename else ""
-            return Launched(workload_id, None, f"could not start: {exc.strerror or exc}{where}")
-        except TesseraError as exc:
-            return Launched(workload_id, None, f"could not start: {exc}")
+        except (OSError, TesseraError) as exc:
+            return Launched(workload_id, None, start_error(exc))
         except Exception as exc:  # a backend's bug must not end the worker with the queue still full
             log.exception("launching workload %s failed", workload_id)
-            return Launched(workload_id, None, f"could not start: {type(exc).__name__}: {exc}")
+            return Launched(workload_id, None, start_error(exc))
+
+
+def start_error(exc: Exception) -> str:
+    """The reason stored for a launch that failed with ``exc``: an ``OSError`` (e.g. its working directory does not
+    exist) said without its errno number, with the file it names; a ``TesseraError`` as it is; another with its
+    type."""
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"could not start: {exc.strerror or exc}{where}"
+    if isinstance(exc, TesseraError):
+        return f"could not start: {exc}"
+    return f"could not start: {type(exc).__name__}: {exc}"

@@ -22,7 +22,7 @@ from tessera.backends.base import Backend, GpuShare, LaunchSpec
 from tessera.gpu.gpus import GpuDevice
 from tessera.gpu.isolation import isolation_env
 from tessera.server.job_submit import array_env
-from tessera.server.launch_worker import Launched, LaunchWorker
+from tessera.server.launch_worker import Launched, LaunchWorker, start_error
 from tessera.server.loop_values import LoopConfig, RunningEntry, share_milli, started_text
 from tessera.server.pool import Pool
 from tessera.server.store.changes import HandleChange
@@ -66,15 +66,22 @@ class Launcher:
         self.launch_all(ready, now)
 
     def launch_all(self, entries: list[RunningEntry], now: float) -> None:
-        """Hand the launches of ``entries`` to the worker; ``collect`` stores their handles once they are made. One
-        that cannot be handed over (no thread to make it: a host out of threads) stays not launched and is handed
-        over again by the next ``launch_ready``."""
+        """Hand the launches of ``entries`` to the worker, in order; ``collect`` stores their handles once they are
+        made. A workload whose launch cannot even be described (its log's directory cannot be made) fails. One that
+        cannot be handed over (no thread to make it: a host out of threads) stays not launched, and so do those
+        after it: the next ``launch_ready`` hands them over again, in the same order."""
         for entry in entries:
             try:
-                self.worker.submit(entry.row.id, self.launch_spec(entry))
-            except Exception as exc:
-                log.warning("workload %s: its launch is retried at the next step: %s", entry.row.id, exc)
+                spec = self.launch_spec(entry)
+            except Exception as exc:  # not the host's lack of threads: it would fail the same way at every step
+                log.warning("workload %s: its launch cannot be made: %s", entry.row.id, exc)
+                self.failed(entry, start_error(exc), now)
                 continue
+            try:
+                self.worker.submit(entry.row.id, spec)
+            except RuntimeError as exc:  # no thread to make it; nothing was queued
+                log.warning("workload %s and the launches after it are retried at the next step: %s", entry.row.id, exc)
+                return
             entry.launched = True
 
     def withdraw(self, entry: RunningEntry) -> bool:

@@ -23,7 +23,8 @@ have exited (``waits_for``): never two processes on one share.
 A step is a transaction (issue 25): whatever raises in it (no thread left, a store or ``/proc`` error), the next
 step recovers. Memory changes only once the store took the writes (``WriteBatch``'s ``then``); a reported end is
 kept until stored, then the backend forgets it (``Backend.forget``: until then a restarted server finds it rather
-than launching it twice); unstored decisions leave the books (``_undo``); a refused stop is sent again.
+than launching it twice); the tick's plans and their write are one unit: whatever raises between the first plan and
+the write takes all the tick's decisions back out of the books (``_undo``); a refused stop is sent again.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from pathlib import Path
 
 from tessera.backends.base import Backend, ExitStatus
 from tessera.core.cluster import ClusterState
+from tessera.core.decisions import Decision, RunningWorkload
 from tessera.core.pending import schedule_instant
 from tessera.core.presets import build_scheduler, resolve_preset, scheduler_config
 from tessera.core.queueing import QueueSpec
@@ -54,6 +56,7 @@ from tessera.server.loop_values import (
     RunningEntry,
     StepReport,
     TickDecisions,
+    Victim,
     cluster_snapshot,
     describe,
     reason_changes,
@@ -115,6 +118,7 @@ class SchedulerLoop(EndsAndStops):
         self._reasons: dict[int, str] = {}  # pending workload -> why it waits, as stored
         self._unstored_ends: list[ExitStatus] = []  # reported by the backend, not stored yet (kept across steps)
         self._unsent_stops: set[int] = set()  # stops stored but refused by the backend: sent again
+        self._stops_failed: set[int] = set()  # of those, the ones whose failure's traceback was logged
         self._writes = WriteBatch(store)  # end and stop writes, held by _writes.batched for one transaction
         self._wake = threading.Event()  # set by wake(): run_forever steps at once instead of after its interval
         self.queue_specs: tuple[QueueSpec, ...] = ()
@@ -159,9 +163,12 @@ class SchedulerLoop(EndsAndStops):
         stored = self.gate.eligible(now)
         for gone in self.intake.sync(stored, self.store.pending_requests):
             self._reasons.pop(gone, None)
-        intake = self.intake
-        limit = self.config.max_tries_per_step
-        schedule_instant(self.scheduler, intake.offer, now, intake.offered, self._apply, self.preset.borrowing, limit)
+        offer, offered, limit = self.intake.offer, self.intake.offered, self.config.max_tries_per_step
+        try:  # the tick's plans and their write are one unit: whatever raises before the write undoes them all
+            schedule_instant(self.scheduler, offer, now, offered, self._apply, self.preset.borrowing, limit)
+        except BaseException:
+            self._undo(self._take_tick(), now)
+            raise
         binds, preempts = self._flush(now)
         self.launcher.settle(self.running, now)
         self.snapshot = self._snapshot()
@@ -184,44 +191,58 @@ class SchedulerLoop(EndsAndStops):
 
     def _apply(self, plan: StepPlan) -> None:
         """One plan of this tick: committed to the scheduler's books at once (the next plan of the tick builds on
-        it), recorded for ``_flush``, which makes the tick's decisions durable in one transaction before anything
-        acts on them."""
+        it), each decision recorded in the tick as ``commit`` applies it (``_applied``: a commit that raises part way
+        leaves nothing in the books that ``_undo`` does not know), for ``_flush``, which makes the tick's decisions
+        durable in one transaction before anything acts on them."""
         tick = self._tick
         if tick.guard is None:
             tick.guard = self.scheduler.books.guard
-        self.scheduler.commit(plan, self._now)
-        for preempt in plan.preempts:
-            self.intake.offer.released()
-            entry = self.running.get(int(preempt.workload_id))
-            if entry is None:  # bound by an earlier plan of this very tick (a reclaim may do it): it waits again
-                tick.unbind(int(preempt.workload_id))
-                continue
-            tick.victims.setdefault(entry.row.id, (entry.placements, entry.admission, entry.stop_sent))
-            entry.placements, entry.admission = (), None  # its capacity went to the preemptor
-            entry.stop_sent = StopReason.preempted(preempt.reason)
-            tick.preempts.append(preempt)
-            self._preempted_order[entry.row.id] = next(self._preemptions)
-        for bind in plan.binds:
-            self.intake.bound(bind.workload_id)
-            waits = {int(p.workload_id) for p in tick.preempts}  # victims decided so far must exit first
-            tick.binds.append((bind, waits))
+        self.scheduler.commit(plan, self._now, self._applied)
         tick.waiting.update(self.intake.offer.reasons(plan.waiting))
+
+    def _applied(self, decision: Decision, books_entry: RunningWorkload) -> None:
+        """A decision ``Scheduler.commit`` has just applied to the books: recorded in the tick first, then followed
+        (a victim's entry gives up its capacity, a bound workload leaves the intake). The server's workloads are
+        never elastic: it gets no resizes."""
+        tick = self._tick
+        if isinstance(decision, Preempt):
+            wid = int(decision.workload_id)
+            entry = self.running.get(wid)
+            self.intake.offer.released()
+            if entry is None:  # bound by an earlier plan of this very tick (a reclaim may do it): it waits again
+                tick.unbind(wid)
+                return
+            tick.victims.setdefault(wid, Victim(entry.placements, entry.admission, entry.stop_sent, books_entry))
+            tick.preempts.append(decision)
+            entry.placements, entry.admission = (), None  # its capacity went to the preemptor
+            entry.stop_sent = StopReason.preempted(decision.reason)
+            self._preempted_order[wid] = next(self._preemptions)
+        elif isinstance(decision, Bind):
+            waits = {int(p.workload_id) for p in tick.preempts}  # victims decided so far must exit first
+            tick.binds.append((decision, waits))
+            tick.taken.append(self.intake.bound(decision.workload_id))
+
+    def _take_tick(self) -> TickDecisions:
+        """The tick's decisions, for ``_flush`` or ``_undo``; the next tick starts with none."""
+        tick, self._tick = self._tick, TickDecisions()
+        return tick
 
     def _flush(self, now: float) -> tuple[int, int]:
         """Store the tick's decisions in one transaction, then act: stop victims, launch what need not wait. A bind
         that lost the race with a cancel is taken back out of the books. Returns (binds, preemptions)."""
-        tick, self._tick = self._tick, TickDecisions()
+        tick = self._take_tick()
         try:
             bound, lost = self._store_tick(tick, now)
         except BaseException:
             self._undo(tick, now)
             raise
-        self.scheduler.observe([str(wid) for wid in lost], now, finished=False)
         bound = [entry for entry in bound if entry.row.id not in lost]
+        for entry in bound:  # stored: running, whatever raises after this (the next launch_ready launches them)
+            self.running[entry.row.id] = entry
+        self.scheduler.observe([str(wid) for wid in lost], now, finished=False)
         for entry in bound:
             self._reasons.pop(entry.row.id, None)
             self.intake.started(str(entry.row.id), now)
-            self.running[entry.row.id] = entry
         self._stop_victims(tick.preempts, now)
         if self.on_start is not None:
             for entry in bound:
@@ -247,19 +268,29 @@ class SchedulerLoop(EndsAndStops):
 
     def _undo(self, tick: TickDecisions, now: float) -> None:
         """The tick's decisions were not stored: the binds give their capacity back (still pending in the store, the
-        next intake offers them again), the victims (nothing was sent to them) get theirs back."""
-        self.scheduler.observe([bind.workload_id for bind, _ in tick.binds], now, finished=False)
-        for wid, (placements, admission, stop) in tick.victims.items():
+        intake offers them again first), the victims (nothing was sent to them) get theirs back, their LAS service as
+        it was (``Scheduler.restore``). Whatever else is in the books and not running here was bound by the tick too
+        (a bind that raised as ``commit`` applied it)."""
+        unbound = {bind.workload_id for bind, _ in tick.binds}
+        unbound.update(wid for wid in self.scheduler.books.running if int(wid) not in self.running)
+        self.scheduler.observe(sorted(unbound), now, finished=False)
+        for wid, victim in tick.victims.items():
             entry = self.running[wid]
-            entry.placements, entry.admission, entry.stop_sent = placements, admission, stop
+            entry.placements, entry.admission, entry.stop_sent = victim.placements, victim.admission, victim.stop
             self._preempted_order.pop(wid, None)
-            if not self.adopt(entry):
+            if not self.scheduler.restore(victim.books, self.intake.workload(entry.row), now):
                 log.warning("workload %s: its placement could not be taken back after a failed step", wid)
+                continue
+            if str(wid) in self.scheduler.books.uncharged:
+                entry.admission = None
+            if entry.stop_sent is not None:
+                self.scheduler.books.stopping.add(str(wid))
         if tick.guard is not None:
             self.scheduler.books.guard = tick.guard
+        self.intake.put_back(tick.taken)  # at the head of their lines: they keep their place
         self.intake.offer.released()
         log.warning(
-            "the step's decisions were not stored: %d binds, %d preemptions undone", len(tick.binds), len(tick.victims)
+            "the step's decisions were not stored: %d binds, %d preemptions undone", len(unbound), len(tick.victims)
         )
 
     def _stop_victims(self, preempts: list[Preempt], now: float) -> None:

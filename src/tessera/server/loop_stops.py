@@ -37,6 +37,7 @@ class EndsAndStops:
     _writes: WriteBatch
     _unstored_ends: list[ExitStatus]
     _unsent_stops: set[int]
+    _stops_failed: set[int]  # workloads whose last stop failed (its traceback logged): later failures in one line
     _preempted_order: dict[int, int]
 
     @property
@@ -53,12 +54,20 @@ class EndsAndStops:
         self._send_stop(workload_id)
 
     def _send_stop(self, workload_id: str) -> None:
-        """Stop a workload whose stop is stored; one the backend refuses (an error) is sent again next step."""
+        """Stop a workload whose stop is stored; one the backend refuses (an error) is sent again next step. The
+        first failure logs its traceback, those after it one line each until a stop goes out."""
+        wid = int(workload_id)
         try:
             self.backend.stop(workload_id, self.config.stop_grace_s)
-        except Exception:
-            log.exception("workload %s: the stop failed; it is sent again at the next step", workload_id)
-            self._unsent_stops.add(int(workload_id))
+        except Exception as exc:
+            if wid in self._stops_failed:
+                log.warning("workload %s: the stop failed again (%s); it is sent again at the next step", wid, exc)
+            else:
+                log.exception("workload %s: the stop failed; it is sent again at the next step", workload_id)
+                self._stops_failed.add(wid)
+            self._unsent_stops.add(wid)
+        else:
+            self._stops_failed.discard(wid)
 
     def _send_cancels(self, now: float) -> None:
         """Stop the workloads whose cancel was requested or whose walltime is over (``gates.overdue``: they fail),
@@ -137,6 +146,7 @@ class EndsAndStops:
     def _observe(self, wid: int, now: float, finished: bool) -> None:
         """``wid`` stopped: its capacity (if it still held any) goes back, and failed shapes are tried again."""
         self._preempted_order.pop(wid, None)
+        self._stops_failed.discard(wid)
         if str(wid) in self.scheduler.books.running:
             self.intake.offer.released()
         self.scheduler.observe([str(wid)], now, finished=finished)

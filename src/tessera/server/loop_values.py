@@ -16,7 +16,7 @@ from tessera.backends.base import Handle
 from tessera.core.cluster import ClusterState
 from tessera.core.preemption import PreemptionGuard
 from tessera.core.queueing.quotas import Admission, QueueSpec, QuotaLedger
-from tessera.core.scheduler import Bind, Preempt
+from tessera.core.scheduler import Bind, PendingWorkload, Preempt, RunningWorkload
 from tessera.core.workload import MILLI_PER_GPU, Placement
 from tessera.gpu.gpus import GpuDevice
 from tessera.server.memory_watch import Watched
@@ -58,6 +58,18 @@ class RunningEntry:
     handle: Handle | None = None  # the backend's handle, once started or adopted
 
 
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """A running workload that a plan of the tick preempted, as it was before: its entry's placements, admission and
+    stop, and its entry in the books (``Scheduler.restore`` puts it back), to undo the preemption when the tick's
+    decisions cannot be stored."""
+
+    placements: tuple[Placement, ...]
+    admission: Admission | None
+    stop: StopReason | None
+    books: RunningWorkload
+
+
 @dataclass(slots=True)
 class TickDecisions:
     """The decisions of one tick's plans, already in the scheduler's books, not yet stored."""
@@ -65,9 +77,8 @@ class TickDecisions:
     preempts: list[Preempt] = field(default_factory=list)
     binds: list[tuple[Bind, set[int]]] = field(default_factory=list)  # with the victims each must wait for
     waiting: dict[str, str] = field(default_factory=dict)  # workload id -> why it still waits
-    # each victim's entry as it was before its preemption (placements, admission, stop), to undo it when the
-    # tick's decisions cannot be stored
-    victims: dict[int, tuple[tuple[Placement, ...], Admission | None, StopReason | None]] = field(default_factory=dict)
+    victims: dict[int, Victim] = field(default_factory=dict)  # each victim as it was before its preemption
+    taken: list[PendingWorkload] = field(default_factory=list)  # the workloads bound, as offered, in order
     guard: PreemptionGuard | None = None  # the preemption guard before the tick's first plan, for the same undo
 
     def unbind(self, workload_id: int) -> None:
