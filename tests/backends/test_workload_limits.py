@@ -10,11 +10,12 @@ import contextlib
 import dataclasses
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_local_backend import wait_for_exit, wait_until
+from test_local_backend import wait_for_exit, wait_for_exits, wait_until
 
 from tessera.backends import cgroup_limits
 from tessera.backends.base import LaunchSpec
@@ -136,3 +137,33 @@ def test_a_workload_over_its_memory_limit_is_killed_inside_it(backend: LocalBack
     assert wait_for_exit(backend, "hog").exit_code == 0  # the shell goes on: only the hog was killed
     words = (tmp_path / "hog.log").read_text().split()
     assert sorted(words[:2]) == ["0", "Killed"] and words[2:] == ["after"]  # tail was OOM-killed before it wrote
+
+
+def test_memory_in_no_process_s_rss_kills_the_workload_s_processes_not_its_supervisor(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    """Files in /dev/shm (a tmpfs) are charged to the workload's memory but are in no process's RSS: the supervisor,
+    the biggest process of the cgroup, was OOM-killed first (exit -9, an empty log, no exit file). Now a process of
+    the workload goes first, and the supervisor writes the exit code and, when it is its command, says why."""
+    _require_limits(backend)
+    files = {name: Path(f"/dev/shm/tessera-test-{uuid.uuid4().hex}") for name in ("survives", "killed")}
+    fill = "dd if=/dev/zero of={} bs=1M count=200 2>/dev/null"
+    scripts = {
+        "survives": fill.format(files["survives"]) + "; echo after dd; exit 5",  # dd is killed, its shell goes on
+        "killed": "exec " + fill.format(files["killed"]),  # the command itself is killed
+    }
+    try:
+        for name, script in scripts.items():
+            spec = LaunchSpec(name, ("sh", "-c", script), log_path=tmp_path / f"{name}.log", workdir=tmp_path)
+            backend.launch(dataclasses.replace(spec, mem_max_mib=64))
+        ended = wait_for_exits(backend, *scripts, timeout_s=30)
+    finally:
+        for path in files.values():
+            path.unlink(missing_ok=True)
+    assert ended["survives"].exit_code == 5  # the shell's own code, from the exit file the supervisor wrote
+    assert "after dd" in (tmp_path / "survives.log").read_text().splitlines()
+    assert ended["killed"].exit_code == -9
+    assert (tmp_path / "killed.log").read_text() == (
+        "tessera-supervisor: 'sh' was ended by signal SIGKILL: out of memory (the kernel killed 1 process(es) of the "
+        "workload at its memory limit)\n"
+    )

@@ -11,12 +11,13 @@ go to the workload's log (opened by the server). The supervisor
    one that contains it, and those of its limits in cgroup v1 hierarchies) if any;
 2. starts CMD as its child, in the same process group (as the tenant's user when the spec names one), its stdout
    and stderr a pipe whose bytes a thread of the supervisor writes to the log under the log's cap (``log_pipe.py``;
-   without a log in the spec, CMD inherits the supervisor's stdout and stderr);
+   without a log in the spec, CMD inherits the supervisor's stdout and stderr), the OOM killer's choice before the
+   supervisor (``oom_score.py``);
 3. relays SIGTERM and SIGINT to the whole workload (the group, and the cgroup's members or its descendants: what
    left the group too), once per signal it receives;
-4. waits for CMD (reaping orphans meanwhile), copies the rest of its output, and writes CMD's exit code to the exit
-   file atomically (temporary file, then ``os.replace``): the code CMD exited with, minus N if a signal N killed
-   it, 127 if CMD was not found, 126 if it could not be run;
+4. waits for CMD (reaping orphans meanwhile), says so if the OOM killer ended it, copies the rest of its output,
+   and writes CMD's exit code to the exit file atomically (temporary file, then ``os.replace``): the code CMD
+   exited with, minus N if a signal N killed it, 127 if CMD was not found, 126 if it could not be run;
 5. kills what is left of the workload with SIGKILL (the cgroup, its descendants, the group), itself last, so nothing
    of the workload outlives CMD.
 
@@ -40,7 +41,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from types import FrameType
 
-from tessera.backends import cgroups, netns, reaper
+from tessera.backends import cgroups, netns, oom_score, reaper
 from tessera.backends.log_pipe import LogPipe
 
 # Not __name__: run with ``-m`` this module is "__main__".
@@ -191,16 +192,18 @@ def run_command(command: list[str], relay: _SignalRelay, spec: CommandSpec | Non
         return -relay.first_signal
     spec = spec or CommandSpec()
     try:
-        # Inherits stdin/stdout/stderr and the process group; the rest as the spec says.
-        child = subprocess.Popen(
-            command,
-            env=spec.env,
-            cwd=spec.cwd,
-            user=spec.uid,
-            group=spec.gid,
-            extra_groups=spec.groups,
-            umask=-1 if spec.umask is None else spec.umask,
-        )
+        # Inherits stdin/stdout/stderr and the process group; the rest as the spec says. The OOM killer takes the
+        # command before the supervisor, which shares its memory limit (``oom_score``).
+        with oom_score.spared():
+            child = subprocess.Popen(
+                command,
+                env=spec.env,
+                cwd=spec.cwd,
+                user=spec.uid,
+                group=spec.gid,
+                extra_groups=spec.groups,
+                umask=-1 if spec.umask is None else spec.umask,
+            )
     except FileNotFoundError as error:
         missing = "command not found" if error.filename in (None, command[0]) else f"{error.filename} not found"
         logger.error("cannot run %r: %s", command[0], missing)
@@ -326,10 +329,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     relay.cgroup = cgroup
     pipe = start_log_pipe(spec)
     exit_code = enter_network(spec)
+    memory = [Path(p) for p in (*spec.limit_cgroups, *([spec.cgroup] if spec.cgroup else []))]
+    kills_before = oom_score.oom_kills(memory)
     if exit_code == 0:
         exit_code = run_command(command, relay, spec)
     if exit_code < 0:
-        logger.info("%r was ended by signal %s", command[0], signal_name(-exit_code))
+        kills = oom_score.oom_kills(memory) - kills_before if exit_code == -signal.SIGKILL else 0
+        why = f": out of memory (the kernel killed {kills} process(es) of the workload at its memory limit)"
+        logger.info("%r was ended by signal %s%s", command[0], signal_name(-exit_code), why if kills > 0 else "")
     if pipe is not None:
         pipe.finish()
     try:
