@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,8 +23,9 @@ from test_local_backend import wait_for_exit, wait_for_exits, wait_until
 from tessera.backends import cgroup_limits
 from tessera.backends.base import LaunchSpec
 from tessera.backends.capped_log import rotated_path
-from tessera.backends.local import LocalBackend
+from tessera.backends.local import SUPERVISOR_MODULE, LocalBackend
 from tessera.backends.log_pipe import CHUNK_BYTES
+from tessera.backends.supervisor import CommandSpec
 from tessera.server.logfiles import LogFiles
 
 pytestmark = pytest.mark.e2e
@@ -166,4 +170,43 @@ def test_memory_in_no_process_s_rss_kills_the_workload_s_processes_not_its_super
     assert (tmp_path / "killed.log").read_text() == (
         "tessera-supervisor: 'sh' was ended by signal SIGKILL: out of memory (the kernel killed 1 process(es) of the "
         "workload at its memory limit)\n"
+    )
+
+
+def test_a_log_that_cannot_be_capped_fails_the_start_instead_of_being_written_uncapped(tmp_path: Path) -> None:
+    """When the supervisor cannot start the thread that copies the command's output (a host or cgroup out of PIDs),
+    the command wrote the log itself, uncapped. Now it is not started (126, one line). No thread: the supervisor's
+    python runs with a stack limit larger than the host's memory, which pthreads take as a thread's stack size."""
+    if Path("/proc/sys/vm/overcommit_memory").read_text().strip() == "1":
+        pytest.skip("memory is overcommitted without a check here: a huge thread stack would be granted")
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nulimit -S -s 1073741824 && exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    local = LocalBackend(tmp_path / "run", python=str(python))
+    log = tmp_path / "w.log"
+    try:
+        local.launch(LaunchSpec("w", ("sh", "-c", "echo ran"), log_path=log, workdir=tmp_path, log_max_bytes=1000))
+        assert wait_for_exit(local, "w").exit_code == 126
+    finally:
+        local.close()
+    assert (
+        log.read_text()
+        == f"tessera-supervisor: cannot cap the log {log} (can't start new thread): the command is not started\n"
+    )
+
+
+def test_a_limit_cgroup_that_cannot_be_joined_fails_the_start(tmp_path: Path) -> None:
+    """The supervisor only warned and ran the command outside its v1 limit cgroup, while the started event said the
+    limits held. Now the command is not started (126, one line)."""
+    gone = tmp_path / "gone"
+    spec_file, exit_file, log = tmp_path / "spec.json", tmp_path / "w.exit", tmp_path / "w.log"
+    spec_file.write_text(json.dumps(CommandSpec(limit_cgroups=(str(gone),)).to_json()))
+    command = [sys.executable, "-s", "-P", "-m", SUPERVISOR_MODULE, "--exit-file", str(exit_file)]
+    command += ["--spec", str(spec_file), "--", "sh", "-c", "echo ran"]
+    with log.open("wb") as out:
+        subprocess.run(command, stdout=out, stderr=out, start_new_session=True, timeout=30, check=False)
+    assert exit_file.read_text() == "126\n"
+    assert log.read_text() == (
+        f"tessera-supervisor: cannot join cgroup {gone} (No such file or directory): its limits would not hold; the "
+        "command is not started\n"
     )

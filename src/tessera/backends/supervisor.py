@@ -21,7 +21,10 @@ go to the workload's log (opened by the server). The supervisor
 5. kills what is left of the workload with SIGKILL (the cgroup, its descendants, the group), itself last, so nothing
    of the workload outlives CMD.
 
-If a stop signal arrives before CMD started, CMD is not started and the exit code is minus that signal.
+If a stop signal arrives before CMD started, CMD is not started and the exit code is minus that signal. Nor is it
+(exit code 126, the reason in one line of the log) when the supervisor cannot give it all it was told it has: a
+limit cgroup it cannot join, a log pipe it cannot set up (no thread: the host out of PIDs), a private network it
+cannot make.
 Imports only the standard library. Linux (POSIX process groups) only.
 """
 
@@ -279,35 +282,43 @@ def end_process_group() -> None:
     logger.warning("not leading a process group: processes that the command left behind are not killed")
 
 
-def join_cgroups(spec: CommandSpec) -> Path | None:
-    """Joins the workload's cgroups; the one that contains it (None: none, or it could not be joined)."""
+def join_cgroups(spec: CommandSpec) -> tuple[Path | None, int]:
+    """Joins the workload's cgroups: (the one that contains it, None: none, or it could not be joined; 0, or 126
+    when one of its limit cgroups could not be joined: CMD is then not started, as its limits would not hold while
+    its ``started`` event says they do)."""
+    exit_code = 0
     for path in spec.limit_cgroups:
         try:
             cgroups.join(Path(path))
         except OSError as error:
-            logger.warning("cannot join cgroup %s (%s); its limits do not hold", path, error)
+            why = error.strerror or error
+            logger.error("cannot join cgroup %s (%s): its limits would not hold; the command is not started", path, why)
+            exit_code = EXIT_CANNOT_EXECUTE
+            break
     if spec.cgroup is None:
-        return None
+        return None, exit_code
     try:
         cgroups.join(Path(spec.cgroup))
     except OSError as error:
         logger.warning("cannot join cgroup %s (%s); containing by subreaper only", spec.cgroup, error)
-        return None
-    return Path(spec.cgroup)
+        return None, exit_code
+    return Path(spec.cgroup), exit_code
 
 
-def start_log_pipe(spec: CommandSpec) -> LogPipe | None:
-    """CMD's output through a pipe to the log under its cap (the supervisor's stdout is the log, open); None
-    without a log in the spec, or when that cannot be set up (then CMD writes the log directly, uncapped)."""
+def start_log_pipe(spec: CommandSpec) -> tuple[LogPipe | None, int]:
+    """CMD's output through a pipe to the log under its cap (the supervisor's stdout is the log, open): (the pipe,
+    None without a log in the spec; 0, or 126 when it cannot be set up: CMD is then not started, as it would write
+    the log uncapped)."""
     if spec.log is None:
-        return None
+        return None, 0
     try:
         pipe = LogPipe(Path(spec.log), spec.log_max_bytes, sys.stdout.fileno())
         pipe.start()
-    except (OSError, RuntimeError) as error:  # RuntimeError: no thread (the workload's pids limit)
-        logger.warning("cannot cap the log %s (%s): the command writes it directly", spec.log, error)
-        return None
-    return pipe
+    except (OSError, RuntimeError) as error:  # RuntimeError: no thread (the workload's pids limit, the host's)
+        why = getattr(error, "strerror", None) or error
+        logger.error("cannot cap the log %s (%s): the command is not started", spec.log, why)
+        return None, EXIT_CANNOT_EXECUTE
+    return pipe, 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -325,10 +336,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if not reaper.become_subreaper():
         logger.warning("cannot become a child subreaper: what leaves the process group may outlive the command")
-    cgroup = join_cgroups(spec)
+    cgroup, exit_code = join_cgroups(spec)
     relay.cgroup = cgroup
-    pipe = start_log_pipe(spec)
-    exit_code = enter_network(spec)
+    pipe = None
+    if exit_code == 0:  # each step fails closed: CMD never runs with less than it was told it has
+        pipe, exit_code = start_log_pipe(spec)
+    if exit_code == 0:
+        exit_code = enter_network(spec)
     memory = [Path(p) for p in (*spec.limit_cgroups, *([spec.cgroup] if spec.cgroup else []))]
     kills_before = oom_score.oom_kills(memory)
     if exit_code == 0:
