@@ -41,6 +41,7 @@ def test_memory_per_gpu_can_be_set_a_floor_holds_and_a_node_without_gpus_gives_a
     [
         ({"pids_max": -1}, "--workload-pids-max"),
         ({"pids_max": 3}, "--workload-pids-max"),
+        ({"pids_max": 4_194_305}, "--workload-pids-max"),  # above the kernel's ceiling: pids.max refuses it
         ({"mem_per_gpu_mib": -5}, "--workload-mem-per-gpu"),
         ({"log_max_bytes": -1}, "--log-max-size"),
     ],
