@@ -11,7 +11,6 @@ import pytest
 
 from tessera.backends.capped_log import (
     CappedLog,
-    append,
     base_path,
     logical_size,
     open_segments,
@@ -172,14 +171,6 @@ def test_an_old_base_file_without_an_inode_is_read(tmp_path: Path) -> None:
     with open_segments(path) as segments:
         assert segments.current_start == 40
     assert logical_size(path) == 43
-
-
-def test_append_opens_and_caps_by_path(tmp_path: Path) -> None:
-    path = tmp_path / "logs" / "1.log"
-    for _ in range(5):
-        append(path, b"y" * 40, max_bytes=100)
-    assert path.stat().st_size <= 100 and logical_size(path) == 200
-    assert oct(path.stat().st_mode & 0o777) == "0o600"
 
 
 def _size(path: Path) -> int:

@@ -240,14 +240,3 @@ def logical_size(path: Path) -> int:
     """Every byte ever written to the log ``path``, rotated ones included."""
     with open_segments(path) as segments:
         return segments.current_start + segments.current_size()
-
-
-def append(path: Path, data: bytes, max_bytes: int) -> None:
-    """Appends ``data`` to the log ``path`` under its cap (for a writer that opens the log for each write)."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    log = CappedLog(path, max_bytes)
-    try:
-        log.write(data)
-        log.flush_held()
-    finally:
-        log.close()
