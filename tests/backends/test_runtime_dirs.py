@@ -9,6 +9,8 @@ import os
 import pwd
 import socket
 import stat
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -101,3 +103,24 @@ def test_a_replica_is_not_started_without_the_network_it_asked_for_when_the_host
         assert backend.exec._private_network is None  # asked again next time
     finally:
         backend.close()
+
+
+NETWORK_PROBE = """
+import sys
+spawned = []
+sys.addaudithook(lambda event, args: spawned.append(args[0]) if event == "subprocess.Popen" else None)
+import tessera.backends.supervisor
+print("netns imported:", "tessera.backends.netns" in sys.modules)
+from tessera.backends import netns
+netns.enter_private_network()
+print("spawned:", spawned)
+"""
+
+
+def test_a_supervisor_loads_the_network_code_only_when_asked_and_runs_no_program_for_it() -> None:
+    """Every supervisor imported netns, and a replica's ran ldconfig (ctypes.util.find_library) in its cgroup to
+    find libc, whose symbols are in the process anyway."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    done = subprocess.run([sys.executable, "-c", NETWORK_PROBE], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.splitlines() == ["netns imported: False", "spawned: []"]

@@ -44,7 +44,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from types import FrameType
 
-from tessera.backends import cgroups, netns, oom_score, reaper
+from tessera.backends import cgroups, oom_score, reaper
 from tessera.backends.log_pipe import LogPipe
 
 # Not __name__: run with ``-m`` this module is "__main__".
@@ -228,6 +228,8 @@ def enter_network(spec: CommandSpec) -> int:
     (it would run reachable by everyone on the host's loopback)."""
     if not spec.private_network:
         return 0
+    from tessera.backends import netns  # here: only a replica's supervisor needs it (ctypes, socket, fcntl)
+
     try:
         netns.enter_private_network()
     except OSError as error:
