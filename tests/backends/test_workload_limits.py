@@ -92,6 +92,27 @@ def test_a_workload_without_a_log_writes_nowhere(backend: LocalBackend, tmp_path
     assert wait_for_exit(backend, "quiet").exit_code == 0
 
 
+def test_output_that_cannot_be_logged_is_counted_in_the_log(backend: LocalBackend, tmp_path: Path) -> None:
+    """What a log that cannot rotate (here its directory is immutable; elsewhere a full disk) drops to keep its cap
+    was counted and never said. Now the supervisor's last words say how much."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    log = logs / "w.log"
+    log.touch()  # made before the directory is closed to new names (and renames)
+    if os.geteuid() != 0 or subprocess.run(["chattr", "+i", str(logs)], capture_output=True).returncode != 0:
+        pytest.skip("cannot make a directory immutable here (chattr +i: root, a file system that has it)")
+    output_bytes = sum(len(f"{i}\n") for i in range(1, 20001))  # more than a chunk: the second cannot go in
+    try:
+        backend.launch(LaunchSpec("w", ("seq", "1", "20000"), log_path=log, workdir=tmp_path, log_max_bytes=1000))
+        assert wait_for_exit(backend, "w").exit_code == 0
+    finally:
+        subprocess.run(["chattr", "-i", str(logs)], check=True)
+    kept, _, said = log.read_text().rpartition("tessera-supervisor: ")
+    dropped = int(said.split()[0])
+    assert said == f"{dropped} bytes of the command's output were dropped: the log could not be written or rotated\n"
+    assert len(kept) + dropped == output_bytes and 0 < len(kept) <= CHUNK_BYTES
+
+
 def _require_limits(backend: LocalBackend) -> None:
     missing = backend.exec.limit_places.missing
     if os.geteuid() != 0 or "pids" in missing or "memory" in missing:
