@@ -87,9 +87,15 @@ def test_every_byte_before_the_end_is_logged_and_a_lingering_writer_does_not_hol
     assert lines[:100000] == [str(i) for i in range(1, 100001)] and lines[100000] == "to stderr"
 
 
-def test_a_workload_without_a_log_writes_nowhere(backend: LocalBackend, tmp_path: Path) -> None:
-    backend.launch(LaunchSpec("quiet", ("sh", "-c", "echo nothing; exit 0"), workdir=tmp_path))
+def test_a_workload_without_a_log_writes_nowhere(
+    backend: LocalBackend, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    before = set(tmp_path.rglob("*"))
+    backend.launch(LaunchSpec("quiet", ("sh", "-c", "echo nothing; echo nothing >&2; exit 0"), workdir=tmp_path))
     assert wait_for_exit(backend, "quiet").exit_code == 0
+    made = {path.relative_to(tmp_path) for path in set(tmp_path.rglob("*")) - before}
+    assert all(path.parts[0] == "run" and ".log" not in path.name for path in made)  # the backend's own files only
+    assert "nothing" not in "".join(capfd.readouterr())  # nor the server's stdout or stderr
 
 
 def test_output_that_cannot_be_logged_is_counted_in_the_log(backend: LocalBackend, tmp_path: Path) -> None:

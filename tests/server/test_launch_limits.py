@@ -64,6 +64,18 @@ def test_the_launch_carries_the_request_s_limits_and_the_server_s(make_harness: 
     assert one.log_max_bytes == WorkloadLimits().log_max_bytes
 
 
+def test_the_launch_carries_the_server_s_own_limits(make_harness: MakeHarness) -> None:
+    """The test above compares with the defaults, which a launcher that ignored ``tessera up``'s options would
+    also send; these are not the defaults."""
+    limits = WorkloadLimits(pids_max=100, mem_per_gpu_mib=3000, log_max_bytes=12_345)
+    h = make_harness(gpus="2xA100-80GB", limits=limits)
+    job = h.submit(command=["true"], gpus=2)
+    h.step()
+    (spec,) = h.backend.launched
+    assert spec.workload_id == str(job["id"])
+    assert (spec.pids_max, spec.mem_max_mib, spec.log_max_bytes) == (100, 6000, 12_345)
+
+
 def test_the_started_event_says_what_the_workload_is_held_to() -> None:
     handle = Handle("7", "local", {"pid": 1}, note="limits: 4096 processes; NOT enforced here: memory limits")
     assert started_text(handle) == "started (local backend); limits: 4096 processes; NOT enforced here: memory limits"
