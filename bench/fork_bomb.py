@@ -7,7 +7,8 @@ most), and each then sleeps ``--live-s`` seconds (a ``sleep`` process each: twic
 ``--spin N`` counts to N (busy on a CPU, no more processes). It
 asks for no CPU and no memory (as the attacker did), so only the server's defaults hold it. The tenant's processes
 seen in ``/proc`` are sampled (a scan while processes come and go may count a few more than were ever there at
-once); the bomb's cgroup's ``pids.peak`` and ``pids.events`` (read while it runs) are exact.
+once); the bomb's cgroup's ``pids.peak`` and ``pids.events`` (read while it runs; its ``max`` count is the refused
+forks reported) are exact.
 
 Each ``--pids-max`` value is one run (``default``: the option left out, so the server's default; ``0``: no pids
 limit), one after another on this host; ``--src`` runs another checkout's Tessera (e.g. an export of the code
@@ -145,20 +146,20 @@ def run(pids_max: str, args: argparse.Namespace) -> None:
                     during.uid = tenant_uid(tenant)
                     time.sleep(0.05)
                 time.sleep(args.measure_s)
-            text = str(client.logs(workload_id)["data"])
+            text = str(client.logs(workload_id)["data"])  # its first line names the bomb's shell
             cgroup = cgroup_counts(text)
             events = [e["message"] for e in client.events(workload_id) if e["kind"] == "started"]
             client.cancel(workload_id)
             deadline = time.monotonic() + 60
             while client.workload(workload_id)["state"] == "running" and time.monotonic() < deadline:
                 time.sleep(0.2)
-        refused = text.count("Cannot fork")
+        refused = cgroup.get("pids.events", "").removeprefix("max ") or "unknown"
         print(f"pids-max {pids_max}: {events[0] if events else 'not started'}")
         print(f"  before: {before.summary()}")
         print(f"  during: {during.summary()}; load average max {during.load_max:.1f}")
         print(
-            f"  the tenant's processes: at most {during.processes_max} seen in /proc; {refused} 'Cannot fork' lines "
-            f"logged; its cgroup: {cgroup}"
+            f"  the tenant's processes: at most {during.processes_max} seen in /proc; forks refused by pids.max: "
+            f"{refused}; its cgroup: {', '.join(f'{k} {v}' for k, v in cgroup.items())}"
         )
     finally:
         server.terminate()
@@ -167,17 +168,18 @@ def run(pids_max: str, args: argparse.Namespace) -> None:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def cgroup_counts(log_text: str) -> str:
-    """The bomb's cgroup's pids.max, pids.peak (where the kernel has it) and refused forks (pids.events), read
-    through the bomb's shell (its pid is the log's first line) while it runs."""
+def cgroup_counts(log_text: str) -> dict[str, str]:
+    """The bomb's cgroup's pids.max, pids.peak (where the kernel has it) and pids.events (``max N``: the forks its
+    limit refused, all of them, where the log keeps only some of the shells' "Cannot fork" lines), read through the
+    bomb's shell (its pid is the log's first line) while it runs; "why" when they cannot be read."""
     words = log_text.split()
     if len(words) < 2 or words[0] != "pid":
-        return "unknown (no pid in the log)"
+        return {"why": "unknown (no pid in the log)"}
     directory = cgroup_limits.directories_of(int(words[1])).get("pids")
     if directory is None:
-        return "no pids controller"
+        return {"why": "no pids controller"}
     names = [n for n in ("pids.max", "pids.peak", "pids.events") if (directory / n).exists()]
-    return ", ".join(f"{n} {(directory / n).read_text().strip()}" for n in names) or f"no pids limit ({directory})"
+    return {n: (directory / n).read_text().strip() for n in names} or {"why": f"no pids limit ({directory})"}
 
 
 def free_port() -> int:

@@ -5,9 +5,10 @@ controller is. (Real cgroups and processes: tests/backends/test_workload_limits.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
-from tessera.backends.cgroup_limits import LimitPlaces, Limits, apply
+from tessera.backends.cgroup_limits import CONTROLLERS, LimitPlaces, Limits, apply, remove
 from tessera.backends.cgroups import CgroupTree
 
 LIMITS = Limits(pids_max=40, mem_max_mib=256, cpu_milli=500)
@@ -58,6 +59,48 @@ def test_cgroup_v1_files_in_a_cgroup_of_each_hierarchy(tmp_path: Path) -> None:
     apply(places, tree, cgroup, "w", Limits())
     assert _files(roots["cpu"] / "w")["cpu.cfs_quota_us"] == "-1" and _files(roots["cpu"] / "w")["cpu.shares"] == "1024"
     assert _files(roots["memory"] / "w")["memory.limit_in_bytes"] == "-1"
+
+
+def test_controllers_that_cannot_be_enabled_are_reported_not_enforced(tmp_path: Path) -> None:
+    """A refused write to the workload cgroups' ``cgroup.subtree_control`` failed the launch, where a refused limit
+    file is reported; now both are reported (NOT enforced)."""
+    tree = CgroupTree("cgroup2", tmp_path / "server" / "tessera-x")
+    cgroup = tree.root / "w"
+    cgroup.mkdir(parents=True)
+    (tree.root / "cgroup.subtree_control").mkdir()  # a file that cannot be written
+    places = LimitPlaces(unified=frozenset(CONTROLLERS))
+    assert apply(places, tree, cgroup, "w", LIMITS) == ["cpu", "memory", "pids"]
+    assert list(cgroup.iterdir()) == []
+
+
+def test_v1_cgroups_are_made_while_another_workload_s_are_removed(tmp_path: Path) -> None:
+    """A launch made its v1 cgroup in two steps (the tessera-<hash> directory, then its own) while the loop removed
+    an ended workload's, and the directory with it once empty: the launch failed (FileNotFoundError). They are now
+    made and removed by ``CgroupTree``, which tries again. (Plain directories: their limit files are removed here,
+    as a cgroup's go with it.)"""
+    (tmp_path / "pids").mkdir()
+    root = tmp_path / "pids" / "tessera-x"
+    places = LimitPlaces(v1_roots={"pids": root})
+    tree = CgroupTree("cgroup2", tmp_path / "unified" / "tessera-x")
+    errors: list[Exception] = []
+
+    def launch_and_end(name: str) -> None:
+        for i in range(400):
+            stem = f"{name}{i}"
+            try:
+                assert apply(places, tree, tree.path(stem), stem, LIMITS) == []
+                (root / stem / "pids.max").unlink()
+                remove(places, stem, tree.path(stem))
+            except (OSError, AssertionError) as error:
+                errors.append(error)
+                return
+
+    threads = [threading.Thread(target=launch_and_end, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and not root.exists()
 
 
 def test_the_containment_cgroup_is_not_joined_twice(tmp_path: Path) -> None:

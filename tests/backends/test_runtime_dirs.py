@@ -9,6 +9,8 @@ import os
 import pwd
 import socket
 import stat
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -101,3 +103,54 @@ def test_a_replica_is_not_started_without_the_network_it_asked_for_when_the_host
         assert backend.exec._private_network is None  # asked again next time
     finally:
         backend.close()
+
+
+NETWORK_PROBE = """
+import sys
+spawned = []
+sys.addaudithook(lambda event, args: spawned.append(args[0]) if event == "subprocess.Popen" else None)
+import tessera.backends.supervisor
+print("netns imported:", "tessera.backends.netns" in sys.modules)
+from tessera.backends import netns
+netns.enter_private_network()
+print("spawned:", spawned)
+"""
+
+
+def test_a_supervisor_loads_the_network_code_only_when_asked_and_runs_no_program_for_it() -> None:
+    """Every supervisor imported netns, and a replica's ran ldconfig (ctypes.util.find_library) in its cgroup to
+    find libc, whose symbols are in the process anyway."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    done = subprocess.run([sys.executable, "-c", NETWORK_PROBE], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.splitlines() == ["netns imported: False", "spawned: []"]
+
+
+def test_the_base_goes_with_the_last_backend_that_leaves_it_empty(tmp_path: Path) -> None:
+    """Every backend made its base (``/run/tessera/<digest>`` as root) and none removed it: hundreds piled up. Now
+    a backend's close removes it when empty; a running workload's directory keeps it for the backend that adopts."""
+    first, second = LocalBackend(tmp_path / "run"), LocalBackend(tmp_path / "run")  # one run dir: one base
+    base = first.exec.runtime.base if first.exec.runtime is not None else pytest.skip("no runtime directories here")
+    try:
+        handle = first.launch(LaunchSpec("w", ("sleep", "300"), workdir=tmp_path))
+        first.close()
+        assert base.is_dir()  # the workload runs on, its directory in the base
+        second.adopt(handle)
+        second.stop("w", grace_s=0)
+        wait_for_exit(second, "w")
+    finally:
+        second.close()
+    assert not base.exists()
+
+
+def test_a_backend_makes_its_base_again_when_another_one_closed_it(tmp_path: Path) -> None:
+    first, second = LocalBackend(tmp_path / "run"), LocalBackend(tmp_path / "run")
+    base = first.exec.runtime.base if first.exec.runtime is not None else pytest.skip("no runtime directories here")
+    first.close()
+    assert not base.exists()
+    try:
+        second.launch(LaunchSpec("w", ("sh", "-c", 'test -d "$TESSERA_RUNTIME_DIR"'), workdir=tmp_path))
+        assert wait_for_exit(second, "w").exit_code == 0
+    finally:
+        second.close()
+    assert not base.exists()

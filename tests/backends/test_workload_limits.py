@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
+import subprocess
+import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_local_backend import wait_for_exit, wait_until
+from test_local_backend import wait_for_exit, wait_for_exits, wait_until
 
 from tessera.backends import cgroup_limits
 from tessera.backends.base import LaunchSpec
 from tessera.backends.capped_log import rotated_path
-from tessera.backends.local import LocalBackend
+from tessera.backends.local import SUPERVISOR_MODULE, LocalBackend
 from tessera.backends.log_pipe import CHUNK_BYTES
+from tessera.backends.supervisor import CommandSpec
 from tessera.server.logfiles import LogFiles
 
 pytestmark = pytest.mark.e2e
@@ -82,9 +87,36 @@ def test_every_byte_before_the_end_is_logged_and_a_lingering_writer_does_not_hol
     assert lines[:100000] == [str(i) for i in range(1, 100001)] and lines[100000] == "to stderr"
 
 
-def test_a_workload_without_a_log_writes_nowhere(backend: LocalBackend, tmp_path: Path) -> None:
-    backend.launch(LaunchSpec("quiet", ("sh", "-c", "echo nothing; exit 0"), workdir=tmp_path))
+def test_a_workload_without_a_log_writes_nowhere(
+    backend: LocalBackend, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    before = set(tmp_path.rglob("*"))
+    backend.launch(LaunchSpec("quiet", ("sh", "-c", "echo nothing; echo nothing >&2; exit 0"), workdir=tmp_path))
     assert wait_for_exit(backend, "quiet").exit_code == 0
+    made = {path.relative_to(tmp_path) for path in set(tmp_path.rglob("*")) - before}
+    assert all(path.parts[0] == "run" and ".log" not in path.name for path in made)  # the backend's own files only
+    assert "nothing" not in "".join(capfd.readouterr())  # nor the server's stdout or stderr
+
+
+def test_output_that_cannot_be_logged_is_counted_in_the_log(backend: LocalBackend, tmp_path: Path) -> None:
+    """What a log that cannot rotate (here its directory is immutable; elsewhere a full disk) drops to keep its cap
+    was counted and never said. Now the supervisor's last words say how much."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    log = logs / "w.log"
+    log.touch()  # made before the directory is closed to new names (and renames)
+    if os.geteuid() != 0 or subprocess.run(["chattr", "+i", str(logs)], capture_output=True).returncode != 0:
+        pytest.skip("cannot make a directory immutable here (chattr +i: root, a file system that has it)")
+    output_bytes = sum(len(f"{i}\n") for i in range(1, 20001))  # more than a chunk: the second cannot go in
+    try:
+        backend.launch(LaunchSpec("w", ("seq", "1", "20000"), log_path=log, workdir=tmp_path, log_max_bytes=1000))
+        assert wait_for_exit(backend, "w").exit_code == 0
+    finally:
+        subprocess.run(["chattr", "-i", str(logs)], check=True)
+    kept, _, said = log.read_text().rpartition("tessera-supervisor: ")
+    dropped = int(said.split()[0])
+    assert said == f"{dropped} bytes of the command's output were dropped: the log could not be written or rotated\n"
+    assert len(kept) + dropped == output_bytes and 0 < len(kept) <= CHUNK_BYTES
 
 
 def _require_limits(backend: LocalBackend) -> None:
@@ -136,3 +168,72 @@ def test_a_workload_over_its_memory_limit_is_killed_inside_it(backend: LocalBack
     assert wait_for_exit(backend, "hog").exit_code == 0  # the shell goes on: only the hog was killed
     words = (tmp_path / "hog.log").read_text().split()
     assert sorted(words[:2]) == ["0", "Killed"] and words[2:] == ["after"]  # tail was OOM-killed before it wrote
+
+
+def test_memory_in_no_process_s_rss_kills_the_workload_s_processes_not_its_supervisor(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    """Files in /dev/shm (a tmpfs) are charged to the workload's memory but are in no process's RSS: the supervisor,
+    the biggest process of the cgroup, was OOM-killed first (exit -9, an empty log, no exit file). Now a process of
+    the workload goes first, and the supervisor writes the exit code and, when it is its command, says why."""
+    _require_limits(backend)
+    files = {name: Path(f"/dev/shm/tessera-test-{uuid.uuid4().hex}") for name in ("survives", "killed")}
+    fill = "dd if=/dev/zero of={} bs=1M count=200 2>/dev/null"
+    scripts = {
+        "survives": fill.format(files["survives"]) + "; echo after dd; exit 5",  # dd is killed, its shell goes on
+        "killed": "exec " + fill.format(files["killed"]),  # the command itself is killed
+    }
+    try:
+        for name, script in scripts.items():
+            spec = LaunchSpec(name, ("sh", "-c", script), log_path=tmp_path / f"{name}.log", workdir=tmp_path)
+            backend.launch(dataclasses.replace(spec, mem_max_mib=64))
+        ended = wait_for_exits(backend, *scripts, timeout_s=30)
+    finally:
+        for path in files.values():
+            path.unlink(missing_ok=True)
+    assert ended["survives"].exit_code == 5  # the shell's own code, from the exit file the supervisor wrote
+    assert "after dd" in (tmp_path / "survives.log").read_text().splitlines()
+    assert ended["killed"].exit_code == -9
+    assert (tmp_path / "killed.log").read_text() == (
+        "tessera-supervisor: 'sh' was ended by signal SIGKILL: out of memory (the kernel killed 1 process(es) of the "
+        "workload at its memory limit)\n"
+    )
+
+
+def test_a_log_that_cannot_be_capped_fails_the_start_instead_of_being_written_uncapped(tmp_path: Path) -> None:
+    """When the supervisor cannot start the thread that copies the command's output (a host or cgroup out of PIDs),
+    the command wrote the log itself, uncapped. Now it is not started (126, one line). No thread: the supervisor's
+    python runs with a stack limit larger than the host's memory, which pthreads take as a thread's stack size."""
+    if Path("/proc/sys/vm/overcommit_memory").read_text().strip() == "1":
+        pytest.skip("memory is overcommitted without a check here: a huge thread stack would be granted")
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nulimit -S -s 1073741824 && exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    local = LocalBackend(tmp_path / "run", python=str(python))
+    log = tmp_path / "w.log"
+    try:
+        local.launch(LaunchSpec("w", ("sh", "-c", "echo ran"), log_path=log, workdir=tmp_path, log_max_bytes=1000))
+        assert wait_for_exit(local, "w").exit_code == 126
+    finally:
+        local.close()
+    assert (
+        log.read_text()
+        == f"tessera-supervisor: cannot cap the log {log} (can't start new thread): the command is not started\n"
+    )
+
+
+def test_a_limit_cgroup_that_cannot_be_joined_fails_the_start(tmp_path: Path) -> None:
+    """The supervisor only warned and ran the command outside its v1 limit cgroup, while the started event said the
+    limits held. Now the command is not started (126, one line)."""
+    gone = tmp_path / "gone"
+    spec_file, exit_file, log = tmp_path / "spec.json", tmp_path / "w.exit", tmp_path / "w.log"
+    spec_file.write_text(json.dumps(CommandSpec(limit_cgroups=(str(gone),)).to_json()))
+    command = [sys.executable, "-s", "-P", "-m", SUPERVISOR_MODULE, "--exit-file", str(exit_file)]
+    command += ["--spec", str(spec_file), "--", "sh", "-c", "echo ran"]
+    with log.open("wb") as out:
+        subprocess.run(command, stdout=out, stderr=out, start_new_session=True, timeout=30, check=False)
+    assert exit_file.read_text() == "126\n"
+    assert log.read_text() == (
+        f"tessera-supervisor: cannot join cgroup {gone} (No such file or directory): its limits would not hold; the "
+        "command is not started\n"
+    )

@@ -18,6 +18,7 @@ runner = CliRunner()
     ("option", "value", "says"),
     [
         ("--workload-pids-max", "-1", "at least 8"),
+        ("--workload-pids-max", "4194305", "at most 4194304"),  # pids.max refused it, which left no limit
         ("--workload-mem-per-gpu", "lots", "memory size"),
         ("--log-max-size", "big", "not a size"),
     ],

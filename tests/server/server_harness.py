@@ -16,6 +16,7 @@ from tessera.server.auth import ensure_admin_token
 from tessera.server.loop_values import LoopConfig
 from tessera.server.pool import HostResources
 from tessera.server.up import Server, UpConfig, build_server
+from tessera.server.workload_limits import WorkloadLimits
 
 ADMIN = "admin-secret-for-the-test-harness"  # long and varied enough for an admin token
 HOST = HostResources(cpu_milli=32_000, mem_mib=128 * 1024)
@@ -67,7 +68,8 @@ MakeHarness = Callable[..., Harness]
 
 
 def harness_factory(tmp_path: Path) -> tuple[MakeHarness, list[TestClient]]:
-    """``make(gpus, db_url, policy, backend, placement)`` builds a harness; the clients list is closed by the caller."""
+    """``make(gpus, db_url, policy, backend, placement, limits)`` builds a harness; the clients list is closed by the
+    caller."""
     clients: list[TestClient] = []
 
     def make(
@@ -76,6 +78,7 @@ def harness_factory(tmp_path: Path) -> tuple[MakeHarness, list[TestClient]]:
         policy: str = "tessera",
         backend: FakeBackend | None = None,
         placement: str | None = None,
+        limits: WorkloadLimits | None = None,
     ) -> Harness:
         clock = FakeClock()
         backend = backend or FakeBackend()
@@ -83,7 +86,13 @@ def harness_factory(tmp_path: Path) -> tuple[MakeHarness, list[TestClient]]:
         config = UpConfig(
             data_dir=tmp_path,
             db_url=url,
-            loop=LoopConfig(run_dir=tmp_path, policy=policy, placement=placement, launch_wait_s=LOCKSTEP_S),
+            loop=LoopConfig(
+                run_dir=tmp_path,
+                policy=policy,
+                placement=placement,
+                launch_wait_s=LOCKSTEP_S,
+                limits=limits or WorkloadLimits(),
+            ),
         )
         server = build_server(
             config, probe=SimulatedProbe(parse_gpu_spec(gpus)), backend=backend, host=HOST, clock=clock

@@ -41,6 +41,7 @@ def test_memory_per_gpu_can_be_set_a_floor_holds_and_a_node_without_gpus_gives_a
     [
         ({"pids_max": -1}, "--workload-pids-max"),
         ({"pids_max": 3}, "--workload-pids-max"),
+        ({"pids_max": 4_194_305}, "--workload-pids-max"),  # above the kernel's ceiling: pids.max refuses it
         ({"mem_per_gpu_mib": -5}, "--workload-mem-per-gpu"),
         ({"log_max_bytes": -1}, "--log-max-size"),
     ],
@@ -61,6 +62,18 @@ def test_the_launch_carries_the_request_s_limits_and_the_server_s(make_harness: 
     assert (one.mem_max_mib, one.cpu_milli, one.pids_max) == (3072, 2000, DEFAULT_PIDS_MAX)
     assert (other.mem_max_mib, other.cpu_milli) == (64 * 1024, 0)  # half of one GPU: that GPU's part of the host
     assert one.log_max_bytes == WorkloadLimits().log_max_bytes
+
+
+def test_the_launch_carries_the_server_s_own_limits(make_harness: MakeHarness) -> None:
+    """The test above compares with the defaults, which a launcher that ignored ``tessera up``'s options would
+    also send; these are not the defaults."""
+    limits = WorkloadLimits(pids_max=100, mem_per_gpu_mib=3000, log_max_bytes=12_345)
+    h = make_harness(gpus="2xA100-80GB", limits=limits)
+    job = h.submit(command=["true"], gpus=2)
+    h.step()
+    (spec,) = h.backend.launched
+    assert spec.workload_id == str(job["id"])
+    assert (spec.pids_max, spec.mem_max_mib, spec.log_max_bytes) == (100, 6000, 12_345)
 
 
 def test_the_started_event_says_what_the_workload_is_held_to() -> None:

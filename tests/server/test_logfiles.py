@@ -4,13 +4,14 @@ and the rotation themselves: tests/backends/test_capped_log.py.)"""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 
-from tessera.backends.capped_log import CappedLog, rotated_path
+from tessera.backends.capped_log import CappedLog, Segments, rotated_path
 from tessera.errors import InvalidRequestError
-from tessera.server.logfiles import LogFiles, complete_utf8, parse_size_bytes
+from tessera.server.logfiles import LogFiles, _tail_offset, complete_utf8, parse_size_bytes
 
 TEXT = "aé€😀\n" * 50 + "last line without newline é"
 
@@ -88,6 +89,31 @@ def test_tail_across_a_long_log(tmp_path: Path) -> None:
     (tmp_path / "1.log").write_bytes(b"".join(lines))
     logs = files(tmp_path)
     assert read_all(logs, 1, 1 << 20, offset=logs.tail_offset(1, 12_345))[0] == b"".join(lines[-12_345:])
+
+
+class _CountingReader(io.BufferedReader):
+    """A file that counts the bytes read from it."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(io.FileIO(path, "rb"))
+        self.bytes_read = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        self.bytes_read += len(data)
+        return data
+
+
+def test_a_tail_reaching_into_the_rotated_file_reads_the_current_one_once(tmp_path: Path) -> None:
+    """The current file was scanned for the tail, then read whole again to count its lines."""
+    lines = [f"line {i}\n".encode() for i in range(40_000)]  # several of the tail's 64 KiB blocks per file
+    (tmp_path / "1.log.1").write_bytes(b"".join(lines[:20_000]))
+    (tmp_path / "1.log").write_bytes(b"".join(lines[20_000:]))
+    with _CountingReader(tmp_path / "1.log.1") as rotated, _CountingReader(tmp_path / "1.log") as current:
+        size = len(b"".join(lines[:20_000]))
+        offset = _tail_offset(Segments(rotated, 0, current, size), 30_000)
+        assert offset == len(b"".join(lines[:10_000]))
+        assert current.bytes_read == (tmp_path / "1.log").stat().st_size
 
 
 def test_reads_and_tail_span_the_rotated_file_and_the_current_one(tmp_path: Path) -> None:

@@ -2,8 +2,8 @@
 per tenant: a tenant's fork bomb (bounded by the test) is stopped by its cgroup's ``pids.max`` while the server keeps
 answering ``/healthz`` (the p99 is printed), and its cgroups show the limits it was given; a tenant's workload that
 floods its log leaves at most about twice the cap on disk while another tenant's log is read meanwhile (the read
-latencies are printed). Timing is reported, not asserted beyond "it answered"; bench/bench_workload_limits.py
-measures the same with the default limits."""
+latencies are printed). Timing is reported, not asserted beyond "it answered"; bench/fork_bomb.py measures the
+fork bomb with the default limits (and others, or none)."""
 
 from __future__ import annotations
 

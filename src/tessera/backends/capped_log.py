@@ -9,10 +9,11 @@ of the first byte of the current file, whose inode is ``<inode>``. A file ``"<B>
 **The writer** (``CappedLog``: the workload's supervisor, which copies the command's output from a pipe; the Ray
 backend's server side, which appends what the actor sends) rotates *before* a write that would take the current file
 past ``max_bytes``: it renames the current file to ``.1``, creates a new one and then records the new base with the
-new file's inode. So the current file never holds more than ``max_bytes`` (a single write larger than the cap goes
-whole into a file of its own), a log takes at most about twice ``max_bytes`` on disk, and nothing is copied. A
-trailing, unfinished UTF-8 character of a write is held back until its last byte comes, so that no file ends inside
-a character (readers decode file by file).
+new file's inode (a log never rotated has no base file: its base, 0 and its inode, is recorded before the rename).
+So the current file never holds more than ``max_bytes`` (a single write larger than the cap goes whole into a file
+of its own), a log takes at most about twice ``max_bytes`` on disk, and nothing is copied. A trailing, unfinished
+UTF-8 character of a write is held back until its last byte comes, so that no file ends inside a character (readers
+decode file by file).
 
 **Readers** (``open_segments``) need no lock: the inode in the base file tells which file the base belongs to. Seen
 between the rename and the base's update (or after a writer killed there), the current file is not the recorded one
@@ -169,7 +170,8 @@ class CappedLog:
         self.dropped_bytes = 0  # what could not be written (a full disk...)
         with open_segments(path) as segments:  # the base of this file, also after a rotation cut short
             self.base = segments.current_start
-        if read_base(path) != (self.base, os.fstat(self.fd).st_ino) and (self.base or self.size):
+        self._recorded = read_base(path) == (self.base, os.fstat(self.fd).st_ino)  # else recorded at need
+        if not self._recorded and (self.base or self.size):
             self._record_base()
 
     def write(self, data: bytes) -> None:
@@ -186,7 +188,11 @@ class CappedLog:
 
     def rotate(self) -> bool:
         """The current file becomes ``.1`` (replacing it) and a new, empty one the current file; False when that
-        failed (the log's directory is gone...)."""
+        failed (the log's directory is gone...). A log never rotated has no base file yet: its base (0 and this
+        file's inode) is recorded first, so that a reader between the rename and the new base (or after a writer
+        killed there) finds the renamed file by its inode."""
+        if not self._recorded:
+            self._record_base()
         try:
             os.replace(self.path, rotated_path(self.path))
             fd = _open_append(self.path)
@@ -207,6 +213,7 @@ class CappedLog:
     def _record_base(self) -> None:
         with contextlib.suppress(OSError):
             write_base(self.path, self.base, os.fstat(self.fd).st_ino)
+            self._recorded = True
 
     def _put(self, data: bytes) -> None:
         if not data:
@@ -233,14 +240,3 @@ def logical_size(path: Path) -> int:
     """Every byte ever written to the log ``path``, rotated ones included."""
     with open_segments(path) as segments:
         return segments.current_start + segments.current_size()
-
-
-def append(path: Path, data: bytes, max_bytes: int) -> None:
-    """Appends ``data`` to the log ``path`` under its cap (for a writer that opens the log for each write)."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    log = CappedLog(path, max_bytes)
-    try:
-        log.write(data)
-        log.flush_held()
-    finally:
-        log.close()

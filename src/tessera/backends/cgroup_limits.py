@@ -26,10 +26,8 @@ Imports only the standard library (``cgroups`` is used by the supervisor; this m
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,8 +78,13 @@ class LimitPlaces:
 
     def v1_dirs(self, stem: str, spare: Path | None = None) -> list[Path]:
         """The workload's v1 cgroups beside ``spare`` (its containment cgroup, joined anyway), in order."""
-        dirs = [root / stem for root in self.v1_roots.values()]
-        return [d for i, d in enumerate(dirs) if d != spare and d not in dirs[:i]]
+        return [tree.path(stem) for tree in self.v1_trees(stem, spare)]
+
+    def v1_trees(self, stem: str, spare: Path | None = None) -> list[cgroups.CgroupTree]:
+        """The trees of ``v1_dirs``, which make and remove the workload's cgroups in them."""
+        trees = [cgroups.CgroupTree(controller, root) for controller, root in self.v1_roots.items()]
+        roots = [tree.root for tree in trees]
+        return [t for i, t in enumerate(trees) if t.path(stem) != spare and t.root not in roots[:i]]
 
 
 def detect(tree: cgroups.CgroupTree | None, run_dir: Path) -> LimitPlaces:
@@ -122,35 +125,27 @@ def _enable_v2(tree: cgroups.CgroupTree, controller: str) -> str | None:
 def _usable_v1_root(controller: str, tree: cgroups.CgroupTree, run_dir: Path) -> Path:
     if tree.kind == controller:  # the containment tree itself (kind "pids")
         return tree.root
-    mount = cgroups.mount_point(controller)
-    if mount is None:
-        raise cgroups.CgroupError(errno.ENOENT, "not mounted")
-    root = mount / cgroups.own_path(controller).lstrip("/") / cgroups.tree_name(run_dir)
-    root.mkdir(exist_ok=True)
-    probe = root / f"probe-{os.getpid()}"
-    probe.mkdir(exist_ok=True)
-    try:
-        if not (probe / _V1_PROBE[controller]).exists():
-            raise cgroups.CgroupError(errno.ENOTSUP, f"no {_V1_PROBE[controller]} in its cgroups")
-    finally:
-        probe.rmdir()
-        with contextlib.suppress(OSError):
-            root.rmdir()  # made again by the first workload
-    return root
+    return cgroups.usable_tree(controller, run_dir, needed=_V1_PROBE[controller]).root
 
 
 def apply(places: LimitPlaces, tree: cgroups.CgroupTree, cgroup: Path, stem: str, limits: Limits) -> list[str]:
-    """Sets ``limits`` on the workload's cgroups (``cgroup``, made by ``tree.create``, and its v1 ones, made here);
-    returns the controllers whose limits could not be set (logged)."""
+    """Sets ``limits`` on the workload's cgroups (``cgroup``, made by ``tree.create``, and its v1 ones, made here:
+    ``OSError`` when one cannot be); returns the controllers whose limits could not be set (logged)."""
     failed = []
     if places.unified:
-        _write(tree.root / "cgroup.subtree_control", " ".join(f"+{c}" for c in sorted(places.unified)))
+        try:
+            _write(tree.root / "cgroup.subtree_control", " ".join(f"+{c}" for c in sorted(places.unified)))
+        except OSError as error:
+            logger.warning(
+                "cannot enable %s for %s: %s", ", ".join(sorted(places.unified)), stem, error.strerror or error
+            )
+            failed += sorted(places.unified)
+    v1_made = {tree.root: tree.create(stem) for tree in places.v1_trees(stem, spare=cgroup)}
     for controller in CONTROLLERS:
-        if controller in places.unified:
+        if controller in places.unified and controller not in failed:
             where, files = cgroup, _v2_files(controller, limits, cgroup)
         elif controller in places.v1_roots:
-            where = places.v1_roots[controller] / stem
-            _make(where)
+            where = v1_made.get(places.v1_roots[controller], cgroup)  # not made: the containment cgroup
             files = _v1_files(controller, limits, where)
         else:
             continue
@@ -166,16 +161,12 @@ def apply(places: LimitPlaces, tree: cgroups.CgroupTree, cgroup: Path, stem: str
 
 def remove(places: LimitPlaces, stem: str, spare: Path | None) -> None:
     """Removes the ended workload's (empty) v1 cgroups, and their tessera-<hash> directories once empty."""
-    for path in places.v1_dirs(stem, spare):
-        for directory in (path, path.parent):
-            try:
-                directory.rmdir()
-            except FileNotFoundError:
-                pass
-            except OSError as error:
-                if directory == path:
-                    logger.warning("cannot remove cgroup %s: %s", path, error.strerror or error)
-                break
+    for tree in places.v1_trees(stem, spare):
+        try:
+            if not tree.remove(tree.path(stem)):
+                logger.warning("cannot remove cgroup %s: processes are still in it", tree.path(stem))
+        except OSError as error:
+            logger.warning("cannot remove cgroup %s: %s", tree.path(stem), error.strerror or error)
 
 
 def directories_of(pid: int) -> dict[str, Path]:
@@ -196,11 +187,6 @@ def directories_of(pid: int) -> dict[str, Path]:
         if controller not in found and unified is not None and (unified / f"{controller}.max").exists():
             found[controller] = unified
     return found
-
-
-def _make(path: Path) -> None:
-    path.parent.mkdir(exist_ok=True)
-    path.mkdir(exist_ok=True)
 
 
 def _write(path: Path, value: str) -> None:

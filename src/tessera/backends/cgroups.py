@@ -43,7 +43,7 @@ class CgroupError(OSError):
 class CgroupTree:
     """The directory under which this server makes its workloads' cgroups, and how they are killed."""
 
-    kind: str  # one of KINDS
+    kind: str  # one of KINDS; for the limits in a cgroup v1 hierarchy (cgroup_limits), its controller
     root: Path  # .../tessera-<hash>
 
     def path(self, name: str) -> Path:
@@ -54,7 +54,8 @@ class CgroupTree:
         """Makes the workload's cgroup, emptied of any process left from an earlier run of the same workload."""
         path = self.path(name)
         for _ in range(3):  # another backend of this run dir may remove the (then empty) root in between
-            self.root.mkdir(exist_ok=True)
+            with contextlib.suppress(FileExistsError):  # (not mkdir's exist_ok: it fails if removed right after)
+                self.root.mkdir()
             try:
                 path.mkdir()
             except FileNotFoundError:
@@ -100,7 +101,7 @@ def detect(kind: str, run_dir: Path) -> CgroupTree | None:
     reasons = []
     for candidate in KINDS if kind == "auto" else (kind,):
         try:
-            return _usable_tree(candidate, run_dir)
+            return usable_tree(candidate, run_dir)
         except OSError as error:
             reasons.append(f"{candidate}: {error.strerror or error}")
     if kind == "auto":
@@ -108,7 +109,10 @@ def detect(kind: str, run_dir: Path) -> CgroupTree | None:
     raise CgroupError(errno.ENOTSUP, "; ".join(reasons))
 
 
-def _usable_tree(kind: str, run_dir: Path) -> CgroupTree:
+def usable_tree(kind: str, run_dir: Path, needed: str | None = None) -> CgroupTree:
+    """The tree of this server's cgroups in the hierarchy of ``kind`` (a containment kind of ``KINDS``, or any
+    controller mounted as cgroup v1: ``cgroup_limits``), if a cgroup made there has the file ``needed`` (by default
+    what containment of ``kind`` needs); ``OSError`` (``CgroupError``) when not."""
     mount = mount_point(kind)
     if mount is None:
         raise CgroupError(errno.ENOENT, "not mounted")
@@ -117,7 +121,7 @@ def _usable_tree(kind: str, run_dir: Path) -> CgroupTree:
     probe = root / f"probe-{os.getpid()}"
     probe.mkdir(exist_ok=True)
     try:
-        needed = {"cgroup2": "cgroup.kill", "freezer": "freezer.state", "pids": "cgroup.procs"}[kind]
+        needed = needed or {"cgroup2": "cgroup.kill", "freezer": "freezer.state", "pids": "cgroup.procs"}[kind]
         if not (probe / needed).exists():
             raise CgroupError(errno.ENOTSUP, f"no {needed} in its cgroups")
     finally:

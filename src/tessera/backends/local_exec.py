@@ -188,8 +188,11 @@ class LocalExec:
             logger.warning("cannot remove cgroup %s yet: processes are still in it", cgroup)
 
     def close(self) -> None:
+        """Removes this server's cgroup tree and runtime base where no workload is left in them."""
         if self.cgroups is not None:
             self.cgroups.close()
+        if self.runtime is not None:
+            self.runtime.close()
 
 
 def _runtime_dirs(run_dir: Path) -> RuntimeDirs | None:

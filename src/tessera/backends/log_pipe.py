@@ -6,14 +6,16 @@ cannot write past the cap, truncate it or seek in it, and a rotation is a rename
 the command, which inherits them, writes there too. ``finish`` (the command has ended) reads what is left in the pipe
 (for at most ``DRAIN_S``: a process of the workload that outlived the command may hold the pipe open and keep
 writing; it is killed next), then points the supervisor's stdout and stderr at the log file itself for its last
-words. A pipe that is full holds the writer until the thread has copied: a fast writer is slowed to the disk's pace,
-never lets the log pass its cap.
+words, the first of them how many bytes were dropped, if any (a full disk, a rotation refused). A pipe that is full
+holds the writer until the thread has copied: a fast writer is slowed to the disk's pace, never lets the log pass
+its cap.
 
 Imports only the standard library (the supervisor's).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import threading
@@ -21,6 +23,8 @@ import time
 from pathlib import Path
 
 from tessera.backends.capped_log import CappedLog
+
+logger = logging.getLogger(__name__)
 
 CHUNK_BYTES = 64 * 1024
 DRAIN_S = 1.0  # the most ``finish`` waits for output still coming once the command has ended
@@ -55,6 +59,11 @@ class LogPipe:
             self.log.flush_held()
             for fd in (1, 2):
                 os.dup2(self.log.fd, fd)
+            if self.log.dropped_bytes:
+                logger.warning(
+                    "%d bytes of the command's output were dropped: the log could not be written or rotated",
+                    self.log.dropped_bytes,
+                )
 
     def _copy(self) -> None:
         drain_until: float | None = None

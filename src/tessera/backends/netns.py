@@ -13,7 +13,6 @@ supervisor does).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import fcntl
 import os
 import socket
@@ -30,7 +29,7 @@ _IFREQ = "16sh"
 
 def enter_private_network() -> None:
     """Moves this process into a new network namespace and brings its loopback up (``OSError`` if it cannot)."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)  # libc's symbols are in the process (find_library runs ldconfig)
     if libc.unshare(CLONE_NEWNET) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"unshare(CLONE_NEWNET): {os.strerror(errno)}")

@@ -1,5 +1,6 @@
 """Each workload's private runtime directory (``TESSERA_RUNTIME_DIR``): a place only its own OS user can enter,
-made fresh at every launch and removed when the workload ends, like systemd's ``RuntimeDirectory``.
+made fresh at every launch and removed when the workload ends, like systemd's ``RuntimeDirectory``; their base goes
+when the backend closes with no workload's directory left in it.
 
 What it is for: a model replica listens on a Unix socket there (``engine.sock``), so that no other tenant can
 connect to it, bind its address first or replace it: the directory is 0700 and owned by the workload's user, and
@@ -49,7 +50,11 @@ class RuntimeDirs:
         0700 and owned by ``uid``:``gid``."""
         path = self.path(stem)
         self.remove(stem)
-        os.mkdir(path, 0o700)
+        try:
+            os.mkdir(path, 0o700)
+        except FileNotFoundError:  # another backend of this run dir found the base empty at its close
+            _own_base(self.base)
+            os.mkdir(path, 0o700)
         try:
             if (uid, gid) != (os.geteuid(), os.getegid()):
                 os.chown(path, uid, gid)
@@ -74,6 +79,11 @@ class RuntimeDirs:
         if path.exists():
             logger.warning("cannot remove the runtime directory %s", path)
 
+    def close(self) -> None:
+        """Removes the base if no workload's directory is left in it (one that still runs keeps it)."""
+        with contextlib.suppress(OSError):
+            self.base.rmdir()
+
 
 def base_candidates(run_dir: Path) -> list[Path]:
     """Where the base of the runtime directories of the server whose run directory is ``run_dir`` may be, in order
@@ -96,18 +106,21 @@ def runtime_base(run_dir: Path) -> Path:
     can be)."""
     reasons = []
     for base in base_candidates(run_dir):
-        parent = base.parent
         if len(str(base)) + LONGEST_NAME > SOCKET_PATH_MAX:
             reasons.append(f"{base}: too long a path for a Unix socket")
             continue
         try:
-            _own_directory(parent, 0o711 if os.geteuid() == 0 else 0o700)
-            _own_directory(base, 0o711)
+            _own_base(base)
         except OSError as exc:
             reasons.append(f"{base}: {exc.strerror or exc}")
             continue
         return base
     raise RuntimeDirError("no private runtime directory could be made (" + "; ".join(reasons) + ")")
+
+
+def _own_base(base: Path) -> None:
+    _own_directory(base.parent, 0o711 if os.geteuid() == 0 else 0o700)
+    _own_directory(base, 0o711)
 
 
 def _own_directory(path: Path, mode: int) -> None:

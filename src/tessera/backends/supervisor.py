@@ -11,16 +11,20 @@ go to the workload's log (opened by the server). The supervisor
    one that contains it, and those of its limits in cgroup v1 hierarchies) if any;
 2. starts CMD as its child, in the same process group (as the tenant's user when the spec names one), its stdout
    and stderr a pipe whose bytes a thread of the supervisor writes to the log under the log's cap (``log_pipe.py``;
-   without a log in the spec, CMD inherits the supervisor's stdout and stderr);
+   without a log in the spec, CMD inherits the supervisor's stdout and stderr), the OOM killer's choice before the
+   supervisor (``oom_score.py``);
 3. relays SIGTERM and SIGINT to the whole workload (the group, and the cgroup's members or its descendants: what
    left the group too), once per signal it receives;
-4. waits for CMD (reaping orphans meanwhile), copies the rest of its output, and writes CMD's exit code to the exit
-   file atomically (temporary file, then ``os.replace``): the code CMD exited with, minus N if a signal N killed
-   it, 127 if CMD was not found, 126 if it could not be run;
+4. waits for CMD (reaping orphans meanwhile), says so if the OOM killer ended it, copies the rest of its output,
+   and writes CMD's exit code to the exit file atomically (temporary file, then ``os.replace``): the code CMD
+   exited with, minus N if a signal N killed it, 127 if CMD was not found, 126 if it could not be run;
 5. kills what is left of the workload with SIGKILL (the cgroup, its descendants, the group), itself last, so nothing
    of the workload outlives CMD.
 
-If a stop signal arrives before CMD started, CMD is not started and the exit code is minus that signal.
+If a stop signal arrives before CMD started, CMD is not started and the exit code is minus that signal. Nor is it
+(exit code 126, the reason in one line of the log) when the supervisor cannot give it all it was told it has: a
+limit cgroup it cannot join, a log pipe it cannot set up (no thread: the host out of PIDs), a private network it
+cannot make.
 Imports only the standard library. Linux (POSIX process groups) only.
 """
 
@@ -40,7 +44,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from types import FrameType
 
-from tessera.backends import cgroups, netns, reaper
+from tessera.backends import cgroups, oom_score, reaper
 from tessera.backends.log_pipe import LogPipe
 
 # Not __name__: run with ``-m`` this module is "__main__".
@@ -191,16 +195,18 @@ def run_command(command: list[str], relay: _SignalRelay, spec: CommandSpec | Non
         return -relay.first_signal
     spec = spec or CommandSpec()
     try:
-        # Inherits stdin/stdout/stderr and the process group; the rest as the spec says.
-        child = subprocess.Popen(
-            command,
-            env=spec.env,
-            cwd=spec.cwd,
-            user=spec.uid,
-            group=spec.gid,
-            extra_groups=spec.groups,
-            umask=-1 if spec.umask is None else spec.umask,
-        )
+        # Inherits stdin/stdout/stderr and the process group; the rest as the spec says. The OOM killer takes the
+        # command before the supervisor, which shares its memory limit (``oom_score``).
+        with oom_score.spared():
+            child = subprocess.Popen(
+                command,
+                env=spec.env,
+                cwd=spec.cwd,
+                user=spec.uid,
+                group=spec.gid,
+                extra_groups=spec.groups,
+                umask=-1 if spec.umask is None else spec.umask,
+            )
     except FileNotFoundError as error:
         missing = "command not found" if error.filename in (None, command[0]) else f"{error.filename} not found"
         logger.error("cannot run %r: %s", command[0], missing)
@@ -222,6 +228,8 @@ def enter_network(spec: CommandSpec) -> int:
     (it would run reachable by everyone on the host's loopback)."""
     if not spec.private_network:
         return 0
+    from tessera.backends import netns  # here: only a replica's supervisor needs it (ctypes, socket, fcntl)
+
     try:
         netns.enter_private_network()
     except OSError as error:
@@ -276,35 +284,43 @@ def end_process_group() -> None:
     logger.warning("not leading a process group: processes that the command left behind are not killed")
 
 
-def join_cgroups(spec: CommandSpec) -> Path | None:
-    """Joins the workload's cgroups; the one that contains it (None: none, or it could not be joined)."""
+def join_cgroups(spec: CommandSpec) -> tuple[Path | None, int]:
+    """Joins the workload's cgroups: (the one that contains it, None: none, or it could not be joined; 0, or 126
+    when one of its limit cgroups could not be joined: CMD is then not started, as its limits would not hold while
+    its ``started`` event says they do)."""
+    exit_code = 0
     for path in spec.limit_cgroups:
         try:
             cgroups.join(Path(path))
         except OSError as error:
-            logger.warning("cannot join cgroup %s (%s); its limits do not hold", path, error)
+            why = error.strerror or error
+            logger.error("cannot join cgroup %s (%s): its limits would not hold; the command is not started", path, why)
+            exit_code = EXIT_CANNOT_EXECUTE
+            break
     if spec.cgroup is None:
-        return None
+        return None, exit_code
     try:
         cgroups.join(Path(spec.cgroup))
     except OSError as error:
         logger.warning("cannot join cgroup %s (%s); containing by subreaper only", spec.cgroup, error)
-        return None
-    return Path(spec.cgroup)
+        return None, exit_code
+    return Path(spec.cgroup), exit_code
 
 
-def start_log_pipe(spec: CommandSpec) -> LogPipe | None:
-    """CMD's output through a pipe to the log under its cap (the supervisor's stdout is the log, open); None
-    without a log in the spec, or when that cannot be set up (then CMD writes the log directly, uncapped)."""
+def start_log_pipe(spec: CommandSpec) -> tuple[LogPipe | None, int]:
+    """CMD's output through a pipe to the log under its cap (the supervisor's stdout is the log, open): (the pipe,
+    None without a log in the spec; 0, or 126 when it cannot be set up: CMD is then not started, as it would write
+    the log uncapped)."""
     if spec.log is None:
-        return None
+        return None, 0
     try:
         pipe = LogPipe(Path(spec.log), spec.log_max_bytes, sys.stdout.fileno())
         pipe.start()
-    except (OSError, RuntimeError) as error:  # RuntimeError: no thread (the workload's pids limit)
-        logger.warning("cannot cap the log %s (%s): the command writes it directly", spec.log, error)
-        return None
-    return pipe
+    except (OSError, RuntimeError) as error:  # RuntimeError: no thread (the workload's pids limit, the host's)
+        why = getattr(error, "strerror", None) or error
+        logger.error("cannot cap the log %s (%s): the command is not started", spec.log, why)
+        return None, EXIT_CANNOT_EXECUTE
+    return pipe, 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -322,14 +338,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if not reaper.become_subreaper():
         logger.warning("cannot become a child subreaper: what leaves the process group may outlive the command")
-    cgroup = join_cgroups(spec)
+    cgroup, exit_code = join_cgroups(spec)
     relay.cgroup = cgroup
-    pipe = start_log_pipe(spec)
-    exit_code = enter_network(spec)
+    pipe = None
+    if exit_code == 0:  # each step fails closed: CMD never runs with less than it was told it has
+        pipe, exit_code = start_log_pipe(spec)
+    if exit_code == 0:
+        exit_code = enter_network(spec)
+    memory = [Path(p) for p in (*spec.limit_cgroups, *([spec.cgroup] if spec.cgroup else []))]
+    kills_before = oom_score.oom_kills(memory)
     if exit_code == 0:
         exit_code = run_command(command, relay, spec)
     if exit_code < 0:
-        logger.info("%r was ended by signal %s", command[0], signal_name(-exit_code))
+        kills = oom_score.oom_kills(memory) - kills_before if exit_code == -signal.SIGKILL else 0
+        why = f": out of memory (the kernel killed {kills} process(es) of the workload at its memory limit)"
+        logger.info("%r was ended by signal %s%s", command[0], signal_name(-exit_code), why if kills > 0 else "")
     if pipe is not None:
         pipe.finish()
     try:

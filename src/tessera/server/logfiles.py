@@ -81,10 +81,10 @@ class LogFiles:
 
 
 def _tail_offset(segments: Segments, lines: int) -> int:
-    found = _tail_in(segments.current, lines)
+    found, counted = _tail_in(segments.current, lines)
     if found is not None:
         return segments.current_start + found
-    older = _tail_in(segments.rotated, lines - _count_lines(segments.current))
+    older, _ = _tail_in(segments.rotated, lines - counted)
     return segments.rotated_start + (older or 0)
 
 
@@ -95,13 +95,14 @@ def _read_at(handle: IO[bytes] | None, offset: int, limit: int) -> bytes:
     return handle.read(limit)
 
 
-def _tail_in(handle: IO[bytes] | None, lines: int) -> int | None:
-    """The offset where the last ``lines`` lines of the file start, or None when it holds fewer."""
+def _tail_in(handle: IO[bytes] | None, lines: int) -> tuple[int | None, int]:
+    """(The offset where the last ``lines`` lines of the file start, or None when it holds fewer; the lines it holds
+    when fewer, else ``lines``: a last line without its newline counts.) Reads the file from its end, once."""
     if handle is None:
-        return None
+        return None, 0
     end = os.fstat(handle.fileno()).st_size
     if lines <= 0:
-        return end
+        return end, 0
     position, wanted, first = end, lines, True
     while position > 0:
         start = max(0, position - _TAIL_BLOCK)
@@ -117,19 +118,7 @@ def _tail_in(handle: IO[bytes] | None, lines: int) -> int | None:
                 break
             wanted -= 1
             if wanted == 0:
-                return start + newline + 1
+                return start + newline + 1, lines
             cut = newline
         position = start
-    return None
-
-
-def _count_lines(handle: IO[bytes] | None) -> int:
-    """Lines of the file (a last line without its newline counts)."""
-    if handle is None:
-        return 0
-    handle.seek(0)
-    count, last = 0, b"\n"
-    while block := handle.read(1 << 20):
-        count += block.count(b"\n")
-        last = block[-1:]
-    return count + (last != b"\n")
+    return None, lines - wanted + (end > 0)  # each newline found starts a line; the first line starts the file

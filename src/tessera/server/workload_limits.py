@@ -2,8 +2,8 @@
 ``--workload-mem-per-gpu``, ``--log-max-size``), and the memory limit of one workload. The launcher puts the result
 in the ``LaunchSpec``; the backend enforces it (the local one in the workload's cgroups: ``backends.cgroup_limits``).
 
-- **Processes**: ``pids_max`` processes and threads per workload (default ``DEFAULT_PIDS_MAX``; 0: none). A fork
-  bomb stops there, whatever the workload asked for.
+- **Processes**: ``pids_max`` processes and threads per workload (default ``DEFAULT_PIDS_MAX``; 0: none; at most
+  the kernel's ``MAX_PIDS_MAX``). A fork bomb stops there, whatever the workload asked for.
 - **Memory**: the request's ``mem_mib`` (``tessera submit --mem``) when given. Else ``mem_per_gpu_mib`` times the
   GPUs it is on, whatever its share of each (one without GPUs counts as one GPU), at least ``MIN_DEFAULT_MEM_MIB``;
   ``mem_per_gpu_mib`` 0 (the default) means the node's memory divided by its GPUs (all of it on a node without
@@ -22,6 +22,7 @@ from tessera.errors import InvalidRequestError
 
 DEFAULT_PIDS_MAX = 4096
 MIN_PIDS_MAX = 8  # the workload's supervisor is 2 of them (its thread copies the log)
+MAX_PIDS_MAX = 4_194_304  # the kernel's ceiling (PID_MAX_LIMIT): pids.max refuses more, which left no limit at all
 MIN_DEFAULT_MEM_MIB = 1024
 
 
@@ -34,6 +35,9 @@ class WorkloadLimits:
     def __post_init__(self) -> None:
         if self.pids_max < 0 or 0 < self.pids_max < MIN_PIDS_MAX:
             why = f"must be 0 (no limit) or at least {MIN_PIDS_MAX} (the supervisor takes 2), got {self.pids_max}"
+            raise InvalidRequestError("--workload-pids-max", why)
+        if self.pids_max > MAX_PIDS_MAX:
+            why = f"must be at most {MAX_PIDS_MAX} (the kernel's most processes; 0: no limit), got {self.pids_max}"
             raise InvalidRequestError("--workload-pids-max", why)
         if self.mem_per_gpu_mib < 0:
             raise InvalidRequestError("--workload-mem-per-gpu", f"must be >= 0, got {self.mem_per_gpu_mib}")

@@ -69,6 +69,26 @@ class _Watch:
     offset: int = 0  # log bytes received so far
     cleaning: bool = False  # ended: ``call`` is the actor's cleanup, the end is reported once it is done
     exit_code: int | None = None
+    log: capped_log.CappedLog | None = None  # the log's one writer, from the first bytes to the end (``close_log``)
+
+    def append_log(self, chunk: bytes) -> None:
+        """Appends what the actor sent to the log under its cap (a character split between two answers is held
+        until its end comes, as the supervisor's pipe does)."""
+        self.offset += len(chunk)
+        if self.log_path is None:
+            return
+        try:
+            if self.log is None:
+                self.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                self.log = capped_log.CappedLog(self.log_path, self.log_max_bytes)
+            self.log.write(chunk)
+        except OSError as error:
+            logger.warning("%s: cannot write its log %s: %s", self.handle.workload_id, self.log_path, error)
+
+    def close_log(self) -> None:
+        if self.log is not None:
+            self.log.close()
+            self.log = None
 
 
 class RayBackend:
@@ -220,6 +240,7 @@ class RayBackend:
                 status = self._advance(watch)
                 if status is not None:
                     ended.append(status)
+                    watch.close_log()
         with self._lock:
             for status in ended:
                 self._watches.pop(status.workload_id, None)
@@ -234,7 +255,10 @@ class RayBackend:
     def close(self) -> None:
         """Stops watching and leaves the cluster; the actors (and workloads) keep running."""
         with self._lock:
+            watches = list(self._watches.values())
             self._watches.clear()
+        for watch in watches:
+            watch.close_log()
 
     def shutdown(self) -> None:
         """``close`` and disconnect this process from Ray."""
@@ -273,21 +297,12 @@ class RayBackend:
             logger.warning("%s: its actor is gone (%s)", watch.handle.workload_id, type(error).__name__)
             return ExitStatus(watch.handle.workload_id, None)
         if chunk:
-            self._append_log(watch, chunk)
+            watch.append_log(chunk)
         if not ended:
             watch.call = watch.actor.progress.remote(watch.offset, self.progress_wait_s)
             return None
         watch.call, watch.cleaning, watch.exit_code = watch.actor.cleanup.remote(), True, code
         return None
-
-    def _append_log(self, watch: _Watch, chunk: bytes) -> None:
-        watch.offset += len(chunk)
-        if watch.log_path is None:
-            return
-        try:
-            capped_log.append(watch.log_path, chunk, watch.log_max_bytes)
-        except OSError as error:
-            logger.warning("%s: cannot write its log %s: %s", watch.handle.workload_id, watch.log_path, error)
 
 
 def _log_max_bytes(handle: Handle) -> int:

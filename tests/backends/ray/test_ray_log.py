@@ -1,0 +1,44 @@
+"""The server's side of a Ray workload's log (``_Watch.append_log``), without a cluster: what the actor sends is
+written under the cap by one writer per workload, opened at the first bytes (0600, its directory made) and closed at
+the end. The old code opened the log for each answer and wrote out the start of a character split between two
+answers, so a rotation could cut it in two files (and each answer cost a dozen system calls more)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ray_skip import skip_ray_tests
+
+from tessera.backends.base import Handle
+from tessera.backends.capped_log import logical_size, rotated_path
+
+try:
+    from tessera.backends.ray.backend import _Watch
+except ImportError:
+    skip_ray_tests("the ray extra is not installed (pip install 'tessera[ray]')", module=True)
+
+
+def _watch(path: Path, max_bytes: int) -> _Watch:
+    return _Watch(actor=None, handle=Handle("7", "ray", {}), log_path=path, log_max_bytes=max_bytes, call=None)
+
+
+def test_a_character_split_between_two_answers_stays_whole_across_a_rotation(tmp_path: Path) -> None:
+    path = tmp_path / "logs" / "7.log"
+    watch = _watch(path, max_bytes=8)
+    euro = "€".encode()  # 3 bytes
+    watch.append_log(b"abcdef" + euro[:1])  # an answer ends inside a character ...
+    watch.append_log(euro[1:] + b"gh")  # ... the next brings its end, past the cap: a rotation
+    watch.close_log()
+    assert rotated_path(path).read_bytes() == b"abcdef" and path.read_bytes() == euro + b"gh"
+    assert watch.offset == logical_size(path) == 11 and watch.log is None
+
+
+def test_the_log_is_made_private_and_capped(tmp_path: Path) -> None:
+    path = tmp_path / "logs" / "7.log"
+    watch = _watch(path, max_bytes=100)
+    for _ in range(5):
+        watch.append_log(b"y" * 40)
+    assert watch.log is not None  # one writer for the whole run
+    watch.close_log()
+    assert path.stat().st_size <= 100 and logical_size(path) == 200
+    assert oct(path.stat().st_mode & 0o777) == "0o600" and oct(path.parent.stat().st_mode & 0o777) == "0o700"
