@@ -4,6 +4,7 @@ the weights are dropped and read in again."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,18 @@ def test_sampled_windows_start_on_page_boundaries_in_every_file(
     monkeypatch.setattr(weights_cache, "WINDOW_BYTES", 256 * 1024)
     monkeypatch.setattr(weights_cache, "MAX_MEASURED_BYTES", 1 << 20)
     assert weights_cache.resident_fraction(folder) > 0.95
+
+
+def test_a_file_mincore_says_nothing_true_about_counts_as_not_cached() -> None:
+    """Since Linux 5.2 ``mincore`` reports every page resident to a process that neither owns a file nor may write
+    it: measured as ``nobody``, an uncached root-owned 0644 file read 1.0, so a non-root server showed such weights
+    warm. Only the owner, a writer or root is believed."""
+
+    def stat_of(mode: int, uid: int, gid: int) -> os.stat_result:
+        return os.stat_result((stat.S_IFREG | mode, 1, 1, 1, uid, gid, 4096, 0, 0, 0))
+
+    shared = stat_of(0o644, uid=0, gid=0)
+    assert not weights_cache._measurable(shared, uid=1000, groups=(1000,))
+    assert weights_cache._measurable(shared, uid=0, groups=(0,))  # root
+    assert weights_cache._measurable(stat_of(0o600, uid=1000, gid=1000), uid=1000, groups=(1000,))  # the owner
+    assert weights_cache._measurable(stat_of(0o664, uid=0, gid=50), uid=1000, groups=(1000, 50))  # a writer

@@ -170,10 +170,24 @@ def resident_bytes(file: Path, ranges: list[tuple[int, int]] | None = None) -> i
 
 def _resident_of(fd: int, ranges: list[tuple[int, int]] | None, size: int | None = None) -> int:
     """Bytes of the open file in the page cache, over ``ranges`` or all of it, never past ``size`` (the size it was
-    scanned with: a file grown since is not measured further)."""
-    size = os.fstat(fd).st_size if size is None else min(size, os.fstat(fd).st_size)
+    scanned with: a file grown since is not measured further); 0 for a file ``mincore`` says nothing true about."""
+    info = os.fstat(fd)
+    if not _measurable(info):
+        return 0
+    size = info.st_size if size is None else min(size, info.st_size)
     spans = ranges if ranges is not None else [(0, size)]
     return sum(_resident_in(fd, offset, min(length, size - offset)) for offset, length in spans if offset < size)
+
+
+def _measurable(info: os.stat_result, uid: int | None = None, groups: tuple[int, ...] | None = None) -> bool:
+    """Whether ``mincore`` answers this process truly about the file: since Linux 5.2 it reports every page of a file
+    as resident to a process that neither owns the file nor may write it (root may). Such a file counts as not
+    cached: a model is then cold (and read in when kept warm), never warm on a false reading."""
+    uid = os.geteuid() if uid is None else uid
+    groups = (os.getegid(), *os.getgroups()) if groups is None else groups
+    if uid in (0, info.st_uid) or info.st_mode & stat.S_IWOTH:
+        return True
+    return bool(info.st_mode & stat.S_IWGRP) and info.st_gid in groups
 
 
 def _resident_in(fd: int, offset: int, length: int) -> int:
