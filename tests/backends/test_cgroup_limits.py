@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from tessera.backends.cgroup_limits import CONTROLLERS, LimitPlaces, Limits, apply, remove
+from tessera.backends.cgroup_limits import CONTROLLERS, LimitPlaces, Limits, apply, close, remove
 from tessera.backends.cgroups import CgroupTree
 
 LIMITS = Limits(pids_max=40, mem_max_mib=256, cpu_milli=500)
@@ -75,9 +75,9 @@ def test_controllers_that_cannot_be_enabled_are_reported_not_enforced(tmp_path: 
 
 def test_v1_cgroups_are_made_while_another_workload_s_are_removed(tmp_path: Path) -> None:
     """A launch made its v1 cgroup in two steps (the tessera-<hash> directory, then its own) while the loop removed
-    an ended workload's, and the directory with it once empty: the launch failed (FileNotFoundError). They are now
-    made and removed by ``CgroupTree``, which tries again. (Plain directories: their limit files are removed here,
-    as a cgroup's go with it.)"""
+    an ended workload's, and the directory with it once empty: the launch failed (FileNotFoundError). The directory
+    now stays until the backend closes, and the cgroups are made and removed by ``CgroupTree``. (Plain directories:
+    their limit files are removed here, as a cgroup's go with it.)"""
     (tmp_path / "pids").mkdir()
     root = tmp_path / "pids" / "tessera-x"
     places = LimitPlaces(v1_roots={"pids": root})
@@ -100,6 +100,7 @@ def test_v1_cgroups_are_made_while_another_workload_s_are_removed(tmp_path: Path
         thread.start()
     for thread in threads:
         thread.join()
+    close(places)  # the backend closes: its directory goes once empty
     assert errors == [] and not root.exists()
 
 

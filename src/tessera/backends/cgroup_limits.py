@@ -159,8 +159,14 @@ def apply(places: LimitPlaces, tree: cgroups.CgroupTree, cgroup: Path, stem: str
     return failed
 
 
+def close(places: LimitPlaces) -> None:
+    """Removes the v1 tessera-<hash> directories where no workload's cgroup is left (the backend closes)."""
+    for tree in places.v1_trees(""):
+        tree.close()
+
+
 def remove(places: LimitPlaces, stem: str, spare: Path | None) -> None:
-    """Removes the ended workload's (empty) v1 cgroups, and their tessera-<hash> directories once empty."""
+    """Removes the ended workload's (empty) v1 cgroups (their tessera-<hash> directories stay until ``close``)."""
     for tree in places.v1_trees(stem, spare):
         try:
             if not tree.remove(tree.path(stem)):

@@ -53,7 +53,7 @@ class CgroupTree:
     def create(self, name: str) -> Path:
         """Makes the workload's cgroup, emptied of any process left from an earlier run of the same workload."""
         path = self.path(name)
-        for _ in range(3):  # another backend of this run dir may remove the (then empty) root in between
+        for _ in range(3):  # another backend of this run dir may close (remove) the then empty root in between
             with contextlib.suppress(FileExistsError):  # (not mkdir's exist_ok: it fails if removed right after)
                 self.root.mkdir()
             try:
@@ -66,8 +66,8 @@ class CgroupTree:
         raise CgroupError(errno.ENOENT, f"cannot make cgroup {path}")
 
     def remove(self, path: Path) -> bool:
-        """Removes an empty cgroup, and the server's directory if it was the last; False while processes are
-        still in it."""
+        """Removes an empty cgroup (the server's directory stays until ``close``: removing it with its last cgroup
+        raced with a launch making the next); False while processes are still in it."""
         try:
             path.rmdir()
         except FileNotFoundError:
@@ -76,7 +76,6 @@ class CgroupTree:
             if error.errno in (errno.EBUSY, errno.ENOTEMPTY):
                 return False
             raise
-        self.close()
         return True
 
     def close(self) -> None:

@@ -190,6 +190,7 @@ class LocalExec:
     def close(self) -> None:
         """Removes this server's cgroup tree and runtime base where no workload is left in them."""
         if self.cgroups is not None:
+            cgroup_limits.close(self.limit_places)
             self.cgroups.close()
         if self.runtime is not None:
             self.runtime.close()
