@@ -46,6 +46,33 @@ class LaunchSpec:
     # Run it in a network namespace of its own (loopback only) where the backend can make one; a model replica asks,
     # so that no other tenant reaches the TCP ports its engine opens. ``Backend.private_network`` says if it can.
     private_network: bool = False
+    # A multi-worker job's ranks on this node (one process each); None: one process (the command itself).
+    gang: GangRanks | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GangRanks:
+    """The ranks of a multi-worker job (a gang) that one launch runs on its node: one process per rank, started
+    together, each with torchrun's variables (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+    ``MASTER_ADDR``, ``MASTER_PORT``); every rank sees all the launch's GPUs (``CUDA_VISIBLE_DEVICES``), in local
+    rank order, as under torchrun. Rank ``r`` logs to ``rank_log_path(spec.log_path, r)``. The first rank that fails
+    stops the others; the launch's exit code is that rank's (0 when every rank exits 0)."""
+
+    world_size: int  # ranks of the whole job
+    ranks: tuple[int, ...]  # the global ranks this launch runs, in local rank order (LOCAL_RANK = index)
+    master_addr: str = "127.0.0.1"  # where rank 0 runs
+    master_port: int = 0  # 0: the launch picks a free port on master_addr (it runs rank 0)
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1 or not self.ranks or not all(0 <= r < self.world_size for r in self.ranks):
+            raise ValueError(f"bad gang ranks {self.ranks} of {self.world_size}")
+        if self.master_port == 0 and 0 not in self.ranks:
+            raise ValueError("a launch without rank 0 needs rank 0's master_port")
+
+
+def rank_log_path(log_path: Path, rank: int) -> Path:
+    """Where rank ``rank`` of a gang logs: rank 0 in the workload's log, rank r in ``<log>.rank<r>``."""
+    return log_path if rank == 0 else log_path.with_name(f"{log_path.name}.rank{rank}")
 
 
 JsonScalar = str | int | float | bool | None
