@@ -85,7 +85,7 @@ def normalised(applied: Sequence[Applied], name_of: Callable[[str], str], nodes:
         where = tuple((nodes[p.node], p.gpu_indices, p.gpu_milli_each) for p in getattr(d, "placements", ()))
         a = entry.admission
         quota = None if a is None else (a.queue, a.flavor_key, a.from_nominal, a.borrowed)
-        out.append((round(entry.time_s - origin, 6), kind, name_of(d.workload_id), where, quota))
+        out.append((round(entry.time_s - origin, 3), kind, name_of(d.workload_id), where, quota))
     return out
 
 
@@ -98,6 +98,9 @@ class ServerReplay:
     finish: Callable[[Harness, int], None]  # end workload id's run (its process exits with code 0)
     wait_for_exits: Callable[[Harness], None] = lambda h: None
     command: list[str] | None = None  # each workload's command (None: the harness's, which exits at once)
+    # Job id -> when the simulator ended it: runs end then (elastic jobs' runtimes follow their workers, which only
+    # the simulator's physics knows). None: after their remaining duration.
+    ends: dict[str, float] | None = None
     workload_of: dict[str, int] = field(default_factory=dict)
     job_of: dict[int, str] = field(default_factory=dict)
 
@@ -105,6 +108,8 @@ class ServerReplay:
         origin = self.h.clock.now_s
         by_id = {j.id: j for j in self.jobs}
         events: list[tuple[float, int, str]] = [(j.arrival_s, 1, j.id) for j in self.jobs]
+        if self.ends is not None:
+            events += [(end, 0, job_id) for job_id, end in self.ends.items()]
         events += [(t, 2, "") for t in instants]
         heapq.heapify(events)
         left = {j.id: float(j.duration_s or 0.0) for j in self.jobs}
@@ -117,7 +122,10 @@ class ServerReplay:
             self.h.clock.now_s = origin + now
             while events and events[0][0] == now:
                 _, kind, job_id = heapq.heappop(events)
-                if kind == 0 and job_id in started and started[job_id] + left[job_id] == now:
+                if kind == 0 and self.ends is not None:
+                    self.finish(self.h, self.workload_of[job_id])
+                    started.pop(job_id, None)
+                elif kind == 0 and job_id in started and started[job_id] + left[job_id] == now:
                     self.finish(self.h, self.workload_of[job_id])
                     del started[job_id]
                 elif kind == 1:
@@ -130,8 +138,9 @@ class ServerReplay:
                     job_id = self.job_of[int(entry.decision.workload_id)]
                     if isinstance(entry.decision, Bind):
                         started[job_id] = now
-                        heapq.heappush(events, (now + left[job_id], 0, job_id))
-                    elif isinstance(entry.decision, Preempt):
+                        if self.ends is None:
+                            heapq.heappush(events, (now + left[job_id], 0, job_id))
+                    elif isinstance(entry.decision, Preempt) and self.ends is None:
                         left[job_id] -= now - started.pop(job_id)
                 seen = len(journal)
                 self.wait_for_exits(self.h)
@@ -153,6 +162,14 @@ class ServerReplay:
             body["gpu_types"] = sorted(r.gpu_types)
         if job.queue != "default":
             body["queue"] = job.queue
+        if job.checkpointed:
+            body["checkpointable"] = True
+        if job.gang > 1 or job.elastic_min is not None:
+            body["workers"] = job.gang
+        if job.elastic_min is not None:
+            body["elastic_min"], body["elastic_max"] = job.elastic_min, job.elastic_max
+        if job.job_type:
+            body["job_type"] = job.job_type
         wid = int(self.h.submit(tokens.get(job.queue, ADMIN), **body)["id"])
         self.workload_of[job.id], self.job_of[wid] = wid, job.id
 
@@ -174,11 +191,14 @@ def compare(
 ) -> tuple[list[Decision], list[Decision]]:
     nodes = [n.name for n in h.server.ctx.pool.nodes]
     # Workloads submitted to the server declare no runtime: the simulator's scheduler is not told them either.
+    loop = h.server.ctx.loop
     simulated = run_timeline(
         h.server.ctx.pool.nodes, jobs, policy, queues=queues, record_decisions=True, runtimes_known=False,
-        placement=h.server.ctx.loop.config.placement,
+        placement=loop.config.placement, throughput=loop.throughput, colocation=loop.colocation,
     )  # fmt: skip
     assert simulated.unfinished == 0
+    if replay.pop("sim_ends", False):  # runs end when the simulator ended them
+        replay["ends"] = {job.id: float(end) for job, end in zip(jobs, simulated.finish_s, strict=True)}
     h.server.ctx.loop.scheduler.journal = []
     driver = ServerReplay(h, jobs, **replay)  # type: ignore[arg-type]
     driver.run(sorted({float(t) for t in simulated.alloc_times_s}), tokens)
@@ -307,4 +327,60 @@ def test_the_same_decisions_with_real_processes(make_harness: MakeHarness, tmp_p
         h, policy, jobs, queues, tokens, finish=finish, wait_for_exits=wait_for_exits, command=command
     )
     assert any(kind == "preempt" for _, kind, *_ in sim)
+    assert served == sim
+
+
+JOB_TYPES = ("ResNet-50", "Transformer", "A3C", "LM")
+
+
+def shaped_trace(seed: int, count: int, teams: Sequence[str] = ("default",)) -> list[TimelineJob]:
+    """Jobs of every shape the API takes: gangs of whole GPUs, elastic jobs (their work in steps of a job type, so
+    that their runtime follows their workers), typed shares, checkpointable and not, in mixed priority classes."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(20.0, count)).round(3)
+    jobs = []
+    for i in range(count):
+        cls = BUILTIN_PRIORITY_CLASSES[CLASSES[int(rng.integers(len(CLASSES)))]]
+        queue = teams[int(rng.integers(len(teams)))]
+        job_type = JOB_TYPES[int(rng.integers(len(JOB_TYPES)))]
+        kind = int(rng.integers(4))
+        base = {"id": f"job-{i}", "arrival_s": float(arrivals[i]), "queue": queue, "priority": cls.value}
+        flags = {"preemptible": cls.preemptible, "checkpointed": cls.preemptible and bool(rng.integers(2))}
+        if kind == 0:  # a rigid gang of whole GPUs
+            shape = Request(num_gpus=1, gpu_milli=1000, cpu_milli=2000, mem_mib=4096)
+            gang, extra = int(rng.integers(2, 4)), {"duration_s": float(rng.integers(60, 900))}
+        elif kind == 1:  # elastic: 1..3 workers, its work in steps
+            shape = Request(num_gpus=1, gpu_milli=1000, cpu_milli=2000, mem_mib=4096)
+            low = int(rng.integers(1, 3))
+            gang = low
+            extra = {
+                "duration_s": None,
+                "work_steps": float(rng.integers(500, 3000)),
+                "elastic_min": low,
+                "elastic_max": 3,
+            }
+        elif kind == 2:  # a typed share (co-location rule)
+            shape = Request(num_gpus=1, gpu_milli=int(rng.choice([250, 500])), cpu_milli=1000, mem_mib=2048)
+            gang, extra = 1, {"duration_s": float(rng.integers(60, 900))}
+        else:  # a typed single GPU
+            shape = Request(num_gpus=1, gpu_milli=1000, cpu_milli=2000, mem_mib=4096)
+            gang, extra = 1, {"duration_s": float(rng.integers(60, 900))}
+        request = dataclasses.replace(shape, priority=cls.value, queue=queue, job_type=job_type)
+        jobs.append(TimelineJob(**base, request=request, job_type=job_type, gang=gang, **flags, **extra))  # type: ignore[arg-type]
+    return jobs
+
+
+@pytest.mark.parametrize("policy", PRESET_NAMES)
+def test_gangs_elastic_jobs_and_job_types_make_the_same_decisions(make_harness: MakeHarness, policy: str) -> None:
+    """Submitted with ``workers``, ``elastic_min``/``elastic_max``, ``job_type`` and ``checkpointable``, the server's
+    workloads are the simulator's jobs: the same binds (gangs whole, on the GPU type the job type runs fastest on),
+    preemptions, and, under tessera, the same shrinks and grows of the elastic ones."""
+    h = make_harness(GPUS, policy=policy)
+    queues, tokens = make_queues(h)
+    jobs = shaped_trace(5, 50, TEAMS)
+    sim, served = compare(h, policy, jobs, queues, tokens, finish=fake_finish, sim_ends=True)
+    kinds = {kind for _, kind, *_ in sim}
+    assert any(len(where) > 1 for _, kind, _, where, _ in sim if kind == "bind")  # gangs were bound whole
+    if policy == "tessera":
+        assert {"shrink", "grow"} <= kinds  # elastic jobs were resized
     assert served == sim

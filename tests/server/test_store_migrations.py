@@ -132,3 +132,25 @@ def test_revision_0005_gives_older_workloads_no_job_options_and_schedules_them_a
         columns = set(connection.execute(text("SELECT * FROM workloads")).keys())
     assert not columns & {"cwd", "time_limit_s", "held", "dependency", "array_id", "array_index", "array_limit"}
     assert "model_id" in columns
+
+
+def test_revision_0006_gives_older_workloads_one_rigid_worker_of_no_job_type(db_url: str) -> None:
+    """... checkpointable as the scheduler took them before: when their priority class made them preemptible."""
+    _old_store(db_url)
+    engine = open_engine(db_url, migrate=False)
+    upgrade(engine, "0005")
+    engine.dispose()
+    store = Store(open_engine(db_url))  # 0005 -> newest
+    for row in store.workloads_by_id([1, 2, 3, 4]):
+        assert (row.workers, row.elastic_min, row.elastic_max, row.job_type, row.checkpointable) == (
+            1,
+            None,
+            None,
+            "",
+            row.preemptible,
+        )
+    downgrade(store.engine, "0005")
+    with store.engine.connect() as connection:
+        columns = set(connection.execute(text("SELECT * FROM workloads")).keys())
+    assert not columns & {"workers", "elastic_min", "elastic_max", "job_type", "checkpointable"}
+    assert "array_id" in columns

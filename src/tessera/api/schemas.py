@@ -36,6 +36,7 @@ Cpu = StrictInt | StrictFloat | Annotated[str, Field(max_length=50)]
 
 
 REQUEST = ConfigDict(extra="forbid", allow_inf_nan=False)
+MAX_WORKERS = 64  # workers of one job
 
 
 def _absolute(path: str) -> str:
@@ -97,6 +98,23 @@ class WorkloadSpec(BaseModel):
         None, description="'afterok:ID[:ID...]', 'afterany:...' or 'afternotok:...'; an array's id means its tasks"
     )
     hold: bool = Field(False, strict=True, description="held: not scheduled until released")
+    workers: StrictInt | None = Field(
+        None,
+        ge=1,
+        le=MAX_WORKERS,
+        description="workers (a gang): one process per worker, each with `gpus` GPUs, placed all or nothing and "
+        "started together with torchrun's variables (WORLD_SIZE, RANK, ...); default 1, or elastic_min",
+    )
+    elastic_min: StrictInt | None = Field(None, ge=1, le=MAX_WORKERS, description="elastic: the fewest workers")
+    elastic_max: StrictInt | None = Field(
+        None, ge=1, le=MAX_WORKERS, description="elastic: the most workers it grows to in idle GPUs"
+    )
+    job_type: Annotated[str, Field(max_length=100)] | None = Field(
+        None, description="the model it trains, as the throughput model names it (GET /v1/config lists them)"
+    )
+    checkpointable: bool = Field(
+        False, strict=True, description="it resumes from its own checkpoints: preemption may stop and requeue it"
+    )
 
 
 class PlacementOut(BaseModel):
@@ -136,6 +154,12 @@ class WorkloadOut(BaseModel):
     dependency: str | None = Field(None, description="e.g. 'afterok:12:13'; None: none")
     array_id: int | None = Field(None, description="the array it belongs to (the id of its first task)")
     array_index: int | None = Field(None, description="its index in the array (TESSERA_ARRAY_INDEX)")
+    workers: int = Field(1, description="workers it runs now (running), else the workers it asks for")
+    workers_asked: int = Field(1, description="the workers it asked for (its gang)")
+    elastic_min: int | None = Field(None, description="elastic: the fewest workers; None: rigid")
+    elastic_max: int | None = Field(None, description="elastic: the most workers")
+    job_type: str = Field("", description="the model it trains; '' = not given")
+    checkpointable: bool = Field(False, description="it resumes from its own checkpoints")
 
 
 class EventOut(BaseModel):
@@ -272,3 +296,6 @@ class SchedulingOut(BaseModel):
     colocation_rule: bool = Field(description="typed training jobs share a GPU only when it is a net gain")
     presets: list[str] = Field(description="every preset a server may run (tessera up --policy)")
     placements: list[str] = Field(description="every placement policy (tessera up --placement)")
+    job_types: list[str] = Field(
+        default_factory=list, description="the job types its throughput model knows (tessera submit --job-type)"
+    )

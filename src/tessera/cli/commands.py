@@ -16,7 +16,7 @@ import typer
 
 from tessera.cli.options import JsonOption, TokenOption, UrlOption, client_for, finite_float
 from tessera.cli.specfile import SpecFile, load_spec_file
-from tessera.cli.submit_flags import job_options, with_defaults
+from tessera.cli.submit_flags import elastic_range, job_options, with_defaults
 from tessera.cli.terminal import one_line_errors
 from tessera.client.errors import ApiError
 from tessera.errors import InvalidRequestError
@@ -66,6 +66,19 @@ def submit(
         str | None, typer.Option("--dependency", "-d", help="afterok:ID[:ID], afterany:ID or afternotok:ID.")
     ] = None,
     hold: Annotated[bool, typer.Option("--hold", help="Submit held: not scheduled until tessera release.")] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option("--workers", "-N", help="Workers (ranks), each with --gpus GPUs, started together (a gang)."),
+    ] = None,
+    elastic: Annotated[
+        str | None, typer.Option("--elastic", help="Elastic MIN-MAX workers: grows into idle GPUs, shrinks for others.")
+    ] = None,
+    job_type: Annotated[
+        str | None, typer.Option("--job-type", help="The model it trains, e.g. ResNet-50 (tessera config lists them).")
+    ] = None,
+    checkpointable: Annotated[
+        bool, typer.Option("--checkpointable", help="It resumes from its own checkpoints: preemption may requeue it.")
+    ] = False,
     as_json: JsonOption = False,
     url: UrlOption = None,
     token: TokenOption = None,
@@ -95,7 +108,12 @@ def submit(
             "name": name,
             "kind": kind,
             "command": list(command) if command else None,
+            "workers": workers,
+            "job_type": job_type,
+            "checkpointable": True if checkpointable else None,
         }
+        if elastic is not None:
+            flags["elastic_min"], flags["elastic_max"] = elastic_range(elastic)
         body.update({k: v for k, v in flags.items() if v is not None})
         if "gpus" not in body and any(k in body for k in ("gpu_mem", "gpu_milli", "gpu_fraction", "gpu_compute")):
             body["gpus"] = 1  # a share without a count means one GPU

@@ -271,6 +271,14 @@ def up(
             help="Memory limit of a workload without --mem, per GPU it is on (auto: the node's memory / its GPUs).",
         ),
     ] = "auto",
+    gavel: Annotated[
+        Path | None,
+        typer.Option(
+            "--gavel",
+            help="Folder with Gavel's throughput CSV files for --job-type (as simulate timeline --traces DIR/gavel); "
+            "default: the embedded tables.",
+        ),
+    ] = None,
 ) -> None:
     """Start the control plane: HTTP API, scheduler loop and local backend in one process."""
     import logging
@@ -295,7 +303,12 @@ def up(
         log_max_bytes = parse_size_bytes(log_max_size, "--log-max-size")
         pids = {} if pids_max is None else {"pids_max": pids_max}  # else the default (WorkloadLimits)
         limits = WorkloadLimits(mem_per_gpu_mib=mem_per_gpu_mib, log_max_bytes=log_max_bytes, **pids)
-        loop = LoopConfig(run_dir=data_dir, policy=policy, placement=placement, limits=limits)
+        job_models = None
+        if gavel is not None:
+            from tessera.sim.workloads.gavel import load_gavel_models
+
+            job_models = load_gavel_models(gavel)
+        loop = LoopConfig(run_dir=data_dir, policy=policy, placement=placement, limits=limits, job_models=job_models)
         users = tenant_users(tenant_user or [])
         if demo and run_as == "auto":  # the demo's workloads run this interpreter, which tenant users may not reach
             run_as = "server"

@@ -1,8 +1,8 @@
 """``tessera submit``'s Slurm-style flags turned into the API body's job options, checked before any call so that a
 mistake is one line naming the flag (exit 2): ``--chdir`` (default: the directory the command runs in), ``--env``,
-``--export`` (``PATH`` is sent by default), ``--time``, ``--array``, ``--dependency``, ``--hold``. The parsers are
-the server's own (``tessera.api.job_options``, imported when a submission is made: other commands do not pay for
-pydantic).
+``--export`` (``PATH`` is sent by default), ``--time``, ``--array``, ``--dependency``, ``--hold``, ``--elastic``.
+The parsers are the server's own (``tessera.api.job_options``, imported when a submission is made: other commands do
+not pay for pydantic).
 """
 
 from __future__ import annotations
@@ -56,6 +56,19 @@ def job_options(
     if hold:
         body["hold"] = True
     return body
+
+
+def elastic_range(text: str) -> tuple[int, int]:
+    """``--elastic MIN-MAX`` (``1-4``) as (min, max); raises ``InvalidRequestError`` naming the flag."""
+    low, dash, high = text.strip().partition("-")
+    if not dash or not low.strip().isdecimal() or not high.strip().isdecimal():
+        raise InvalidRequestError("--elastic", f"{text!r} is not MIN-MAX workers, e.g. 1-4")
+    first, last = int(low), int(high)
+    if first < 1:
+        raise InvalidRequestError("--elastic", f"the minimum must be at least 1 worker, got {first}")
+    if first > last:
+        raise InvalidRequestError("--elastic", f"the minimum {first} is above the maximum {last}")
+    return first, last
 
 
 def with_defaults(

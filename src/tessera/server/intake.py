@@ -72,20 +72,25 @@ class Intake:
 
     def workload(self, row: WorkloadRow | PendingRow) -> PendingWorkload:
         """A stored workload as the scheduler is handed it: its request as the preset places it, without queues in
-        the preset's one queue. A workload its priority class makes preemptible is stopped and requeued when
-        preempted, so it must resume from its own checkpoints: to the scheduler it is preemptible and checkpointed
-        (presets that preempt only resumable work, e.g. LAS, treat it so)."""
+        the preset's one queue, its workers as a gang, its elastic range when the preset runs elastic workloads
+        (``Preset.elastic_bounds``: a live workload's run is work that more workers do faster). Its priority class
+        says whether it may be preempted; ``--checkpointable`` that it resumes from its own checkpoints (presets
+        that preempt only resumable work, e.g. LAS, preempt only those), as the simulator's jobs say both."""
         request = self.preset.request_of(request_of(row))
         queue = row.queue if self.own_queues else ONE_QUEUE
         preemptible = bool(row.preemptible)
+        elastic_min, elastic_max = self.preset.elastic_bounds(row.elastic_min, row.elastic_max, False)
         return PendingWorkload(
             str(row.id),
             request,
             row.submitted_at,
             row.priority,
             queue,
+            gang=int(row.workers or 1),
             preemptible=preemptible,
-            checkpointed=preemptible,
+            checkpointed=bool(row.checkpointable),
+            elastic_min=elastic_min,
+            elastic_max=elastic_max,
         )
 
     # ---------------------------------------------------------------------------------------------- rechecks

@@ -5,7 +5,7 @@ naming the field. The loop enforces them (``server.gates``); the launcher gives 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from tessera.api import WorkloadSpec
 from tessera.api.job_options import Dependency, parse_array, parse_dependency, parse_duration
@@ -20,11 +20,17 @@ ARRAY_ENV = ("TESSERA_ARRAY_ID", "SLURM_ARRAY_JOB_ID", "TESSERA_ARRAY_INDEX", "S
 
 
 def workload_rows(
-    spec: WorkloadSpec, principal: Principal, queues: list[QueueRow], pool: Pool, store: Store, now_s: float
+    spec: WorkloadSpec,
+    principal: Principal,
+    queues: list[QueueRow],
+    pool: Pool,
+    store: Store,
+    now_s: float,
+    job_types: Collection[str] = (),
 ) -> list[WorkloadRow]:
     """The rows to store for ``spec``: its own, or its array's tasks in index order (their ``array_id`` is set when
-    they are stored: the first task's id)."""
-    row = workload_row(spec, principal, queues, pool, now_s)
+    they are stored: the first task's id). ``job_types``: what ``spec.job_type`` may name."""
+    row = workload_row(spec, principal, queues, pool, now_s, job_types)
     row.cwd = spec.cwd
     row.time_limit_s = None if spec.time_limit is None else parse_duration(spec.time_limit)
     row.held = spec.hold

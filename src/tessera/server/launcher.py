@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from tessera.backends.base import Backend, GpuShare, LaunchSpec
+from tessera.backends.base import Backend, GangRanks, GpuShare, LaunchSpec
 from tessera.gpu.gpus import GpuDevice
 from tessera.gpu.isolation import isolation_env
 from tessera.server.job_submit import array_env
@@ -34,6 +34,23 @@ log = logging.getLogger(__name__)
 OnLaunchFailed = Callable[[RunningEntry, str, float], None]
 SendStop = Callable[[str], None]  # (workload id): stop a workload whose stop is stored (the loop's, which retries)
 PYTHON_UNBUFFERED = "PYTHONUNBUFFERED"
+RESTARTS = "TESSERA_RESTARTS"  # launches of the workload before this one (a requeue, a resize, a service restart)
+
+
+def gang_ranks(entry: RunningEntry, host_of: Callable[[int], str]) -> GangRanks | None:
+    """The ranks of a multi-worker workload (one per placement; None for one worker), all on one host (``host_of``
+    a core node's index: a host with two GPU models is two core nodes): a gang placed across hosts cannot be started
+    yet (a launch runs on one host), which is refused here with the reason."""
+    if entry.row.workers <= 1 and len(entry.placements) <= 1:
+        return None
+    hosts = {host_of(p.node) for p in entry.placements}
+    if len(hosts) > 1:
+        raise ValueError(
+            f"its {len(entry.placements)} workers were placed on {len(hosts)} hosts ({', '.join(sorted(hosts))}); "
+            "a gang's ranks start on one host only (not yet across hosts)"
+        )
+    world = max(len(entry.placements), 1)
+    return GangRanks(world, tuple(range(world)))
 
 
 class Launcher:
@@ -60,7 +77,9 @@ class Launcher:
         ready: list[RunningEntry] = []
         for entry in list(running.values()):
             if not entry.launched and entry.stop_sent is None:
-                entry.waits_for &= set(running)
+                # A victim waited for until it has exited: a preempted one leaves ``running``, a shrunk one's stop
+                # is cleared when it is launched again on its remaining workers.
+                entry.waits_for = {v for v in entry.waits_for if v in running and running[v].stop_sent is not None}
                 if not entry.waits_for:
                     ready.append(entry)
         self.launch_all(ready, now)
@@ -154,8 +173,10 @@ class Launcher:
 
     def launch_spec(self, entry: RunningEntry) -> LaunchSpec:
         row = entry.row
-        devices = self.devices(entry)
+        devices = tuple(dict.fromkeys(self.devices(entry)))  # workers sharing a GPU see it once
+        gang = gang_ranks(entry, self._host)
         env = {PYTHON_UNBUFFERED: "1", **row.env, **array_env(row)}  # prints reach ``logs -f`` at once
+        env[RESTARTS] = str(max(row.attempts - 1, 0))
         mps = self.config.mps and bool(devices)
         env.update(isolation_env(str(row.id), devices, share_milli(entry), row.gpu_mem_mib, mps=mps))
         if self.config.mps and devices and row.gpu_compute_pct:  # an explicit compute share (--gpu-compute)
@@ -167,6 +188,7 @@ class Launcher:
         node = devices[0].node if devices else self._node_of(entry)
         log_path = self.log_path(row.id)
         limits = self.config.limits
+        ranks = len(gang.ranks) if gang is not None else 1
         return LaunchSpec(
             str(row.id),
             tuple(row.command),
@@ -176,18 +198,25 @@ class Launcher:
             tenant=row.tenant,
             node=node,
             gpus=shares,
-            cpu_milli=row.cpu_milli,
-            mem_max_mib=self._memory_mib(entry, len(devices)),
+            cpu_milli=row.cpu_milli * ranks,
+            mem_max_mib=self._memory_mib(entry, len(devices)) * ranks,
             pids_max=limits.pids_max,
             log_max_bytes=limits.log_max_bytes,
             private_network=row.model_id is not None,  # a model replica: reachable only through its socket
+            gang=gang,
         )
 
     def _memory_mib(self, entry: RunningEntry, gpu_count: int) -> int:
-        """The workload's memory limit: its request, else the server's default for the GPUs it is on."""
+        """One worker's memory limit: its request, else the server's default for the GPUs it is on."""
         node = self.pool.nodes[entry.placements[0].node] if entry.placements else None
         node_mem_mib, node_gpus = (node.mem_mib, node.gpu_count) if node is not None else (0, 0)
-        return self.config.limits.memory_mib(entry.row.mem_mib, gpu_count, node_mem_mib, node_gpus)
+        workers = max(len(entry.placements), 1)
+        return self.config.limits.memory_mib(entry.row.mem_mib, gpu_count // workers, node_mem_mib, node_gpus)
+
+    def _host(self, node: int) -> str:
+        """The host of core node ``node`` (as its GPUs name it)."""
+        devices = self.pool.devices[node]
+        return devices[0].node if devices else self.pool.nodes[node].name
 
     def _node_of(self, entry: RunningEntry) -> str | None:
         """The host of a GPU-less workload's first placement (as its GPUs would name it), None when unplaced."""

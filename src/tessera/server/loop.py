@@ -42,13 +42,15 @@ from tessera.core.decisions import Decision, RunningWorkload
 from tessera.core.pending import schedule_instant
 from tessera.core.presets import build_scheduler, resolve_preset, scheduler_config
 from tessera.core.queueing import QueueSpec
-from tessera.core.scheduler import Bind, Preempt, StepPlan
+from tessera.core.scheduler import Bind, Grow, Preempt, Shrink, StepPlan
+from tessera.core.throughput_defaults import default_models
 from tessera.core.workload import WorkloadState
 from tessera.gpu.gpus import ProcessMemoryProbe
 from tessera.server.gates import Gate
 from tessera.server.intake import Intake
 from tessera.server.launcher import Launcher
 from tessera.server.loop_ends import WriteBatch, preemption_writes
+from tessera.server.loop_resizes import Resizes
 from tessera.server.loop_stops import EndsAndStops
 from tessera.server.loop_values import (
     ClusterSnapshot,
@@ -76,7 +78,7 @@ RUNNING = WorkloadState.RUNNING.value
 SHUTDOWN_LAUNCH_WAIT_S = 10.0  # how long a stopping loop waits for the launch being made, to record its handle
 
 
-class SchedulerLoop(EndsAndStops):
+class SchedulerLoop(EndsAndStops, Resizes):
     def __init__(
         self,
         store: Store,
@@ -97,12 +99,15 @@ class SchedulerLoop(EndsAndStops):
         self.on_step = on_step
         self.on_start = on_start  # (workload, seconds it waited): metrics
         self.preset = resolve_preset(config.policy)
+        self.throughput, self.colocation = config.job_models or default_models()
         self.scheduler = build_scheduler(
             self.preset,
             ClusterState(pool.nodes),
             seed=config.seed,
             max_attempts_per_step=config.max_tries_per_step,
             placement=config.placement,
+            throughput=self.throughput,
+            colocation=self.colocation,
         )
         self.running: dict[int, RunningEntry] = {}  # the server's side of a running workload: row, process, stop
         self.launcher = Launcher(store, backend, pool, config, self._launch_failed, self._send_stop)
@@ -113,6 +118,7 @@ class SchedulerLoop(EndsAndStops):
         self.gate = Gate(store)  # held, dependencies, array limits: what the step is not offered (server.gates)
         self._now = 0.0  # the current tick's time
         self._tick = TickDecisions()  # the current tick's decisions, stored together by _flush
+        self._before: dict[str, RunningWorkload] = {}  # a plan's resized workloads in the books before its commit
         self._preemptions = itertools.count(1)
         self._preempted_order: dict[int, int] = {}  # preempted workloads not yet ended -> in which order
         self._reasons: dict[int, str] = {}  # pending workload -> why it waits, as stored
@@ -128,6 +134,11 @@ class SchedulerLoop(EndsAndStops):
     def placement(self) -> str:
         """The placement policy in effect: ``--placement``, else the preset's own."""
         return self._config.placement or self.preset.placement
+
+    @property
+    def job_types(self) -> tuple[str, ...]:
+        """The job types a submission may name (``--job-type``): those of the throughput model."""
+        return self.throughput.job_types
 
     @property
     def state(self) -> ClusterState:
@@ -178,17 +189,6 @@ class SchedulerLoop(EndsAndStops):
             self.on_step(report)
         return report
 
-    def _end_unstarted(self, now: float) -> None:
-        """Send again the stops the backend refused; end the workloads stopped before their launch began (left by a
-        step that failed after taking the launch back, or by recovery: a stored stop, never started)."""
-        unsent, self._unsent_stops = self._unsent_stops, set()
-        for wid in sorted(unsent & self.running.keys()):
-            self._send_stop(str(wid))
-        unstarted = [e for e in self.running.values() if not e.launched and e.stop_sent is not None]
-        with self._writes.batched(now):
-            for entry in unstarted:
-                self._on_exit(entry, ExitStatus(str(entry.row.id), None), now)
-
     def _apply(self, plan: StepPlan) -> None:
         """One plan of this tick: committed to the scheduler's books at once (the next plan of the tick builds on
         it), each decision recorded in the tick as ``commit`` applies it (``_applied``: a commit that raises part way
@@ -197,13 +197,16 @@ class SchedulerLoop(EndsAndStops):
         tick = self._tick
         if tick.guard is None:
             tick.guard = self.scheduler.books.guard
+        books = self.scheduler.books.running
+        resized = [r.workload_id for r in plan.shrinks] + [r.workload_id for r in plan.grows]
+        self._before = {wid: books[wid] for wid in resized}
         self.scheduler.commit(plan, self._now, self._applied)
         tick.waiting.update(self.intake.offer.reasons(plan.waiting))
 
     def _applied(self, decision: Decision, books_entry: RunningWorkload) -> None:
         """A decision ``Scheduler.commit`` has just applied to the books: recorded in the tick first, then followed
-        (a victim's entry gives up its capacity, a bound workload leaves the intake). The server's workloads are
-        never elastic: it gets no resizes."""
+        (a victim's entry gives up its capacity, a bound workload leaves the intake, a resized one restarts on its
+        new workers: ``loop_resizes``)."""
         tick = self._tick
         if isinstance(decision, Preempt):
             wid = int(decision.workload_id)
@@ -217,8 +220,12 @@ class SchedulerLoop(EndsAndStops):
             entry.placements, entry.admission = (), None  # its capacity went to the preemptor
             entry.stop_sent = StopReason.preempted(decision.reason)
             self._preempted_order[wid] = next(self._preemptions)
+        elif isinstance(decision, Shrink | Grow):
+            self._resized(decision, self._before.get(decision.workload_id), books_entry)
         elif isinstance(decision, Bind):
-            waits = {int(p.workload_id) for p in tick.preempts}  # victims decided so far must exit first
+            # Victims decided so far, and workloads that gave workers back, must have exited first.
+            waits = {int(p.workload_id) for p in tick.preempts}
+            waits.update(int(r.decision.workload_id) for r in tick.resizes if isinstance(r.decision, Shrink))
             tick.binds.append((decision, waits))
             tick.taken.append(self.intake.bound(decision.workload_id))
 
@@ -244,6 +251,7 @@ class SchedulerLoop(EndsAndStops):
             self._reasons.pop(entry.row.id, None)
             self.intake.started(str(entry.row.id), now)
         self._stop_victims(tick.preempts, now)
+        self._carry_out_resizes(tick)
         if self.on_start is not None:
             for entry in bound:
                 self.on_start(entry.row, now - entry.row.submitted_at)
@@ -254,6 +262,9 @@ class SchedulerLoop(EndsAndStops):
         """Write the tick's decisions in one transaction; returns the bound entries and the binds lost to a cancel.
         The backend first forgets the last launch of one bound again, which a crash before the new one would find."""
         changes, events = preemption_writes(tick.preempts)
+        resized, resize_events = self._resize_writes(tick)
+        changes += resized
+        events += resize_events
         rows = {row.id: row for row in self.store.workloads_by_id(int(b.workload_id) for b, _ in tick.binds)}
         for row in rows.values():
             if row.attempts > 0:
@@ -271,6 +282,7 @@ class SchedulerLoop(EndsAndStops):
         intake offers them again first), the victims (nothing was sent to them) get theirs back, their LAS service as
         it was (``Scheduler.restore``). Whatever else is in the books and not running here was bound by the tick too
         (a bind that raised as ``commit`` applied it)."""
+        self._undo_resizes(tick, now)
         unbound = {bind.workload_id for bind, _ in tick.binds}
         unbound.update(wid for wid in self.scheduler.books.running if int(wid) not in self.running)
         self.scheduler.observe(sorted(unbound), now, finished=False)
@@ -293,23 +305,12 @@ class SchedulerLoop(EndsAndStops):
             "the step's decisions were not stored: %d binds, %d preemptions undone", len(unbound), len(tick.victims)
         )
 
-    def _stop_victims(self, preempts: list[Preempt], now: float) -> None:
-        """Stop the preempted workloads; one whose process was never started (its launch still queued, or waiting
-        for victims of its own) has nothing to stop: it ends now, and the workloads waiting for it may launch."""
-        with self._writes.batched(now):
-            for preempt in preempts:
-                victim = self.running.get(int(preempt.workload_id))
-                if victim is not None and self.launcher.withdraw(victim):
-                    self._on_exit(victim, ExitStatus(preempt.workload_id, None), now)
-                else:
-                    self._send_stop(preempt.workload_id)
-
     def _entry(self, bind: Bind, row: WorkloadRow, now: float, waits: set[int]) -> RunningEntry:
         """The server's entry of a bound workload, launched once the victims still running have exited."""
-        admission = self.scheduler.books.running[bind.workload_id].admission
-        charged = None if str(row.id) in self.scheduler.books.uncharged else admission
+        books = self.scheduler.books.running[bind.workload_id]  # a grow of the same tick is in it
+        charged = None if str(row.id) in self.scheduler.books.uncharged else books.admission
         waits = {v for v in waits if v in self.running}
-        return RunningEntry(row, bind.placements, charged, now, launched=False, waits_for=waits)
+        return RunningEntry(row, books.placements, charged, now, launched=False, waits_for=waits)
 
     def _bind_change(self, entry: RunningEntry, now: float) -> BindChange:
         row = entry.row

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from functools import partial
 
 from tessera.backends.base import Backend, ExitStatus
-from tessera.core.scheduler import Scheduler
+from tessera.core.scheduler import Preempt, Scheduler
 from tessera.core.workload import WorkloadState
 from tessera.server.gates import overdue
 from tessera.server.intake import Intake
@@ -39,6 +39,7 @@ class EndsAndStops:
     _unsent_stops: set[int]
     _stops_failed: set[int]  # workloads whose last stop failed (its traceback logged): later failures in one line
     _preempted_order: dict[int, int]
+    _relaunch: Callable[[RunningEntry, float], None]
 
     @property
     def config(self) -> LoopConfig:
@@ -130,7 +131,11 @@ class EndsAndStops:
             log.exception("workload %s: the backend could not forget its last launch", workload_id)
 
     def _on_exit(self, entry: RunningEntry, status: ExitStatus, now: float) -> None:
-        """The workload's process ended: it ends as ``loop_ends.end_outcome`` says, or waits again."""
+        """The workload's process ended: it ends as ``loop_ends.end_outcome`` says, or waits again, or, stopped to
+        be resized, is launched again on its new workers (``loop_resizes``)."""
+        if entry.stop_sent is not None and entry.stop_sent.kind is StopKind.RESIZE:
+            self._relaunch(entry, now)
+            return
         outcome = end_outcome(entry.stop_sent, entry.row, status.exit_code, self.config)
         if outcome.state is None:
             self.requeue(entry, outcome.reason, now)
@@ -170,3 +175,25 @@ class EndsAndStops:
     def _requeued(self, entry: RunningEntry, now: float) -> None:  # its requeue is stored
         self._observe(entry.row.id, now, finished=False)
         self.intake.add(entry.row)
+
+    def _end_unstarted(self, now: float) -> None:
+        """Send again the stops the backend refused; end the workloads stopped before their launch began (left by a
+        step that failed after taking the launch back, or by recovery: a stored stop, never started)."""
+        unsent, self._unsent_stops = self._unsent_stops, set()
+        for wid in sorted(unsent & self.running.keys()):
+            self._send_stop(str(wid))
+        unstarted = [e for e in self.running.values() if not e.launched and e.stop_sent is not None]
+        with self._writes.batched(now):
+            for entry in unstarted:
+                self._on_exit(entry, ExitStatus(str(entry.row.id), None), now)
+
+    def _stop_victims(self, preempts: list[Preempt], now: float) -> None:
+        """Stop the preempted workloads; one whose process was never started (its launch still queued, or waiting
+        for victims of its own) has nothing to stop: it ends now, and the workloads waiting for it may launch."""
+        with self._writes.batched(now):
+            for preempt in preempts:
+                victim = self.running.get(int(preempt.workload_id))
+                if victim is not None and self.launcher.withdraw(victim):
+                    self._on_exit(victim, ExitStatus(preempt.workload_id, None), now)
+                else:
+                    self._send_stop(preempt.workload_id)

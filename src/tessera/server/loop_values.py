@@ -16,7 +16,8 @@ from tessera.backends.base import Handle
 from tessera.core.cluster import ClusterState
 from tessera.core.preemption import PreemptionGuard
 from tessera.core.queueing.quotas import Admission, QueueSpec, QuotaLedger
-from tessera.core.scheduler import Bind, PendingWorkload, Preempt, RunningWorkload
+from tessera.core.scheduler import Bind, Grow, PendingWorkload, Preempt, RunningWorkload, Shrink
+from tessera.core.throughput import ColocationModel, ThroughputModel
 from tessera.core.workload import MILLI_PER_GPU, Placement
 from tessera.gpu.gpus import GpuDevice
 from tessera.server.memory_watch import Watched
@@ -44,6 +45,10 @@ class LoopConfig:
     # goes on; launches still being made are recorded at a later step. Bounds a step whatever the backend does.
     launch_wait_s: float = 0.02
     limits: WorkloadLimits = WorkloadLimits()  # what every workload is held to besides its request
+    # The throughput and co-location tables job types are read against (``tessera up --gavel DIR`` loads Gavel's
+    # two CSV files, as ``tessera simulate timeline --traces DIR`` reads DIR/gavel); None: the embedded tables
+    # (``core.throughput_defaults``), as the twin's default.
+    job_models: tuple[ThroughputModel, ColocationModel] | None = None
 
 
 @dataclass(slots=True)
@@ -70,6 +75,18 @@ class Victim:
     books: RunningWorkload
 
 
+@dataclass(frozen=True, slots=True)
+class TickResize:
+    """A running workload that a plan of the tick shrank or grew, as it was before (its books entry, its entry's
+    placements, admission and stop), to undo the resize when the tick's decisions cannot be stored."""
+
+    decision: Shrink | Grow
+    before: RunningWorkload
+    placements: tuple[Placement, ...]
+    admission: Admission | None
+    stop: StopReason | None
+
+
 @dataclass(slots=True)
 class TickDecisions:
     """The decisions of one tick's plans, already in the scheduler's books, not yet stored."""
@@ -78,6 +95,7 @@ class TickDecisions:
     binds: list[tuple[Bind, set[int]]] = field(default_factory=list)  # with the victims each must wait for
     waiting: dict[str, str] = field(default_factory=dict)  # workload id -> why it still waits
     victims: dict[int, Victim] = field(default_factory=dict)  # each victim as it was before its preemption
+    resizes: list[TickResize] = field(default_factory=list)  # shrinks and grows of running workloads, in order
     taken: list[PendingWorkload] = field(default_factory=list)  # the workloads bound, as offered, in order
     guard: PreemptionGuard | None = None  # the preemption guard before the tick's first plan, for the same undo
 

@@ -27,7 +27,15 @@ def request_of(row: WorkloadRow | PendingRow) -> Request:
     """The request of a stored workload (a whole row, or the columns of ``Store.pending_requests``). Equal requests
     are one shared object: thousands of pending workloads usually have a handful of shapes."""
     return _request(
-        row.num_gpus, row.gpu_milli, row.gpu_mem_mib, row.gpu_types, row.cpu_milli, row.mem_mib, row.priority, row.queue
+        row.num_gpus,
+        row.gpu_milli,
+        row.gpu_mem_mib,
+        row.gpu_types,
+        row.cpu_milli,
+        row.mem_mib,
+        row.priority,
+        row.queue,
+        row.job_type or "",
     )
 
 
@@ -41,6 +49,7 @@ def _request(
     mem_mib: int,
     priority: int,
     queue: str,
+    job_type: str,
 ) -> Request:
     return Request(
         num_gpus=num_gpus,
@@ -51,6 +60,7 @@ def _request(
         mem_mib=mem_mib,
         priority=priority,
         queue=queue,
+        job_type=job_type,
     )
 
 

@@ -5,6 +5,7 @@ queues and the pool), a queue body into a ``QueueRow``. Every rejection is an ``
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,6 +13,7 @@ import numpy as np
 from tessera.api import QueueIn, QuotaIn, WorkloadSpec
 from tessera.core.catalog import resolve_allowed
 from tessera.core.cluster import ClusterState
+from tessera.core.placement.gang import gpu_worker_slots
 from tessera.core.queueing import resolve_priority_class
 from tessera.core.workload import MILLI_PER_GPU, Request, WorkloadState
 from tessera.errors import InvalidRequestError
@@ -42,12 +44,19 @@ class Principal:
 
 
 def workload_row(
-    spec: WorkloadSpec, principal: Principal, queues: list[QueueRow], pool: Pool, now_s: float
+    spec: WorkloadSpec,
+    principal: Principal,
+    queues: list[QueueRow],
+    pool: Pool,
+    now_s: float,
+    job_types: Collection[str] = (),
 ) -> WorkloadRow:
+    """The row of ``spec``; ``job_types``: the names ``spec.job_type`` may take (the server's throughput model)."""
     check_exec_limits(spec.command, spec.env)
     queue = queue_for(spec.queue, principal, queues)
     request = _request(spec, queue.name)
-    reason = never_fits(request, pool)
+    shape = job_shape(spec, job_types)
+    reason = never_fits(request, pool) or gang_never_fits(request, shape.fewest, pool)
     if reason is not None:
         raise InvalidRequestError(reason[0], reason[1])
     priority, priority_class, preemptible = _priority(spec.priority)
@@ -73,7 +82,76 @@ def workload_row(
         reason="waiting for the next scheduling step",
         attempts=0,
         cancel_requested=False,
+        workers=shape.workers,
+        elastic_min=shape.elastic_min,
+        elastic_max=shape.elastic_max,
+        job_type=shape.job_type,
+        checkpointable=spec.checkpointable,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class JobShape:
+    """A submission's workers, elastic range and job type, checked."""
+
+    workers: int
+    elastic_min: int | None
+    elastic_max: int | None
+    job_type: str
+
+    @property
+    def fewest(self) -> int:
+        """The fewest workers it can start with."""
+        return self.workers if self.elastic_min is None else self.elastic_min
+
+
+def job_shape(spec: WorkloadSpec, job_types: Collection[str]) -> JobShape:
+    """``spec``'s workers (default 1, or the elastic minimum), elastic range (both bounds or none, min <= workers
+    <= max) and job type (one ``job_types`` names, matched without regard to case; a clear error lists them)."""
+    low, high = spec.elastic_min, spec.elastic_max
+    if (low is None) != (high is None):
+        given = "elastic_min" if high is None else "elastic_max"
+        raise InvalidRequestError(given, "an elastic range needs both elastic_min and elastic_max (e.g. 1-4)")
+    if low is not None and high is not None and low > high:
+        raise InvalidRequestError("elastic_max", f"{high} is below elastic_min {low}")
+    workers = spec.workers if spec.workers is not None else low if low is not None else 1
+    if low is not None and high is not None and not low <= workers <= high:
+        raise InvalidRequestError("workers", f"{workers} is outside the elastic range {low}-{high}")
+    if spec.kind == "service" and (workers > 1 or low is not None):
+        raise InvalidRequestError("workers", "a service runs one worker (deploy a model for replicas)")
+    return JobShape(workers, low, high, _job_type(spec.job_type, job_types))
+
+
+def _job_type(name: str | None, known: Collection[str]) -> str:
+    if not name:
+        return ""
+    by_key = {k.casefold(): k for k in known}
+    found = by_key.get(name.strip().casefold())
+    if found is None:
+        listed = ", ".join(sorted(known)) or "none (the server has no throughput model)"
+        raise InvalidRequestError("job_type", f"unknown job type {name!r} (known: {listed})")
+    return found
+
+
+def gang_never_fits(request: Request, workers: int, pool: Pool) -> tuple[str, str] | None:
+    """(field, reason) when ``workers`` copies of ``request`` could not all be placed at once even on an empty pool
+    (across every node: the core's gang rules spread a gang that no node holds); None when they could."""
+    if workers <= 1:
+        return None
+    empty = ClusterState(pool.nodes)
+    slots = np.minimum(
+        empty.cpu_cap_milli // max(request.cpu_milli, 1) if request.cpu_milli else workers,
+        empty.mem_cap_mib // max(request.mem_mib, 1) if request.mem_mib else workers,
+    )
+    if request.num_gpus:
+        need = empty.milli_by_model(request)[empty.model_idx]
+        allowed = empty.allowed_models(request)[empty.model_idx] & (need <= MILLI_PER_GPU)
+        free = np.where(allowed[:, None], empty.gpu_free_milli, 0)
+        slots = np.minimum(slots, gpu_worker_slots(free, need[:, None], request.num_gpus))
+    total = int(np.asarray(slots).sum())
+    if total >= workers:
+        return None
+    return "workers", f"{workers} workers of this size never fit at once: the whole pool holds {total}"
 
 
 def check_exec_limits(command: list[str], env: dict[str, str]) -> None:

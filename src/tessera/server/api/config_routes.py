@@ -31,6 +31,7 @@ def scheduling_out(ctx: ServerContext) -> SchedulingOut:
         colocation_rule=preset.colocation_rule,
         presets=list(PRESET_NAMES),
         placements=list(PLACEMENTS),
+        job_types=list(ctx.loop.job_types),
     )
 
 

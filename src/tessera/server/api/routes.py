@@ -80,7 +80,7 @@ def router(ctx: ServerContext) -> APIRouter:
         """Submit a workload; with ``array``, one per index (the first task is returned: its id is the array's,
         ``GET /v1/workloads?array=ID`` lists them all)."""
         now = ctx.clock()
-        rows = workload_rows(spec, caller, ctx.store.queues(), ctx.pool, ctx.store, now)
+        rows = workload_rows(spec, caller, ctx.store.queues(), ctx.pool, ctx.store, now, ctx.loop.job_types)
         return workload_out(add_workloads(ctx.store, rows, now)[0], ctx)
 
     @api.get("/workloads", response_model=list[WorkloadOut], tags=["workloads"])
@@ -233,6 +233,12 @@ def workload_out(row: WorkloadRow, ctx: ServerContext) -> WorkloadOut:
         dependency=row.dependency,
         array_id=row.array_id,
         array_index=row.array_index,
+        workers=len(placement) if placement else row.workers,
+        workers_asked=row.workers,
+        elastic_min=row.elastic_min,
+        elastic_max=row.elastic_max,
+        job_type=row.job_type,
+        checkpointable=bool(row.checkpointable),
     )
 
 

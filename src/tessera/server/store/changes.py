@@ -24,6 +24,7 @@ class StopKind(enum.Enum):
     PREEMPTED = "preempted"  # the scheduler took its capacity for another workload
     WATCHDOG = "watchdog"  # the memory watchdog found it over its allowance
     TIMEOUT = "timeout"  # it ran past its walltime (``--time``)
+    RESIZE = "resize"  # an elastic workload's workers changed: it restarts on its new placements
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,10 @@ class StopReason:
     def timeout(cls, reason: str) -> StopReason:
         return cls(StopKind.TIMEOUT, reason)
 
+    @classmethod
+    def resize(cls, reason: str) -> StopReason:
+        return cls(StopKind.RESIZE, reason)
+
     def text(self) -> str:
         """The stored (and shown) form."""
         return self.kind.value if self.kind is StopKind.CANCEL else f"{self.kind.value}: {self.detail}"
@@ -59,7 +64,7 @@ class StopReason:
         stopped and waits again, as the loop always treated a stop it did not recognise)."""
         if text == StopKind.CANCEL.value:
             return cls.cancel()
-        for kind in (StopKind.PREEMPTED, StopKind.WATCHDOG, StopKind.TIMEOUT):
+        for kind in (StopKind.PREEMPTED, StopKind.WATCHDOG, StopKind.TIMEOUT, StopKind.RESIZE):
             if text.startswith(kind.value):
                 return cls(kind, text.removeprefix(kind.value).removeprefix(":").strip())
         return cls.preempted(text)
@@ -120,7 +125,27 @@ class RequeueChange:
     reason: str
 
 
-WorkloadChange = BindChange | ReasonChange | StopChange | HandleChange | EndChange | RequeueChange
+@dataclass(frozen=True, slots=True)
+class ResizeChange:
+    """An elastic workload's workers changed (a shrink or a grow): where it runs now and its quota charge."""
+
+    workload_id: int
+    placement: list[PlacementRecord]
+    admission: AdmissionRecord | None
+
+
+@dataclass(frozen=True, slots=True)
+class RelaunchChange:
+    """The workload's processes ended to restart it where it is placed (a resize): it is launched again, as
+    launch number ``attempts``; its last handle and stop are cleared."""
+
+    workload_id: int
+    attempts: int
+
+
+WorkloadChange = (
+    BindChange | ReasonChange | StopChange | HandleChange | EndChange | RequeueChange | ResizeChange | RelaunchChange
+)
 
 
 def columns_of(change: WorkloadChange) -> dict[str, Any]:
@@ -160,6 +185,10 @@ def columns_of(change: WorkloadChange) -> dict[str, Any]:
                 "reason": change.reason,
                 "exit_code": None,
             }
+        case ResizeChange():
+            columns = {"placement": change.placement, "admission": change.admission}
+        case RelaunchChange():
+            columns = {"attempts": change.attempts, "stop_reason": None, "handle": None}
         case _:
             raise TypeError(f"not a workload change: {change!r}")
     return {"id": change.workload_id, **columns}

@@ -64,6 +64,14 @@ class WorkloadRow(Base):
     array_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)  # its first task's id
     array_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     array_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)  # at most this many tasks run at once
+    # Job shapes (revision 0006): the workers it asks for (a gang: one process per worker, placed all or nothing),
+    # its elastic range (None: rigid), its job type (the throughput model's name; "" = unknown) and whether it
+    # resumes from its own checkpoints (then preemption may pick it).
+    workers: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    elastic_min: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    elastic_max: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    job_type: Mapped[str] = mapped_column(String(100), default="", server_default="")
+    checkpointable: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class EventRow(Base):

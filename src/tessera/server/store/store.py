@@ -49,6 +49,11 @@ REQUEST_COLUMNS = (
     WorkloadRow.queue,
     WorkloadRow.preemptible,
     WorkloadRow.submitted_at,
+    WorkloadRow.workers,
+    WorkloadRow.elastic_min,
+    WorkloadRow.elastic_max,
+    WorkloadRow.job_type,
+    WorkloadRow.checkpointable,
 )
 
 PendingRow = Row[Any]  # the REQUEST_COLUMNS of one pending workload (``Store.pending_requests``)
