@@ -346,6 +346,7 @@ def shaped_trace(seed: int, count: int, teams: Sequence[str] = ("default",)) -> 
         kind = int(rng.integers(4))
         base = {"id": f"job-{i}", "arrival_s": float(arrivals[i]), "queue": queue, "priority": cls.value}
         flags = {"preemptible": cls.preemptible, "checkpointed": cls.preemptible and bool(rng.integers(2))}
+        extra: dict[str, object]
         if kind == 0:  # a rigid gang of whole GPUs
             shape = Request(num_gpus=1, gpu_milli=1000, cpu_milli=2000, mem_mib=4096)
             gang, extra = int(rng.integers(2, 4)), {"duration_s": float(rng.integers(60, 900))}
