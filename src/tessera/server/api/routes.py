@@ -127,9 +127,10 @@ def router(ctx: ServerContext) -> APIRouter:
         """Keep a pending workload from being scheduled until it is released (409 when it is not pending)."""
         return set_hold(workload_id, caller, True)
 
-    @api.post("/workloads/{workload_id}/release", response_model=WorkloadOut, responses=NOT_FOUND, tags=["workloads"])
+    @api.post("/workloads/{workload_id}/release", response_model=WorkloadOut, responses=NOT_PENDING, tags=["workloads"])
     def release(workload_id: WorkloadId, caller: Caller) -> WorkloadOut:
-        """Let a held workload be scheduled again (a workload that is not held is left as it is)."""
+        """Let a held workload be scheduled again (a workload that is not held is left as it is; 409 for a held one
+        that ended or is being cancelled)."""
         return set_hold(workload_id, caller, False)
 
     @api.get("/workloads/{workload_id}/events", response_model=list[EventOut], responses=NOT_FOUND, tags=["workloads"])

@@ -1,0 +1,151 @@
+"""Gangs, elastic jobs, job types and checkpointing through the API and the loop (in-process server, fake backend, a
+clock moved by hand): a gang's launch carries its ranks, an elastic job grows into idle GPUs and gives workers back to
+a higher priority (its ranks stopped and started again, the newcomer launched only once the old ranks exited), a
+restarted server finishes a resize it had begun, and bad input is a 422 naming the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from server_harness import ADMIN, Harness, MakeHarness
+
+from tessera.backends.base import LaunchSpec
+from tessera.backends.fake import FakeBackend
+
+FOUR = "4xA100-80GB"
+
+
+def _launches(h: Harness, workload_id: object) -> list[LaunchSpec]:
+    return [spec for spec in h.backend.launched if spec.workload_id == str(workload_id)]
+
+
+def _events(h: Harness, workload_id: object) -> list[dict[str, Any]]:
+    response = h.http.get(f"/v1/workloads/{workload_id}/events", headers=h.as_(ADMIN))
+    assert response.status_code == 200, response.text
+    events: list[dict[str, Any]] = response.json()
+    return events
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"workers": 0}, "workers"),
+        ({"workers": 65}, "workers"),
+        ({"workers": True}, "workers"),
+        ({"elastic_min": 4, "elastic_max": 2}, "elastic_max"),
+        ({"elastic_min": 2}, "elastic_min"),
+        ({"elastic_max": 2}, "elastic_max"),
+        ({"elastic_min": 0, "elastic_max": 2}, "elastic_min"),
+        ({"workers": 5, "elastic_min": 1, "elastic_max": 4}, "workers"),
+        ({"job_type": "GPT-17"}, "job_type"),
+        ({"workers": 5, "gpus": 1}, "workers"),  # a gang larger than the pool (4 GPUs)
+        ({"workers": 3, "gpus": 2}, "workers"),
+        ({"elastic_min": 5, "elastic_max": 8, "gpus": 1}, "workers"),  # even its minimum never fits
+        ({"workers": 2, "kind": "service"}, "workers"),
+        ({"checkpointable": "yes"}, "checkpointable"),
+    ],
+)
+def test_bad_job_shapes_are_422_naming_the_field(
+    make_harness: MakeHarness, body: dict[str, object], field: str
+) -> None:
+    h = make_harness(FOUR)
+    response = h.http.post("/v1/workloads", json={"command": ["true"], **body}, headers=h.as_(ADMIN))
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == field, response.text
+
+
+def test_an_unknown_job_type_lists_the_known_ones_and_a_known_one_is_matched_without_case(
+    make_harness: MakeHarness,
+) -> None:
+    h = make_harness(FOUR)
+    response = h.http.post("/v1/workloads", json={"command": ["true"], "job_type": "gpt"}, headers=h.as_(ADMIN))
+    assert "ResNet-50" in response.json()["detail"]
+    assert h.submit(job_type="resnet-50", gpus=1)["job_type"] == "ResNet-50"
+    config = h.http.get("/v1/config", headers=h.as_(ADMIN)).json()
+    assert "ResNet-50" in config["job_types"]
+
+
+def test_a_gang_is_placed_whole_and_launched_once_with_its_ranks(make_harness: MakeHarness) -> None:
+    h = make_harness(FOUR)
+    gang = h.submit(workers=3, gpus=1, cpu=1, mem="1GiB")
+    too_big_now = h.submit(workers=2, gpus=1)  # one GPU is left: all or nothing, so it waits
+    h.step()
+    (spec,) = _launches(h, gang["id"])
+    assert spec.gang is not None and (spec.gang.world_size, spec.gang.ranks) == (3, (0, 1, 2))
+    assert len(spec.gpus) == 3 and spec.cpu_milli == 3000 and spec.mem_max_mib == 3072
+    assert spec.env["TESSERA_RESTARTS"] == "0"
+    assert h.get(gang["id"])["workers"] == 3 and len(h.get(gang["id"])["placement"]) == 3
+    assert h.get(too_big_now["id"])["state"] == "pending" and not _launches(h, too_big_now["id"])
+    single = h.submit(gpus=1)
+    h.step()
+    assert _launches(h, single["id"])[0].gang is None  # one worker: the command itself, no ranks
+
+
+def test_an_elastic_job_grows_shrinks_for_a_higher_priority_and_grows_back(make_harness: MakeHarness) -> None:
+    """The acceptance scenario on the fake backend: elastic 1-4 on 4 GPUs grows to 4; a higher-priority 2-GPU job
+    takes 2 (the elastic job's ranks are stopped and started again on 2; the newcomer starts only once the old ranks
+    have exited); when it ends, the elastic job grows back to 4."""
+    h = make_harness(FOUR)
+    elastic = h.submit(gpus=1, elastic_min=1, elastic_max=4, priority="best-effort", checkpointable=True)
+    wid = str(elastic["id"])
+    h.step()
+    assert h.get(wid)["workers"] == 4 and h.get(wid)["workers_asked"] == 1
+    (first,) = _launches(h, wid)
+    assert first.gang is not None and first.gang.world_size == 4  # bound and grown in one instant: one launch
+
+    urgent = h.submit(workers=2, gpus=1, priority="training")
+    h.step()  # the shrink is decided: the elastic job's ranks are told to stop; the urgent job waits for them
+    assert h.get(wid)["workers"] == 2
+    assert (wid, pytest.approx(10.0)) in [(w, g) for w, g in h.backend.stops]
+    assert not _launches(h, urgent["id"])
+    h.step()  # the old ranks have exited: the elastic job restarts on 2 workers, the urgent job starts
+    second = _launches(h, wid)[-1]
+    assert second.gang is not None and second.gang.world_size == 2 and second.env["TESSERA_RESTARTS"] == "1"
+    assert len(_launches(h, urgent["id"])) == 1
+    assert h.get(wid)["state"] == "running" and h.get(wid)["attempts"] == 2
+    kinds = [e["kind"] for e in _events(h, wid)]
+    assert "shrunk" in kinds and "restarted" in kinds
+
+    h.backend.finish(str(urgent["id"]), 0)
+    h.step()  # the urgent job ended: the elastic job grows into its GPUs again
+    h.step()
+    assert h.get(wid)["workers"] == 4
+    third = _launches(h, wid)[-1]
+    assert third.gang is not None and third.gang.world_size == 4
+    assert "grown" in [e["kind"] for e in _events(h, wid)]
+    assert h.get(wid)["state"] == "running"
+
+
+def test_a_rigid_job_and_a_preset_without_elastic_jobs_never_resize(make_harness: MakeHarness) -> None:
+    h = make_harness(FOUR, policy="fifo-share")  # runs elastic jobs as rigid gangs, as in the twin
+    elastic = h.submit(gpus=1, elastic_min=1, elastic_max=4)
+    h.step()
+    h.step()
+    assert h.get(elastic["id"])["workers"] == 1 and len(_launches(h, elastic["id"])) == 1
+
+
+def test_a_restarted_server_finishes_a_resize_it_had_begun(make_harness: MakeHarness, tmp_path: Any) -> None:
+    """The server dies after storing a shrink, before the old ranks exited: the new one stops them again and, once
+    they have exited, launches the job on the workers stored, never on the old ones."""
+    backend = FakeBackend()
+    h = make_harness(FOUR, backend=backend)
+    elastic = h.submit(gpus=1, elastic_min=1, elastic_max=4, priority="best-effort", checkpointable=True)
+    wid = str(elastic["id"])
+    h.step()
+    assert h.get(wid)["workers"] == 4
+    h.submit(workers=2, gpus=1, priority="training")
+    backend.stop = lambda workload_id, grace_s: None  # type: ignore[method-assign]  # the stop is lost with the server
+    h.step()
+    shrunk = h.get(wid)["workers"]
+    assert shrunk < 4
+    backend.close()  # the server is killed here
+
+    del backend.stop  # the real stop again
+    restarted = make_harness(FOUR, db_url=h.db_url, backend=backend)
+    assert (wid, pytest.approx(10.0)) in backend.stops  # recovery sent the stored stop again
+    restarted.step()
+    restarted.step()
+    last = _launches(restarted, wid)[-1]
+    assert (last.gang.world_size if last.gang is not None else 1) == shrunk == restarted.get(wid)["workers"]
+    assert len(_launches(restarted, wid)) == 2 and restarted.get(wid)["state"] == "running"
