@@ -31,7 +31,7 @@ def started_gang(h: Harness) -> int:
     return wid
 
 
-def logs(h: Harness, wid: int, **params: Any) -> httpx.Response:
+def logs(h: Harness, wid: int, **params: Any) -> Any:
     return h.http.get(f"/v1/workloads/{wid}/logs", params=params, headers=h.as_(ADMIN))
 
 
