@@ -126,6 +126,13 @@ def test_stop_ends_every_rank_and_leaves_nothing(backend: LocalBackend, tmp_path
     assert "stopping the other ranks" not in log.read_text()  # a stop from outside is not a rank's failure
 
 
+def test_stop_right_after_the_launch_of_a_gang(backend: LocalBackend, tmp_path: Path) -> None:
+    handle = backend.launch(gang_of("echo started; sleep 1000", tmp_path / "w.log", GangRanks(4, (0, 1, 2, 3))))
+    backend.stop("g", grace_s=30)  # before, while or after the ranks are started: each ends by that SIGTERM
+    assert wait_for_exit(backend, "g").exit_code == -15
+    assert not is_running(int(str(handle.data["pid"]))) and backend.pids(handle) == []
+
+
 def test_a_new_backend_adopts_a_running_gang_and_reports_its_end(tmp_path: Path) -> None:
     log = tmp_path / "w.log"
     first = LocalBackend(tmp_path / "run")

@@ -188,7 +188,7 @@ def run_gang(command: list[str], relay: SignalRelay, spec: CommandSpec, pipes: d
     state.reap()
     if state.failure is not None:
         return state.failure[1]
-    if state.started == 0 and relay.first_signal is not None:  # stopped before any rank started
+    if state.started < len(gang.ranks) and relay.first_signal is not None:  # stopped before every rank started
         return -relay.first_signal
     return 0
 
