@@ -26,6 +26,7 @@ def tessera(*args: str) -> subprocess.CompletedProcess[str]:
         (("jobs", "--bogus"), ("No such option: --bogus", "tessera jobs --help")),
         (("models", "deploy"), ("Missing argument 'name'",)),
         (("nosuch",), ("No such command 'nosuch'", "tessera --help")),
+        (("logs", "1", "--rank", "-1"), ("'--rank'", "greater than or equal to 0", "tessera logs --help")),
     ],
 )
 def test_a_usage_error_is_one_line_with_exit_2(args: tuple[str, ...], fragments: tuple[str, ...]) -> None:

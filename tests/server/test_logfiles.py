@@ -152,3 +152,19 @@ def test_sizes_of_the_log_cap() -> None:
     assert parse_size_bytes("0", "--log-max-size") == 0
     with pytest.raises(InvalidRequestError, match="--log-max-size"):
         parse_size_bytes("lots", "--log-max-size")
+
+
+def test_a_ranks_log_is_read_apart_and_counts_as_there_once_rotated(tmp_path: Path) -> None:
+    logs = files(tmp_path)
+    (tmp_path / "7.log").write_bytes(b"rank zero\n")
+    writer = CappedLog(tmp_path / "7.log.rank2", max_bytes=8)
+    writer.write(b"first\n")
+    writer.write(b"second\n")  # rotates: "first" goes to 7.log.rank2.1
+    writer.close()
+    assert logs.path(7, 2) == tmp_path / "7.log.rank2" and logs.path(7) == tmp_path / "7.log"
+    assert read_all(logs, 7, 4) == (b"rank zero\n", 10)
+    assert logs.read(7, 0, 100, True, rank=2).data == b"first\n"
+    assert logs.read(7, 6, 100, True, rank=2).data == b"second\n"
+    assert logs.tail_offset(7, 1, rank=2) == 6
+    (tmp_path / "7.log.rank2").unlink()
+    assert logs.has_rank(7, 2) and logs.has_rank(7, 0) and not logs.has_rank(7, 1) and logs.has_rank(8, 0)

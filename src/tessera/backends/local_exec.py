@@ -11,7 +11,8 @@
   root: what it listens on there, only the server reaches.
 - **The log** is opened by the server (0600, in a 0700 directory) and handed to the supervisor as stdout; the
   command writes to a pipe that the supervisor copies to the log under its cap (``log_pipe.py``): a tenant's user
-  can read no log at all, nor write its own past the cap.
+  can read no log at all, nor write its own past the cap. A gang's ranks (``LaunchSpec.gang``) run under the same
+  supervisor, each rank but 0 logging to ``rank_log_path`` (created here alike; ``gang_ranks.py``).
 - **Containment**: a cgroup per workload where one is usable (``cgroups.py``), which the supervisor joins before it
   starts the command, and which the backend kills and removes when the workload ends, also when the supervisor was
   SIGKILLed. The supervisor is a child subreaper too (``reaper.py``), the fallback without cgroups.
@@ -35,7 +36,7 @@ from typing import IO
 import tessera
 from tessera.backends import cgroup_limits, cgroups, netns
 from tessera.backends.accounts import DEFAULT_PATH, LANG, Account, TenantAccounts, server_account, workload_env
-from tessera.backends.base import LaunchSpec
+from tessera.backends.base import LaunchSpec, rank_log_path
 from tessera.backends.runtime_dirs import RUNTIME_DIR_ENV, RuntimeDirError, RuntimeDirs, runtime_base
 from tessera.backends.supervisor import RELAYED_SIGNALS, CommandSpec
 
@@ -119,8 +120,10 @@ class LocalExec:
             limit_cgroups=tuple(str(p) for p in self.limit_places.v1_dirs(stem, cgroup)) if cgroup else (),
             log=None if spec.log_path is None else str(spec.log_path.absolute()),
             log_max_bytes=spec.log_max_bytes,
+            gang=spec.gang,
         )
         try:
+            make_rank_logs(spec)
             write_private(spec_file, json.dumps(command_spec.to_json()))
         except BaseException:
             self.undo(spec_file, stem, cgroup)
@@ -229,6 +232,16 @@ def open_log(log_path: Path | None) -> IO[bytes]:
         return open(os.devnull, "wb")
     log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     return open(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
+
+
+def make_rank_logs(spec: LaunchSpec) -> None:
+    """Creates the logs of a gang's ranks but rank 0's (``open_log``'s owner and mode), so that they can be read
+    from the launch on; the supervisor appends to them."""
+    if spec.gang is None or spec.log_path is None:
+        return
+    for rank in spec.gang.ranks:
+        if rank != 0:
+            open_log(rank_log_path(spec.log_path, rank)).close()
 
 
 def write_private(path: Path, text: str) -> None:

@@ -6,142 +6,60 @@ ARGS...`` in a new session, with an environment of its own (never the tenant's: 
 supervisor leads the workload's process group and outlives a server killed with ``kill -9``; its stdout and stderr
 go to the workload's log (opened by the server). The supervisor
 
-1. reads and deletes the spec file (``CommandSpec``: CMD's environment, directory, user, umask, cgroups and log),
+1. reads and deletes the spec file (``command_spec.CommandSpec``: CMD's environment, directory, user, umask, cgroups,
+   log and gang),
    makes itself a child subreaper (``reaper.py``) and moves itself into the workload's cgroups (``cgroups.py``: the
    one that contains it, and those of its limits in cgroup v1 hierarchies) if any;
-2. starts CMD as its child, in the same process group (as the tenant's user when the spec names one), its stdout
-   and stderr a pipe whose bytes a thread of the supervisor writes to the log under the log's cap (``log_pipe.py``;
-   without a log in the spec, CMD inherits the supervisor's stdout and stderr), the OOM killer's choice before the
-   supervisor (``oom_score.py``);
+2. starts CMD as its child (``command_start.py``), in the same process group (as the tenant's user when the spec
+   names one), its stdout and stderr a pipe whose bytes a thread of the supervisor writes to the log under the log's
+   cap (``log_pipe.py``; without a log in the spec, CMD inherits the supervisor's stdout and stderr), the OOM
+   killer's choice before the supervisor (``oom_score.py``); with a gang in the spec, one CMD per rank, each with
+   torchrun's variables and a log of its own, the first rank that fails stopping the others (``gang_ranks.py``);
 3. relays SIGTERM and SIGINT to the whole workload (the group, and the cgroup's members or its descendants: what
-   left the group too), once per signal it receives;
+   left the group too), once per signal it receives (``signal_relay.py``);
 4. waits for CMD (reaping orphans meanwhile), says so if the OOM killer ended it, copies the rest of its output,
    and writes CMD's exit code to the exit file atomically (temporary file, then ``os.replace``): the code CMD
-   exited with, minus N if a signal N killed it, 127 if CMD was not found, 126 if it could not be run;
+   exited with, minus N if a signal N killed it, 127 if CMD was not found, 126 if it could not be run (a gang's:
+   its first failure's, 0 when every rank exited 0);
 5. kills what is left of the workload with SIGKILL (the cgroup, its descendants, the group), itself last, so nothing
    of the workload outlives CMD.
 
 If a stop signal arrives before CMD started, CMD is not started and the exit code is minus that signal. Nor is it
 (exit code 126, the reason in one line of the log) when the supervisor cannot give it all it was told it has: a
 limit cgroup it cannot join, a log pipe it cannot set up (no thread: the host out of PIDs), a private network it
-cannot make.
-Imports only the standard library. Linux (POSIX process groups) only.
+cannot make, a rank's log it cannot open, a master port it cannot pick.
+Imports only the standard library (and Tessera's modules that do too). Linux (POSIX process groups) only.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
-import pwd
-import shutil
 import signal
-import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
 from pathlib import Path
-from types import FrameType
 
 from tessera.backends import cgroups, oom_score, reaper
-from tessera.backends.log_pipe import LogPipe
+from tessera.backends.command_spec import CommandSpec, read_spec
+from tessera.backends.command_start import EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, permission_denied, start_command
+from tessera.backends.gang_ranks import open_rank_logs, run_gang
+from tessera.backends.log_pipe import LogPipe, finish_all
+from tessera.backends.signal_relay import RELAYED_SIGNALS, SignalRelay, leads_own_group
 
 # Not __name__: run with ``-m`` this module is "__main__".
 logger = logging.getLogger("tessera.backends.supervisor")
 
-EXIT_CANNOT_EXECUTE = 126
-EXIT_NOT_FOUND = 127
-RELAYED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+__all__ = [
+    "EXIT_CANNOT_EXECUTE",
+    "EXIT_NOT_FOUND",
+    "RELAYED_SIGNALS",
+    "CommandSpec",
+    "main",
+    "permission_denied",
+    "read_spec",
+]
 USAGE = "usage: python -m tessera.backends.supervisor --exit-file PATH [--spec PATH] -- CMD [ARGS...]"
-
-
-@dataclass(frozen=True, slots=True)
-class CommandSpec:
-    """How CMD runs, as the local backend writes it to the spec file (JSON, 0600, read once and deleted). Without
-    one, CMD inherits the supervisor's environment, directory and user."""
-
-    env: dict[str, str] | None = None  # CMD's whole environment
-    cwd: str | None = None
-    uid: int | None = None  # run CMD as this user (the supervisor must be root)
-    gid: int | None = None
-    groups: tuple[int, ...] | None = None
-    umask: int | None = None
-    cgroup: str | None = None  # the workload's cgroup directory, which the supervisor joins
-    cgroup_kind: str | None = None  # cgroups.KINDS
-    limit_cgroups: tuple[str, ...] = ()  # its cgroups in v1 hierarchies of its limits (cgroup_limits), joined too
-    log: str | None = None  # the log (the supervisor's stdout): CMD's output is written there under the cap
-    log_max_bytes: int = 0  # the log's cap (0: none)
-    private_network: bool = False  # enter a network namespace of its own first (``netns``; needs root)
-
-    def to_json(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_json(cls, value: object) -> CommandSpec:
-        if not isinstance(value, dict) or not set(value) <= {f.name for f in fields(cls)}:
-            raise ValueError("not a command spec")
-        groups = value.get("groups")
-        limit_cgroups = tuple(value.get("limit_cgroups", ()))
-        return cls(**{**value, "groups": None if groups is None else tuple(groups), "limit_cgroups": limit_cgroups})
-
-
-def read_spec(path: Path) -> CommandSpec:
-    """The spec file's contents; the file is deleted (it may hold the tenant's secrets)."""
-    try:
-        return CommandSpec.from_json(json.loads(path.read_text()))
-    finally:
-        path.unlink(missing_ok=True)
-
-
-class _SignalRelay:
-    """Relays stop signals to the process group once CMD runs; remembers the ones that came before."""
-
-    def __init__(self, cgroup: Path | None = None) -> None:
-        self.cgroup = cgroup
-        self.first_signal: int | None = None
-        self.child_pid: int | None = None
-        self._relayed: set[int] = set()
-
-    def install(self) -> None:
-        for signum in RELAYED_SIGNALS:
-            signal.signal(signum, self._handle)
-
-    def child_started(self, pid: int) -> None:
-        self.child_pid = pid
-        # A signal that arrived while CMD was being started was recorded but could not be relayed yet.
-        if self.first_signal is not None and self.first_signal not in self._relayed:
-            self._relay(self.first_signal)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.first_signal is None:
-            self.first_signal = signum
-        if self.child_pid is not None:
-            self._relay(signum)
-
-    def _relay(self, signum: int) -> None:
-        self._relayed.add(signum)
-        if not leads_own_group():
-            assert self.child_pid is not None
-            os.kill(self.child_pid, signum)
-            return
-        # The group includes the supervisor: ignore the signal while sending it, so it reaches only the others.
-        previous = signal.signal(signum, signal.SIG_IGN)
-        try:
-            os.killpg(os.getpgrp(), signum)
-        finally:
-            signal.signal(signum, previous)
-        # What left the group (setsid, a double fork): the cgroup names it, else the subreaper's tree holds it. The
-        # group's own members had the signal already: each process gets it once.
-        others = cgroups.members(self.cgroup) if self.cgroup is not None else reaper.descendants(os.getpid())
-        for pid in others:
-            with contextlib.suppress(ProcessLookupError):
-                if pid != os.getpid() and os.getpgid(pid) != os.getpgrp():
-                    os.kill(pid, signum)
-
-
-def leads_own_group() -> bool:
-    return os.getpgrp() == os.getpid()
 
 
 def signal_name(signum: int) -> str:
@@ -167,56 +85,14 @@ def split_args(argv: Sequence[str]) -> tuple[Path, Path | None, list[str]]:
     return Path(options[1]), Path(options[3]) if len(options) == 4 else None, command
 
 
-def permission_denied(program: str, filename: str | None, spec: CommandSpec) -> str:
-    """What a refused start says: the file refused (a program found on CMD's PATH by its full path, and where a link
-    leads), and, when CMD runs as another user, that it is that user who must reach it (a virtualenv's python often
-    links to an interpreter in the server user's home, which other users cannot enter)."""
-    where = filename or "not an executable file"
-    if filename == program and os.sep not in program:
-        where = shutil.which(program, path=(spec.env if spec.env is not None else os.environ).get("PATH")) or where
-    if os.path.isabs(where) and os.path.realpath(where) != where:
-        where = f"{where} -> {os.path.realpath(where)}"
-    text = f"permission denied ({where})"
-    if spec.uid is not None and spec.uid != os.geteuid():
-        try:
-            user = pwd.getpwuid(spec.uid).pw_name
-        except KeyError:
-            user = f"uid {spec.uid}"
-        text += (
-            f"; the workload runs as user {user}, who must be able to reach the program, every directory above it "
-            "and the working directory (tessera up --run-as server runs workloads as the server's user)"
-        )
-    return text
-
-
-def run_command(command: list[str], relay: _SignalRelay, spec: CommandSpec | None = None) -> int:
+def run_command(command: list[str], relay: SignalRelay, spec: CommandSpec | None = None) -> int:
     """Runs CMD to its end; its exit code (negative: killed by that signal; 127/126: could not be started)."""
     if relay.first_signal is not None:  # told to stop before CMD started: do not start it
         return -relay.first_signal
     spec = spec or CommandSpec()
-    try:
-        # Inherits stdin/stdout/stderr and the process group; the rest as the spec says. The OOM killer takes the
-        # command before the supervisor, which shares its memory limit (``oom_score``).
-        with oom_score.spared():
-            child = subprocess.Popen(
-                command,
-                env=spec.env,
-                cwd=spec.cwd,
-                user=spec.uid,
-                group=spec.gid,
-                extra_groups=spec.groups,
-                umask=-1 if spec.umask is None else spec.umask,
-            )
-    except FileNotFoundError as error:
-        missing = "command not found" if error.filename in (None, command[0]) else f"{error.filename} not found"
-        logger.error("cannot run %r: %s", command[0], missing)
-        return EXIT_NOT_FOUND
-    except PermissionError as error:
-        logger.error("cannot run %r: %s", command[0], permission_denied(command[0], error.filename, spec))
-        return EXIT_CANNOT_EXECUTE
-    except OSError as error:
-        logger.error("cannot run %r: %s", command[0], error.strerror or error)
-        return EXIT_CANNOT_EXECUTE
+    child = start_command(command, spec)  # inherits stdin/stdout/stderr and the process group
+    if isinstance(child, int):
+        return child
     relay.child_started(child.pid)
     code = wait_reaping(child.pid)
     child.returncode = code  # waited for here, not by Popen
@@ -325,7 +201,7 @@ def start_log_pipe(spec: CommandSpec) -> tuple[LogPipe | None, int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="tessera-supervisor: %(message)s", stream=sys.stderr)
-    relay = _SignalRelay()
+    relay = SignalRelay()
     relay.install()  # a stop that comes while the rest is set up is kept, and CMD then not started
     # The backend starts this program with the stop signals blocked, so that one sent before the handlers were in
     # place waits (pending) instead of killing it before it could write an exit code: it arrives now.
@@ -340,21 +216,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.warning("cannot become a child subreaper: what leaves the process group may outlive the command")
     cgroup, exit_code = join_cgroups(spec)
     relay.cgroup = cgroup
-    pipe = None
+    pipe: LogPipe | None = None
+    rank_pipes: dict[int, LogPipe] = {}
     if exit_code == 0:  # each step fails closed: CMD never runs with less than it was told it has
         pipe, exit_code = start_log_pipe(spec)
+    if exit_code == 0:
+        rank_pipes, exit_code = open_rank_logs(spec, pipe)
     if exit_code == 0:
         exit_code = enter_network(spec)
     memory = [Path(p) for p in (*spec.limit_cgroups, *([spec.cgroup] if spec.cgroup else []))]
     kills_before = oom_score.oom_kills(memory)
-    if exit_code == 0:
+    if exit_code == 0 and spec.gang is not None:
+        exit_code = run_gang(command, relay, spec, rank_pipes)
+    elif exit_code == 0:
         exit_code = run_command(command, relay, spec)
     if exit_code < 0:
         kills = oom_score.oom_kills(memory) - kills_before if exit_code == -signal.SIGKILL else 0
         why = f": out of memory (the kernel killed {kills} process(es) of the workload at its memory limit)"
         logger.info("%r was ended by signal %s%s", command[0], signal_name(-exit_code), why if kills > 0 else "")
-    if pipe is not None:
-        pipe.finish()
+    finish_all([*([pipe] if pipe is not None else []), *rank_pipes.values()])
     try:
         write_exit_code(exit_file, exit_code)
     except OSError as error:

@@ -1,4 +1,5 @@
-"""``tessera logs ID [--tail N] [-f]``: a workload's output, written to stdout as the bytes the workload wrote
+"""``tessera logs ID [--tail N] [-f] [--rank R]``: a workload's output (of one rank of a multi-worker job: each rank
+logs apart, rank 0 in the workload's log), written to stdout as the bytes the workload wrote
 (the server sends whole UTF-8 characters; they are written back as UTF-8 whatever the terminal's locale). With
 ``-f`` it follows until the workload ends, then exits with the workload's exit code (a signal N as 128 + N, as
 shells report it; 1 for a workload that ended without one, e.g. cancelled before it started)."""
@@ -24,13 +25,19 @@ def logs(
     tail: Annotated[
         int | None, typer.Option("--tail", "-n", min=0, help="Only the last N lines (then follow with -f).")
     ] = None,
+    rank: Annotated[
+        int, typer.Option("--rank", "-r", min=0, help="A multi-worker job's rank: its own output (0: the first).")
+    ] = 0,
     url: UrlOption = None,
     token: TokenOption = None,
 ) -> None:
     """A workload's output (stdout and stderr together)."""
     code = 0
     with one_line_errors(), client_for(url, token) as client:
-        chunks = client.follow_logs(workload_id, tail=tail) if follow else client.read_logs(workload_id, tail=tail)
+        if follow:
+            chunks = client.follow_logs(workload_id, tail=tail, rank=rank)
+        else:
+            chunks = client.read_logs(workload_id, tail=tail, rank=rank)
         out = sys.stdout.buffer
         for text in chunks:
             out.write(text.encode("utf-8", errors="surrogateescape"))

@@ -137,30 +137,36 @@ class TesseraClient:
         result: dict[str, Any] = self._call("POST", f"/v1/workloads/{workload_id}/release")
         return result
 
-    def logs(self, workload_id: int, offset: int = 0, *, tail: int | None = None) -> dict[str, Any]:
+    def logs(self, workload_id: int, offset: int = 0, *, tail: int | None = None, rank: int = 0) -> dict[str, Any]:
         """One chunk of the log (``LogChunk``'s fields) from ``offset``, or from the start of its last ``tail``
-        lines. A chunk holds whole UTF-8 characters: its bytes go from ``offset`` to ``next_offset``."""
+        lines; of a multi-worker job's rank ``rank`` (0: the workload's log). A chunk holds whole UTF-8 characters:
+        its bytes go from ``offset`` to ``next_offset``."""
         params: dict[str, Any] = {"offset": offset}
         if tail is not None:
             params["tail"] = tail
+        if rank != 0:  # only then: a server from before ranks answers rank 0's log as ever
+            params["rank"] = rank
         result: dict[str, Any] = self._call("GET", f"/v1/workloads/{workload_id}/logs", params=params)
         return result
 
-    def read_logs(self, workload_id: int, *, tail: int | None = None) -> Iterator[str]:
-        """The log as it is now (from its last ``tail`` lines when given), chunk by chunk, without waiting."""
+    def read_logs(self, workload_id: int, *, tail: int | None = None, rank: int = 0) -> Iterator[str]:
+        """The log (of rank ``rank``) as it is now (from its last ``tail`` lines when given), chunk by chunk,
+        without waiting."""
         from tessera.api import LogChunk
 
-        chunk = self._parse(LogChunk, self.logs(workload_id, tail=tail))
+        chunk = self._parse(LogChunk, self.logs(workload_id, tail=tail, rank=rank))
         while chunk.data:
             yield chunk.data
-            chunk = self._parse(LogChunk, self.logs(workload_id, chunk.next_offset))
+            chunk = self._parse(LogChunk, self.logs(workload_id, chunk.next_offset, rank=rank))
 
-    def follow_logs(self, workload_id: int, poll_s: float = 0.5, *, tail: int | None = None) -> Iterator[str]:
-        """Log text as it is written, until the workload has ended and everything was read (from its last ``tail``
-        lines when given)."""
+    def follow_logs(
+        self, workload_id: int, poll_s: float = 0.5, *, tail: int | None = None, rank: int = 0
+    ) -> Iterator[str]:
+        """Log text (of rank ``rank``) as it is written, until the workload has ended and everything was read (from
+        its last ``tail`` lines when given)."""
         from tessera.api import LogChunk
 
-        chunk = self._parse(LogChunk, self.logs(workload_id, tail=tail))
+        chunk = self._parse(LogChunk, self.logs(workload_id, tail=tail, rank=rank))
         while True:
             if chunk.data:
                 yield chunk.data
@@ -168,7 +174,7 @@ class TesseraClient:
                 return
             else:
                 time.sleep(poll_s)
-            chunk = self._parse(LogChunk, self.logs(workload_id, chunk.next_offset))
+            chunk = self._parse(LogChunk, self.logs(workload_id, chunk.next_offset, rank=rank))
 
     def nodes(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", "/v1/nodes")

@@ -8,6 +8,9 @@ offset of the current file's first byte (absent: 0), so a client following with 
 back to the start by a rotation; asking for an offset that was rotated away answers from the oldest byte kept.
 Each read looks at a consistent pair of files (``capped_log.open_segments``), whatever rotation happens meanwhile.
 
+A gang's ranks log apart (``backends.base.rank_log_path``: rank 0 in the workload's log, rank ``r`` in
+``<id>.log.rank<r>``, each capped and rotated alike): every read names its ``rank`` (0 by default).
+
 A chunk never ends inside a UTF-8 character: an incomplete multi-byte sequence at its end is left for the next read
 (unless the workload has ended and it is the last byte of the log: then it is decoded with a replacement
 character), so a character split by the chunk size or by a write in progress arrives whole. (The writer never ends a
@@ -23,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from tessera.backends.capped_log import DEFAULT_LOG_MAX_BYTES, Segments, complete_utf8, open_segments
+from tessera.backends.base import rank_log_path
+from tessera.backends.capped_log import DEFAULT_LOG_MAX_BYTES, Segments, complete_utf8, open_segments, rotated_path
 from tessera.errors import InvalidRequestError
 
 __all__ = ["DEFAULT_LOG_MAX_BYTES", "LogFiles", "LogRead", "complete_utf8", "parse_size_bytes"]
@@ -57,11 +61,20 @@ class LogFiles:
     def __init__(self, path_of: Callable[[int], Path]) -> None:
         self.path_of = path_of
 
-    def read(self, workload_id: int, offset: int, limit: int, finished: bool) -> LogRead:
-        """Up to ``limit`` bytes from logical ``offset`` (whole characters; see the module's doc). At least 4 bytes
-        are read, so that one character always fits."""
+    def path(self, workload_id: int, rank: int = 0) -> Path:
+        """The log of ``workload_id``'s rank ``rank`` (0: the workload's log)."""
+        return rank_log_path(self.path_of(workload_id), rank)
+
+    def has_rank(self, workload_id: int, rank: int) -> bool:
+        """Whether rank ``rank`` of ``workload_id`` has a log (rank 0 always: the workload's log, perhaps empty)."""
+        path = self.path(workload_id, rank)
+        return rank == 0 or path.exists() or rotated_path(path).exists()
+
+    def read(self, workload_id: int, offset: int, limit: int, finished: bool, rank: int = 0) -> LogRead:
+        """Up to ``limit`` bytes from logical ``offset`` (whole characters; see the module's doc) of rank ``rank``'s
+        log. At least 4 bytes are read, so that one character always fits."""
         limit = max(limit, 4)
-        with open_segments(self.path_of(workload_id)) as segments:
+        with open_segments(self.path(workload_id, rank)) as segments:
             offset = max(offset, segments.rotated_start)
             if offset < segments.current_start:  # still in the rotated file, which is final
                 data = _read_at(segments.rotated, offset - segments.rotated_start, limit)
@@ -74,9 +87,10 @@ class LogFiles:
             keep = len(data)  # a file's last bytes, and no more will come to it
         return LogRead(data[:keep], offset, offset + keep)
 
-    def tail_offset(self, workload_id: int, lines: int) -> int:
-        """The logical offset where the last ``lines`` lines start (a last line without its newline counts)."""
-        with open_segments(self.path_of(workload_id)) as segments:
+    def tail_offset(self, workload_id: int, lines: int, rank: int = 0) -> int:
+        """The logical offset where the last ``lines`` lines of rank ``rank``'s log start (a last line without its
+        newline counts)."""
+        with open_segments(self.path(workload_id, rank)) as segments:
             return _tail_offset(segments, lines)
 
 

@@ -4,6 +4,7 @@ share (``shared_ray_cluster``, ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 from ray_cluster import is_running, ray, wait_until
 
-from tessera.backends.base import ExitStatus, GpuShare, Handle, LaunchSpec
+from tessera.backends.base import ExitStatus, GangRanks, GpuShare, Handle, LaunchSpec, rank_log_path
 from tessera.backends.ray.backend import RayBackend, actor_name
 from tessera.gpu.gpus import parse_gpu_spec
 from tessera.gpu.isolation import isolation_env
@@ -107,6 +108,25 @@ def test_runs_on_the_chosen_node_and_gpu_with_logs_and_exit_code(backend: RayBac
     log = (tmp_path / "place-1.log").read_text()
     assert f"cvd={gpu('w2', 1)} milli=1000" in log and "oops" in log
     assert backend.find("place-1") is None  # ended and reported: its actor is gone
+
+
+def test_a_gang_runs_its_ranks_on_the_node_and_each_ranks_log_comes_back(backend: RayBackend, tmp_path: Path) -> None:
+    script = (
+        'echo "rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE port=$MASTER_PORT cvd=$CUDA_VISIBLE_DEVICES"; '
+        'if [ "$RANK" = 1 ]; then exit 3; fi; trap "echo SIGTERM came; exit 143" TERM; while :; do sleep 0.05; done'
+    )
+    shares = ((gpu("w1", 0), 1000), (gpu("w1", 1), 1000))
+    launch = dataclasses.replace(spec("gang-1", script, tmp_path, "w1", shares), gang=GangRanks(2, (0, 1)))
+    handle = backend.launch(launch)
+    assert handle.data["log_ranks"] == "1"
+    found = backend.find("gang-1")
+    assert found is not None and found.data["log_ranks"] == "1"  # a server that adopts it reads rank 1's log too
+    assert wait_for_ends(backend, "gang-1")["gang-1"].exit_code == 3  # rank 1's failure stopped rank 0
+    main, rank1 = (rank_log_path(tmp_path / "gang-1.log", rank).read_text() for rank in (0, 1))
+    port = main.split("port=")[1].split()[0]
+    assert f"rank=0 local=0 world=2 port={port} cvd={gpu('w1', 0)},{gpu('w1', 1)}" in main and int(port) > 0
+    assert "rank 1 exited with code 3: stopping the other ranks" in main and "SIGTERM came" in main
+    assert f"rank=1 local=1 world=2 port={port}" in rank1 and "rank=0" not in rank1
 
 
 def test_three_fractional_workloads_share_one_gpu(backend: RayBackend, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ray_skip import skip_ray_tests
 
-from tessera.backends.base import Handle
+from tessera.backends.base import Handle, rank_log_path
 from tessera.backends.capped_log import logical_size, rotated_path
 
 try:
@@ -42,3 +42,17 @@ def test_the_log_is_made_private_and_capped(tmp_path: Path) -> None:
     watch.close_log()
     assert path.stat().st_size <= 100 and logical_size(path) == 200
     assert oct(path.stat().st_mode & 0o777) == "0o600" and oct(path.parent.stat().st_mode & 0o777) == "0o700"
+
+
+def test_a_gangs_rank_logs_are_written_apart_each_with_its_offset(tmp_path: Path) -> None:
+    path = tmp_path / "logs" / "7.log"
+    watch = _watch(path, max_bytes=100)
+    watch.rank_offsets = {1: 0, 3: 0}
+    watch.append_log(b"main\n")
+    watch.append_log(b"rank one\n", 1)
+    watch.append_log(b"rank three\n", 3)
+    watch.close_log()
+    assert path.read_bytes() == b"main\n" and rank_log_path(path, 1).read_bytes() == b"rank one\n"
+    assert rank_log_path(path, 3).read_bytes() == b"rank three\n"
+    assert (watch.offset, watch.rank_offsets) == (5, {1: 9, 3: 11}) and watch.rank_logs == {}
+    assert oct(rank_log_path(path, 3).stat().st_mode & 0o777) == "0o600"

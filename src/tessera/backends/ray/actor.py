@@ -10,7 +10,9 @@ workload survives the server that launched it and a restarted server finds it by
   pipe the guard watches: when this actor dies for any reason, the guard kills the workload;
 - answers ``progress(offset, wait_s)``, a long poll: new log bytes from ``offset`` (the server appends them to the
   workload's log, so ``tessera logs -f`` works as with the local backend) and, once the guard has written it, the
-  exit code. The server keeps one such call outstanding per workload and waits on all of them with ``ray.wait``;
+  exit code. The server keeps one such call outstanding per workload and waits on all of them with ``ray.wait``.
+  A gang's launch (``GangRanks``) has one node-local log per rank (the supervisor's, ``rank_log_path`` of ``log``,
+  uncapped here: the server caps what it appends): ``progress_ranks`` answers for all of them at once;
 - passes ``stop(grace_s)`` and ``kill()`` to the guard;
 - ``cleanup()`` removes its directory and exits, once the server has recorded the end.
 
@@ -30,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tessera.backends.accounts import server_account, workload_env
+from tessera.backends.base import GangRanks, rank_log_path
 from tessera.backends.local_files import file_stem
 from tessera.backends.ray import guard
 from tessera.backends.supervisor import CommandSpec
@@ -54,6 +57,7 @@ class WorkloadActor:
         workdir: str | None,
         base_dir: str,
         log_path: str,
+        gang: GangRanks | None = None,
     ) -> None:
         self.workload_id = workload_id
         self.log_path = log_path  # on the server's host: told back to a server that finds this actor
@@ -62,7 +66,10 @@ class WorkloadActor:
         self.dir.mkdir(mode=0o700, parents=True)
         account = server_account()
         cwd = workdir if workdir is not None and Path(workdir).is_dir() else "/"
-        spec = CommandSpec(env=workload_env(account, spec_env), cwd=cwd, umask=WORKLOAD_UMASK)
+        # A gang's ranks log apart (the supervisor's pipes need the log named): the main log is uncapped, as without.
+        log = None if gang is None else str(self.dir / guard.LOG_FILE)
+        self.log_ranks = "" if gang is None else ",".join(str(rank) for rank in gang.ranks if rank != 0)
+        spec = CommandSpec(env=workload_env(account, spec_env), cwd=cwd, umask=WORKLOAD_UMASK, log=log, gang=gang)
         _write_private(self.dir / guard.SPEC_FILE, json.dumps(spec.to_json()))
         (self.dir / guard.ARGV_FILE).write_text(json.dumps(list(argv)))
         read_fd, self._write_fd = os.pipe()
@@ -84,26 +91,30 @@ class WorkloadActor:
         import ray  # only inside a running actor
 
         node_id = str(ray.get_runtime_context().get_node_id())
-        return {"workload_id": self.workload_id, "log_path": self.log_path, "dir": str(self.dir), "node_id": node_id}
+        described = {"workload_id": self.workload_id, "log_path": self.log_path, "dir": str(self.dir)}
+        return {**described, "node_id": node_id, "log_ranks": self.log_ranks}
 
     def progress(self, offset: int, wait_s: float) -> tuple[bytes, int | None, bool]:
         """(log bytes from ``offset``, exit code, ended) as soon as there is new output or the end, else after
         ``wait_s``. ``ended`` only once the guard wrote the code and the whole log has been handed out."""
+        chunks, code, ended = self.progress_ranks({0: offset}, wait_s)
+        return chunks[0], code, ended
+
+    def progress_ranks(self, offsets: Mapping[int, int], wait_s: float) -> tuple[dict[int, bytes], int | None, bool]:
+        """``progress`` for the logs of several ranks (0: the main log): the new bytes of each from its offset."""
         deadline_s = time.monotonic() + wait_s
-        log, exit_file = self.dir / guard.LOG_FILE, self.dir / guard.EXIT_FILE
+        logs = {rank: rank_log_path(self.dir / guard.LOG_FILE, rank) for rank in offsets}
+        exit_file = self.dir / guard.EXIT_FILE
         while True:
             ended = exit_file.exists()
-            size = log.stat().st_size if log.exists() else 0
-            if size > offset or ended or time.monotonic() >= deadline_s:
+            sizes = {rank: log.stat().st_size if log.exists() else 0 for rank, log in logs.items()}
+            news = any(sizes[rank] > offset for rank, offset in offsets.items())
+            if news or ended or time.monotonic() >= deadline_s:
                 break
             time.sleep(0.05)
-        chunk = b""
-        if size > offset:
-            with open(log, "rb") as handle:
-                handle.seek(offset)
-                chunk = handle.read(min(size - offset, MAX_CHUNK_BYTES))
-        done = ended and offset + len(chunk) >= size
-        return chunk, guard.read_code(exit_file) if done else None, done
+        chunks = {rank: _read_from(logs[rank], offset, sizes[rank]) for rank, offset in offsets.items()}
+        done = ended and all(offset + len(chunks[rank]) >= sizes[rank] for rank, offset in offsets.items())
+        return chunks, guard.read_code(exit_file) if done else None, done
 
     def stop(self, grace_s: float) -> None:
         self._tell(f"term {grace_s}")
@@ -125,6 +136,15 @@ class WorkloadActor:
     def _tell(self, line: str) -> None:
         with contextlib.suppress(BrokenPipeError):  # the guard has ended: nothing left to stop
             os.write(self._write_fd, f"{line}\n".encode())
+
+
+def _read_from(log: Path, offset: int, size: int) -> bytes:
+    """At most ``MAX_CHUNK_BYTES`` of ``log`` from ``offset`` (up to ``size``, what it held when looked at)."""
+    if size <= offset:
+        return b""
+    with open(log, "rb") as handle:
+        handle.seek(offset)
+        return handle.read(min(size - offset, MAX_CHUNK_BYTES))
 
 
 def _write_private(path: Path, text: str) -> None:

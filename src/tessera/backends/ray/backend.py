@@ -11,7 +11,9 @@
 - **Poll**: one outstanding ``progress`` call per workload, all waited on with one ``ray.wait(timeout=0)``; each
   answer appends the new log bytes to the workload's log on this host (``LaunchSpec.log_path``: ``tessera logs -f``
   reads it as with the local backend) and, at the end, carries the exit code. Then the actor removes its files and
-  exits, and the end is reported once.
+  exits, and the end is reported once. A gang's launch (``LaunchSpec.gang``: its ranks on this node, under one
+  supervisor as on the local backend) asks ``progress_ranks`` instead, and each rank's bytes go to its
+  ``rank_log_path`` here (the ranks that log apart are in the handle, ``log_ranks``, for a server that adopts it).
 - **Stop** asks the guard for SIGTERM now and SIGKILL after the grace; the guard keeps the deadline itself, so it
   holds while no server is up.
 - **Lost actor or node**: an actor that died (``ray.kill``, its node removed) ends with exit code None (unknown),
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +40,7 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tessera.backends import capped_log
-from tessera.backends.base import Backend, BackendNode, ExitStatus, Handle, JsonScalar, LaunchSpec
+from tessera.backends.base import Backend, BackendNode, ExitStatus, Handle, JsonScalar, LaunchSpec, rank_log_path
 from tessera.backends.ray.actor import WorkloadActor
 from tessera.backends.ray.nodes import RayNode, alive_nodes, gpu_resource
 from tessera.core.errors import InvalidRequestError, TesseraError
@@ -70,25 +72,45 @@ class _Watch:
     cleaning: bool = False  # ended: ``call`` is the actor's cleanup, the end is reported once it is done
     exit_code: int | None = None
     log: capped_log.CappedLog | None = None  # the log's one writer, from the first bytes to the end (``close_log``)
+    rank_offsets: dict[int, int] = field(default_factory=dict)  # a gang's ranks that log apart: bytes received
+    rank_logs: dict[int, capped_log.CappedLog] = field(default_factory=dict)  # and their writers
 
-    def append_log(self, chunk: bytes) -> None:
-        """Appends what the actor sent to the log under its cap (a character split between two answers is held
-        until its end comes, as the supervisor's pipe does)."""
-        self.offset += len(chunk)
+    def append_log(self, chunk: bytes, rank: int = 0) -> None:
+        """Appends what the actor sent to the log (rank 0) or a rank's log under its cap (a character split between
+        two answers is held until its end comes, as the supervisor's pipe does)."""
+        if rank == 0:
+            self.offset += len(chunk)
+        else:
+            self.rank_offsets[rank] += len(chunk)
         if self.log_path is None:
             return
+        path = rank_log_path(self.log_path, rank)
         try:
-            if self.log is None:
-                self.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                self.log = capped_log.CappedLog(self.log_path, self.log_max_bytes)
-            self.log.write(chunk)
+            log = self.log if rank == 0 else self.rank_logs.get(rank)
+            if log is None:
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                log = capped_log.CappedLog(path, self.log_max_bytes)
+                if rank == 0:
+                    self.log = log
+                else:
+                    self.rank_logs[rank] = log
+            log.write(chunk)
         except OSError as error:
-            logger.warning("%s: cannot write its log %s: %s", self.handle.workload_id, self.log_path, error)
+            logger.warning("%s: cannot write its log %s: %s", self.handle.workload_id, path, error)
 
     def close_log(self) -> None:
-        if self.log is not None:
-            self.log.close()
-            self.log = None
+        for log in (self.log, *self.rank_logs.values()):
+            if log is not None:
+                log.close()
+        self.log = None
+        self.rank_logs.clear()
+
+    def ask_progress(self, wait_s: float) -> None:
+        """Submits the next progress call (``progress_ranks`` for a gang whose ranks log apart)."""
+        if self.rank_offsets:
+            self.call = self.actor.progress_ranks.remote({0: self.offset, **self.rank_offsets}, wait_s)
+        else:
+            self.call = self.actor.progress.remote(self.offset, wait_s)
 
 
 class RayBackend:
@@ -151,11 +173,13 @@ class RayBackend:
                 num_gpus=0,
                 resources=resources,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
-            ).remote(spec.workload_id, list(spec.argv), dict(spec.env), workdir, self.node_dir, log_path)
+            ).remote(spec.workload_id, list(spec.argv), dict(spec.env), workdir, self.node_dir, log_path, spec.gang)
         except ValueError as error:  # the name is taken: a workload of this id runs already
             raise InvalidRequestError("workload_id", f"{spec.workload_id!r}: {error}") from None
         data: dict[str, JsonScalar] = {"namespace": self.namespace, "actor": name, "node": node.name}
         data["node_id"], data["log_path"], data["log_max_bytes"] = node.node_id, log_path, spec.log_max_bytes
+        if spec.gang is not None:
+            data["log_ranks"] = ",".join(str(rank) for rank in spec.gang.ranks if rank != 0)
         handle = Handle(spec.workload_id, KIND, data)
         with self._lock:
             self._watches[spec.workload_id] = self._watch(actor, handle, 0)
@@ -175,7 +199,7 @@ class RayBackend:
         offset = capped_log.logical_size(path) if path is not None else 0  # rotated bytes count: the actor's offset
         try:
             actor = ray.get_actor(name, namespace=namespace)
-            watch = self._watch(actor, handle, offset)
+            watch = self._watch(actor, handle, offset, adopted=True)
         except ValueError:  # no such actor: it died (its node was lost) while no server watched
             logger.warning("adopt: %s has no actor %s any more; its end is unknown", handle.workload_id, name)
             watch = _Watch(None, handle, path, _log_max_bytes(handle), ray.put(None), offset)
@@ -201,6 +225,8 @@ class RayBackend:
         names = {n.node_id: n.name for n in self.inventory()}
         data: dict[str, JsonScalar] = {"namespace": self.namespace, "actor": actor_name(workload_id)}
         data.update(node=names.get(node, ""), node_id=node, log_path=described["log_path"])
+        if described.get("log_ranks"):  # a gang's launch (an actor of an older Tessera does not say)
+            data["log_ranks"] = str(described["log_ranks"])
         return Handle(workload_id, KIND, data)
 
     def runtime_dir(self, workload_id: str) -> Path | None:
@@ -276,11 +302,18 @@ class RayBackend:
             raise TesseraError(f"{spec.workload_id}: Ray node {spec.node!r} is not in the cluster (lost?)")
         return node
 
-    def _watch(self, actor: Any, handle: Handle, offset: int) -> _Watch:
+    def _watch(self, actor: Any, handle: Handle, offset: int, adopted: bool = False) -> _Watch:
+        """The watch of ``actor``, its first progress call submitted: from ``offset`` in the log, and in the logs of
+        a gang's ranks that log apart from 0 at the launch, from what their files here hold when ``adopted``."""
         log_path = handle.data.get("log_path")
         path = Path(log_path) if isinstance(log_path, str) and log_path else None
-        call = actor.progress.remote(offset, self.progress_wait_s)
-        return _Watch(actor, handle, path, _log_max_bytes(handle), call, offset)
+        received = {
+            rank: capped_log.logical_size(rank_log_path(path, rank)) if adopted and path is not None else 0
+            for rank in _log_ranks(handle)
+        }
+        watch = _Watch(actor, handle, path, _log_max_bytes(handle), None, offset, rank_offsets=received)
+        watch.ask_progress(self.progress_wait_s)
+        return watch
 
     def _advance(self, watch: _Watch) -> ExitStatus | None:
         """The answer of ``watch``'s progress call: log bytes appended; its end, or the next call submitted."""
@@ -289,17 +322,19 @@ class RayBackend:
         if watch.cleaning:  # its actor has removed its files and exited: ``find`` no longer finds it
             return ExitStatus(watch.handle.workload_id, watch.exit_code)
         try:
-            chunk, code, ended = ray.get(watch.call, timeout=0)
+            answer, code, ended = ray.get(watch.call, timeout=0)
         except ActorUnavailableError:  # not known dead yet (a node that may come back): ask again
-            watch.call = watch.actor.progress.remote(watch.offset, self.progress_wait_s)
+            watch.ask_progress(self.progress_wait_s)
             return None
         except (RayActorError, GetTimeoutError, RayError) as error:
             logger.warning("%s: its actor is gone (%s)", watch.handle.workload_id, type(error).__name__)
             return ExitStatus(watch.handle.workload_id, None)
-        if chunk:
-            watch.append_log(chunk)
+        chunks: dict[int, bytes] = answer if watch.rank_offsets else {0: answer}
+        for rank, chunk in chunks.items():
+            if chunk and (rank == 0 or rank in watch.rank_offsets):
+                watch.append_log(chunk, rank)
         if not ended:
-            watch.call = watch.actor.progress.remote(watch.offset, self.progress_wait_s)
+            watch.ask_progress(self.progress_wait_s)
             return None
         watch.call, watch.cleaning, watch.exit_code = watch.actor.cleanup.remote(), True, code
         return None
@@ -309,6 +344,20 @@ def _log_max_bytes(handle: Handle) -> int:
     """The log cap its launch was given (a handle stored before caps were sent along: the default)."""
     value = handle.data.get("log_max_bytes")
     return value if isinstance(value, int) and not isinstance(value, bool) else capped_log.DEFAULT_LOG_MAX_BYTES
+
+
+def _log_ranks(handle: Handle) -> tuple[int, ...]:
+    """The ranks of a gang's launch that log apart (``log_ranks``: "1,2"); none for a plain workload."""
+    value = handle.data.get("log_ranks")
+    if not isinstance(value, str) or not value:
+        return ()
+    try:
+        return tuple(int(rank) for rank in value.split(","))
+    except ValueError:
+        logger.warning(
+            "%s: log_ranks %r is not a list of ranks; its ranks' logs are not read", handle.workload_id, value
+        )
+        return ()
 
 
 def _names(handle: Handle) -> tuple[str, str]:

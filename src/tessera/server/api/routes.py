@@ -24,6 +24,7 @@ from tessera.api import (
     WorkloadOut,
     WorkloadSpec,
 )
+from tessera.errors import InvalidRequestError
 from tessera.server.auth import create_tenant_token, principal_for, revoke_token
 from tessera.server.context import ServerContext
 from tessera.server.job_submit import workload_rows
@@ -35,6 +36,7 @@ from tessera.server.submit import Principal, queue_row
 
 StateName = Literal["pending", "running", "succeeded", "failed", "cancelled", "preempted"]
 MAX_LOG_CHUNK = 1 << 20
+MAX_RANK = 1 << 20  # a rank's log is asked for by number: more than any job has
 WorkloadId = Annotated[int, PathParam(ge=1, le=2**62)]
 TokenId = Annotated[int, PathParam(ge=1, le=2**62)]
 # Error responses in the OpenAPI document (401 and 422 are declared once for all of /v1, in app.py).
@@ -150,14 +152,20 @@ def router(ctx: ServerContext) -> APIRouter:
         tail: Annotated[
             int | None, Query(ge=0, le=1_000_000, description="start at the last N lines instead of at offset")
         ] = None,
+        rank: Annotated[
+            int, Query(ge=0, le=MAX_RANK, description="a multi-worker job's rank: its own log (0: the workload's)")
+        ] = 0,
     ) -> LogChunk:
-        """Up to ``limit`` bytes of the log from ``offset``, ending on a whole UTF-8 character (an incomplete one
-        waits for the next chunk), or from the start of its last ``tail`` lines. Offsets count every byte the
-        workload wrote, also those rotated away; ``offset`` in the answer is where ``data`` begins."""
+        """Up to ``limit`` bytes of the log (of rank ``rank`` of a multi-worker job) from ``offset``, ending on a
+        whole UTF-8 character (an incomplete one waits for the next chunk), or from the start of its last ``tail``
+        lines. Offsets count every byte the workload wrote, also those rotated away; ``offset`` in the answer is
+        where ``data`` begins. A rank that has no log is refused (422, ``field`` rank) once the workload started."""
         row = visible(workload_id, caller)
+        if row.state != "pending" and not ctx.logs.has_rank(workload_id, rank):
+            raise InvalidRequestError("rank", f"workload {workload_id} has no rank {rank} (it has no log)")
         finished = row.state in TERMINAL_STATES
-        start = ctx.logs.tail_offset(workload_id, tail) if tail is not None else offset
-        read = ctx.logs.read(workload_id, start, limit, finished)
+        start = ctx.logs.tail_offset(workload_id, tail, rank) if tail is not None else offset
+        read = ctx.logs.read(workload_id, start, limit, finished, rank)
         text = read.data.decode("utf-8", errors="replace")
         return LogChunk(data=text, offset=read.offset, next_offset=read.next_offset, finished=finished)
 
