@@ -27,6 +27,9 @@ def tessera(*args: str) -> subprocess.CompletedProcess[str]:
         (("models", "deploy"), ("Missing argument 'name'",)),
         (("nosuch",), ("No such command 'nosuch'", "tessera --help")),
         (("logs", "1", "--rank", "-1"), ("'--rank'", "greater than or equal to 0", "tessera logs --help")),
+        (("submit", "--elastic", "4-2", "--", "true"), ("--elastic", "minimum 4 is above the maximum 2")),
+        (("submit", "--elastic", "two", "--", "true"), ("--elastic", "not MIN-MAX")),
+        (("submit", "--elastic", "0-2", "--", "true"), ("--elastic", "at least 1")),
     ],
 )
 def test_a_usage_error_is_one_line_with_exit_2(args: tuple[str, ...], fragments: tuple[str, ...]) -> None:

@@ -141,6 +141,22 @@ def test_bad_input_is_one_line_naming_file_line_and_field(server: LiveServer, tm
     assert result.returncode == 2 and result.stderr.startswith("error: command: nothing to run")
 
 
+@pytest.mark.parametrize(
+    ("args", "start"),
+    [
+        (("--workers", "0"), "error: workers: "),
+        (("--workers", "3", "--gpus", "1"), "error: workers: 3 workers of this size never fit at once"),
+        (("--elastic", "1-4", "--workers", "5", "--gpus", "1"), "error: workers: 5 is outside the elastic range"),
+        (("--job-type", "GPT-17", "--gpus", "1"), "error: job_type: unknown job type 'GPT-17' (known: A3C, "),
+        (("--elastic", "4-2"), "error: --elastic: the minimum 4 is above the maximum 2"),
+    ],
+)
+def test_bad_job_shapes_are_one_line_exit_2(server: LiveServer, args: tuple[str, ...], start: str) -> None:
+    result = tessera(server, "submit", *args, "--", "true")
+    assert result.returncode == 2 and result.stderr.startswith(start), result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
 def test_unreachable_server_is_one_line(tmp_path: Path) -> None:
     dead = LiveServer(tmp_path)  # never started: nothing listens on its port
     result = tessera(dead, "jobs")
