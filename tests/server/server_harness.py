@@ -79,6 +79,7 @@ def harness_factory(tmp_path: Path) -> tuple[MakeHarness, list[TestClient]]:
         backend: FakeBackend | None = None,
         placement: str | None = None,
         limits: WorkloadLimits | None = None,
+        knobs: tuple[str, ...] = (),
     ) -> Harness:
         clock = FakeClock()
         backend = backend or FakeBackend()
@@ -90,6 +91,7 @@ def harness_factory(tmp_path: Path) -> tuple[MakeHarness, list[TestClient]]:
                 run_dir=tmp_path,
                 policy=policy,
                 placement=placement,
+                knobs=knobs,
                 launch_wait_s=LOCKSTEP_S,
                 limits=limits or WorkloadLimits(),
             ),

@@ -195,6 +195,7 @@ def compare(
     simulated = run_timeline(
         h.server.ctx.pool.nodes, jobs, policy, queues=queues, record_decisions=True, runtimes_known=False,
         placement=loop.config.placement, throughput=loop.throughput, colocation=loop.colocation,
+        knobs=loop.config.knobs,
     )  # fmt: skip
     assert simulated.unfinished == 0
     if replay.pop("sim_ends", False):  # runs end when the simulator ended them
@@ -385,3 +386,27 @@ def test_gangs_elastic_jobs_and_job_types_make_the_same_decisions(make_harness: 
     if policy == "tessera":
         assert {"shrink", "grow"} <= kinds  # elastic jobs were resized
     assert served == sim
+
+
+@pytest.mark.parametrize(
+    ("policy", "knobs"),
+    [("tessera", ("elastic=false", "head_reservation=true")), ("fifo-share", ("discipline=BestEffortFIFO",))],
+)
+def test_knobs_set_for_the_server_and_for_the_simulator_give_the_same_decisions(
+    make_harness: MakeHarness, policy: str, knobs: tuple[str, ...]
+) -> None:
+    """``tessera up --set`` and ``tessera simulate timeline --set`` change the preset the same way
+    (``core.preset_knobs``): the same decisions, which differ from the preset's own."""
+    h = make_harness(GPUS, policy=policy, knobs=knobs)
+    queues, tokens = make_queues(h)
+    jobs = shaped_trace(6, 50, TEAMS)
+    sim, served = compare(h, policy, jobs, queues, tokens, finish=fake_finish, sim_ends=True)
+    assert served == sim
+    loop = h.server.ctx.loop
+    default = run_timeline(
+        loop.pool.nodes, jobs, policy, queues=queues, record_decisions=True, runtimes_known=False,
+        throughput=loop.throughput, colocation=loop.colocation,
+    )  # fmt: skip
+    assert sim != normalised(default.decisions, lambda i: jobs[int(i)].id, sorted(sim_nodes(h)))
+    config = h.http.get("/v1/config", headers=h.as_(ADMIN)).json()
+    assert config["knobs"] == list(knobs) and set(config["knob_names"]) >= {"elastic", "discipline"}

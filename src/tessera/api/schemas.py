@@ -296,6 +296,12 @@ class SchedulingOut(BaseModel):
     colocation_rule: bool = Field(description="typed training jobs share a GPU only when it is a net gain")
     presets: list[str] = Field(description="every preset a server may run (tessera up --policy)")
     placements: list[str] = Field(description="every placement policy (tessera up --placement)")
+    knobs: list[str] = Field(
+        default_factory=list, description="the preset's knobs this server changed (tessera up --set KEY=VALUE)"
+    )
+    knob_names: dict[str, str] = Field(
+        default_factory=dict, description="every knob --set takes (tessera up and simulate timeline), and what it does"
+    )
     job_types: list[str] = Field(
         default_factory=list, description="the job types its throughput model knows (tessera submit --job-type)"
     )

@@ -271,6 +271,12 @@ def up(
             help="Memory limit of a workload without --mem, per GPU it is on (auto: the node's memory / its GPUs).",
         ),
     ] = "auto",
+    knobs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", help="A knob of the policy, KEY=VALUE (repeat; GET /v1/config lists them), e.g. elastic=false."
+        ),
+    ] = None,
     gavel: Annotated[
         Path | None,
         typer.Option(
@@ -286,6 +292,7 @@ def up(
     from tessera.cli.gateway_up import serving_front
     from tessera.cli.up_secrets import admin_token_of, database_url, tenant_users
     from tessera.core.placement import make_policy
+    from tessera.core.preset_knobs import with_knobs
     from tessera.core.presets import resolve_preset
     from tessera.server.logfiles import parse_size_bytes
     from tessera.server.loop_values import LoopConfig
@@ -294,7 +301,7 @@ def up(
     from tessera.server.workload_limits import WorkloadLimits
 
     with one_line_errors():
-        resolve_preset(policy, "--policy")  # fail early on an unknown name
+        with_knobs(resolve_preset(policy, "--policy"), knobs or ())  # fail early on an unknown name or knob
         if placement is not None:
             make_policy(placement)
         token = admin_token_of(admin_token, admin_token_file, os.environ)
@@ -308,7 +315,14 @@ def up(
             from tessera.sim.workloads.gavel import load_gavel_models
 
             job_models = load_gavel_models(gavel)
-        loop = LoopConfig(run_dir=data_dir, policy=policy, placement=placement, limits=limits, job_models=job_models)
+        loop = LoopConfig(
+            run_dir=data_dir,
+            policy=policy,
+            knobs=tuple(knobs or ()),
+            placement=placement,
+            limits=limits,
+            job_models=job_models,
+        )
         users = tenant_users(tenant_user or [])
         if demo and run_as == "auto":  # the demo's workloads run this interpreter, which tenant users may not reach
             run_as = "server"

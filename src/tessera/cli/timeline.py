@@ -34,6 +34,10 @@ def simulate_timeline(
         str | None,
         typer.Option("--placement", help="Placement policy instead of each policy's own (as tessera up --placement)."),
     ] = None,
+    knobs: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="A preset knob, KEY=VALUE (repeat), as tessera up --set: e.g. elastic=false."),
+    ] = None,
     traces: Annotated[
         Path | None, typer.Option("--traces", help="Folder with gavel/, philly/, pai/ for the training workload.")
     ] = None,
@@ -50,6 +54,7 @@ def simulate_timeline(
 
     from tessera.cli.sim_tables import queue_table, timeline_table
     from tessera.core.placement import PLACEMENTS
+    from tessera.core.preset_knobs import parse_knobs
     from tessera.core.presets import PRESETS, resolve_preset
     from tessera.errors import InvalidRequestError
     from tessera.sim.placement_study.sweep import parse_seeds
@@ -66,6 +71,8 @@ def simulate_timeline(
             raise InvalidRequestError(
                 "--placement", f"unknown placement {placement!r} (known: {', '.join(PLACEMENTS)})"
             )
+        settings = tuple(knobs or ())
+        parse_knobs(settings)  # fail early on a bad knob
         seed_list = parse_seeds(seeds)
         console = Console()
         results = []
@@ -88,6 +95,7 @@ def simulate_timeline(
                     inputs.queues,
                     colocation=inputs.colocation,
                     placement=placement,
+                    knobs=settings,
                 )
                 console.print(f"  {result.policy}: {result.wall_s:.1f} s")
                 results.append(result)

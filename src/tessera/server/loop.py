@@ -40,6 +40,7 @@ from tessera.backends.base import Backend, ExitStatus
 from tessera.core.cluster import ClusterState
 from tessera.core.decisions import Decision, RunningWorkload
 from tessera.core.pending import schedule_instant
+from tessera.core.preset_knobs import with_knobs
 from tessera.core.presets import build_scheduler, resolve_preset, scheduler_config
 from tessera.core.queueing import QueueSpec
 from tessera.core.scheduler import Bind, Grow, Preempt, Shrink, StepPlan
@@ -98,7 +99,7 @@ class SchedulerLoop(EndsAndStops, Resizes):
         self.clock = clock
         self.on_step = on_step
         self.on_start = on_start  # (workload, seconds it waited): metrics
-        self.preset = resolve_preset(config.policy)
+        self.preset = with_knobs(resolve_preset(config.policy), config.knobs)
         self.throughput, self.colocation = config.job_models or default_models()
         self.scheduler = build_scheduler(
             self.preset,

@@ -31,6 +31,7 @@ from tessera.server.workload_limits import WorkloadLimits
 class LoopConfig:
     run_dir: Path  # logs and per-workload process files
     policy: str = "tessera"  # the scheduling preset (core.presets): tessera, static, fifo-share, tiresias, gavel, ...
+    knobs: tuple[str, ...] = ()  # the preset's knobs changed, KEY=VALUE (``core.preset_knobs``: tessera up --set)
     placement: str | None = None  # a core.placement policy instead of the preset's (e.g. tessera-online); None: its
     seed: int = 0  # the step's random generator (ties), so a replay makes the same decisions
     interval_s: float = 0.2  # time between steps

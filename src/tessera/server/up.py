@@ -243,7 +243,10 @@ def serve(
     announce(f"Tessera {config.url}  GPUs ({kind}): {gpus}  store: {server.ctx.store.engine.url.render_as_string()}")
     announce(f"dashboard: {config.url}/ui  API docs: {config.url}/docs")
     loop = server.ctx.loop
-    announce(f"scheduling: policy {loop.preset.name}, placement {loop.placement} (GET /v1/config has every knob)")
+    knobs = f" with {', '.join(loop.config.knobs)}" if loop.config.knobs else ""
+    announce(
+        f"scheduling: policy {loop.preset.name}{knobs}, placement {loop.placement} (GET /v1/config has every knob)"
+    )
     if server.notice:
         announce(f"backend: Ray; {server.notice}")
     for line in (admin_token_notice(secret, config.admin_token), pool.split_notice()):

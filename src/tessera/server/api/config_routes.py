@@ -8,6 +8,7 @@ from fastapi import APIRouter
 
 from tessera.api import SchedulingOut
 from tessera.core.placement import PLACEMENTS
+from tessera.core.preset_knobs import KNOBS
 from tessera.core.presets import PRESET_NAMES
 from tessera.server.api.routes import Caller
 from tessera.server.context import ServerContext
@@ -32,6 +33,8 @@ def scheduling_out(ctx: ServerContext) -> SchedulingOut:
         presets=list(PRESET_NAMES),
         placements=list(PLACEMENTS),
         job_types=list(ctx.loop.job_types),
+        knobs=list(ctx.loop.config.knobs),
+        knob_names={name: knob.summary for name, knob in KNOBS.items()},
     )
 
 

@@ -43,6 +43,7 @@ from tessera.core.fragmentation import typical_pods
 from tessera.core.invariants import check_charges, check_cluster, check_quotas
 from tessera.core.pending import PendingOffer, Shape, schedule_instant
 from tessera.core.placement.base import TieBreak
+from tessera.core.preset_knobs import knob_label, with_knobs
 from tessera.core.presets import ONE_QUEUE, PREEMPTION_MIN_RUNTIME_S, Preset, build_scheduler, resolve_preset
 from tessera.core.queueing import QueueSpec
 from tessera.core.scheduler import QueueDiscipline
@@ -77,6 +78,7 @@ def run_timeline(
     record_decisions: bool = False,
     runtimes_known: bool = True,
     placement: str | None = None,
+    knobs: Sequence[str] = (),
 ) -> TimelineResult:
     """Replay ``jobs`` on ``nodes`` under one policy; every job either finishes or never fits.
 
@@ -86,13 +88,15 @@ def run_timeline(
     ``record_decisions`` keeps every applied decision (``TimelineResult.decisions``, ``Scheduler.journal``);
     ``runtimes_known=False`` hides the runtimes from the scheduler (a server's workloads declare none);
     ``placement`` replaces the preset's placement policy (``tessera up --placement`` does the same live), and the
-    result is then labelled ``PRESET+PLACEMENT``.
+    result is then labelled ``PRESET+PLACEMENT``; ``knobs`` (``KEY=VALUE``, ``core.preset_knobs``: ``tessera up --set``
+    does the same live) change the preset, and the label says so (``PRESET[KEY=VALUE]``).
     """
-    preset = resolve_preset(policy_name, "--policies")
+    preset = with_knobs(resolve_preset(policy_name, "--policies"), knobs)
     replay = _Replay(
         nodes, jobs, preset, seed, throughput or ThroughputModel({}), tuple(queues), colocation, runtimes_known,
         placement,
     )  # fmt: skip
+    replay.label += knob_label(knobs)
     replay.check_invariants = check_invariants
     if record_decisions:
         replay.scheduler.journal = []
