@@ -163,3 +163,16 @@ def test_unreachable_server_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.startswith(f"error: cannot reach the Tessera server at {dead.url}")
     assert result.stderr.count("\n") == 1
+
+
+def test_a_gang_submitted_from_the_cli_shows_its_shape_and_rank_logs(server: LiveServer) -> None:
+    script = 'echo "rank $RANK of $WORLD_SIZE"'
+    args = ("--workers", "2", "--gpus", "1", "--job-type", "resnet-50", "--checkpointable", "--json")
+    created = json.loads(tessera(server, "submit", *args, "--", "sh", "-c", script).stdout)
+    assert (created["workers_asked"], created["job_type"], created["checkpointable"]) == (2, "ResNet-50", True)
+    with server.client() as client:
+        wait_for(lambda: client.workload(created["id"])["state"] == "succeeded", timeout_s=30)
+    shown = tessera(server, "show", str(created["id"]))
+    assert "workers: 2 (a gang: tessera logs --rank R), job type ResNet-50, checkpointable" in shown.stdout
+    rank1 = tessera(server, "logs", str(created["id"]), "--rank", "1")
+    assert rank1.returncode == 0 and "rank 1 of 2" in rank1.stdout

@@ -211,6 +211,8 @@ def show(
             f"  request: {w['gpus']} GPU(s), share {_share(w)}, {w['cpu_milli'] / 1000:g} CPU, "
             f"{w['mem_mib']} MiB" + (f", types {','.join(w['gpu_types'])}" if w["gpu_types"] else "")
         )
+        if _shape(w):
+            console.print(f"  {escape(_shape(w))}")
         if w.get("cwd"):
             console.print(f"  directory: {escape(w['cwd'])}")
         if _options(w):
@@ -226,6 +228,22 @@ def show(
         for event in client.events(workload_id)[-10:]:
             stamp = time.strftime("%H:%M:%S", time.localtime(event["at"]))
             console.print(f"  {stamp} {event['kind']}: {escape(event['message'])}")
+
+
+def _shape(w: dict[str, Any]) -> str:
+    """Workers (now, asked, elastic range), job type and checkpointing, when any differs from one plain worker."""
+    asked = w.get("workers_asked", 1)
+    parts = []
+    if w.get("elastic_min") is not None:
+        elastic = f"{w['elastic_min']}-{w['elastic_max']}"
+        parts.append(f"workers: {w.get('workers', asked)} (asked {asked}, elastic {elastic})")
+    elif asked > 1:
+        parts.append(f"workers: {asked} (a gang: tessera logs --rank R)")
+    if w.get("job_type"):
+        parts.append(f"job type {w['job_type']}")
+    if w.get("checkpointable"):
+        parts.append("checkpointable")
+    return ", ".join(parts)
 
 
 def nodes(url: UrlOption = None, token: TokenOption = None, as_json: JsonOption = False) -> None:
