@@ -68,3 +68,17 @@ def test_a_rank_log_is_made_with_the_main_logs_mode_and_appended_to(tmp_path: Pa
     with open(main, "ab") as like:
         os.close(_open_like(path, like.fileno()))
     assert path.stat().st_mode & 0o777 == 0o640 and path.stat().st_uid == main.stat().st_uid
+
+
+def test_the_local_backend_refuses_a_gang_across_hosts(tmp_path: Path) -> None:
+    """It runs on one host: a launch with ranks on another host fails at once, naming ``gang_parts``."""
+    from tessera.backends.base import GangPart, GangRanks, LaunchSpec
+    from tessera.backends.local import LocalBackend
+    from tessera.errors import InvalidRequestError
+
+    backend = LocalBackend(tmp_path / "procs")
+    spec = LaunchSpec("1", ("true",), gang=GangRanks(2, (0,)), gang_parts=(GangPart("n2", (1,)),))
+    with pytest.raises(InvalidRequestError) as caught:
+        backend.launch(spec)
+    assert caught.value.field == "gang_parts" and "n2" in caught.value.message
+    assert not backend.tracked()

@@ -80,9 +80,13 @@ def harness_factory(tmp_path: Path) -> tuple[MakeHarness, list[TestClient]]:
         placement: str | None = None,
         limits: WorkloadLimits | None = None,
         knobs: tuple[str, ...] = (),
+        hosts: dict[str, str] | None = None,
     ) -> Harness:
+        """``hosts``: host name -> its GPUs (``gpus`` is then ignored), for a pool of several hosts."""
         clock = FakeClock()
         backend = backend or FakeBackend()
+        specs = hosts or {"local": gpus}
+        devices = [d for host, spec in specs.items() for d in parse_gpu_spec(spec, node=host)]
         url = db_url or f"sqlite:///{tmp_path / 'tessera.db'}"
         config = UpConfig(
             data_dir=tmp_path,
@@ -96,9 +100,7 @@ def harness_factory(tmp_path: Path) -> tuple[MakeHarness, list[TestClient]]:
                 limits=limits or WorkloadLimits(),
             ),
         )
-        server = build_server(
-            config, probe=SimulatedProbe(parse_gpu_spec(gpus)), backend=backend, host=HOST, clock=clock
-        )
+        server = build_server(config, probe=SimulatedProbe(devices), backend=backend, host=HOST, clock=clock)
         ensure_admin_token(server.ctx.store, ADMIN, clock())
         server.ctx.loop.recover()
         server.ctx.ready = True

@@ -149,3 +149,18 @@ def test_a_restarted_server_finishes_a_resize_it_had_begun(make_harness: MakeHar
     last = _launches(restarted, wid)[-1]
     assert (last.gang.world_size if last.gang is not None else 1) == shrunk == restarted.get(wid)["workers"]
     assert len(_launches(restarted, wid)) == 2 and restarted.get(wid)["state"] == "running"
+
+
+def test_a_gang_across_hosts_is_one_launch_with_a_part_per_host(make_harness: MakeHarness) -> None:
+    """Two hosts of 2 GPUs, a gang of 3: rank 0's host runs ranks 0-1 in the launch itself, the other host's rank
+    2 is a part of it (``LaunchSpec.gang_parts``), with its own GPU and limits."""
+    h = make_harness(hosts={"n1": "2xA100-80GB", "n2": "2xA100-80GB"}, policy="fifo-share")
+    gang = h.submit(workers=3, gpus=1, cpu=1, mem="1GiB")
+    h.step()
+    (spec,) = _launches(h, gang["id"])
+    assert spec.gang is not None and (spec.gang.world_size, spec.gang.ranks) == (3, (0, 1))
+    assert len(spec.gpus) == 2 and spec.cpu_milli == 2000 and spec.mem_max_mib == 2048
+    (part,) = spec.gang_parts
+    assert part.node != spec.node and part.ranks == (2,) and len(part.gpus) == 1
+    assert (part.cpu_milli, part.mem_max_mib) == (1000, 1024)
+    assert {g.uuid for g in part.gpus}.isdisjoint(g.uuid for g in spec.gpus)

@@ -48,6 +48,11 @@ class LaunchSpec:
     private_network: bool = False
     # A multi-worker job's ranks on this node (one process each); None: one process (the command itself).
     gang: GangRanks | None = None
+    # A gang across hosts: the ranks on other hosts than ``node`` (which runs rank 0). The backend starts them all as
+    # this one workload (one handle; its end once every part ended, the first failure's code; a stop stops all),
+    # with ``MASTER_ADDR`` the address of ``node`` and one ``MASTER_PORT`` it chooses for all; a backend that runs
+    # on one host refuses such a launch (``InvalidRequestError`` naming ``gang_parts``).
+    gang_parts: tuple[GangPart, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,19 @@ class GangRanks:
             raise ValueError(f"bad gang ranks {self.ranks} of {self.world_size}")
         if self.master_port == 0 and 0 not in self.ranks:
             raise ValueError("a launch without rank 0 needs rank 0's master_port")
+
+
+@dataclass(frozen=True, slots=True)
+class GangPart:
+    """The ranks of a gang on another host than its launch's own (a gang across hosts, ``LaunchSpec.gang_parts``):
+    where they run, their GPUs, their global ranks (in local rank order) and their limits, as ``LaunchSpec`` gives
+    them for its own host's ranks."""
+
+    node: str  # as ``GpuDevice.node`` names it
+    ranks: tuple[int, ...]
+    gpus: tuple[GpuShare, ...] = ()
+    cpu_milli: int = 0
+    mem_max_mib: int = 0
 
 
 def rank_log_path(log_path: Path, rank: int) -> Path:

@@ -146,6 +146,9 @@ class LocalBackend:
         workload that is already running, ``TesseraError`` when its tenant has no OS account."""
         if not spec.argv:
             raise InvalidRequestError("argv", "the command is empty")
+        if spec.gang_parts:
+            hosts = ", ".join(sorted({part.node for part in spec.gang_parts}))
+            raise InvalidRequestError("gang_parts", f"the local backend runs on one host; ranks were placed on {hosts}")
         if spec.workdir is not None and not spec.workdir.is_dir():
             raise NotADirectoryError(errno.ENOTDIR, "the workload's directory does not exist", str(spec.workdir))
         reap_released_children()

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from tessera.backends.base import Backend, GangRanks, GpuShare, LaunchSpec
+from tessera.backends.base import Backend, GangPart, GangRanks, GpuShare, LaunchSpec
 from tessera.gpu.gpus import GpuDevice
 from tessera.gpu.isolation import isolation_env
 from tessera.server.job_submit import array_env
@@ -37,20 +37,18 @@ PYTHON_UNBUFFERED = "PYTHONUNBUFFERED"
 RESTARTS = "TESSERA_RESTARTS"  # launches of the workload before this one (a requeue, a resize, a service restart)
 
 
-def gang_ranks(entry: RunningEntry, host_of: Callable[[int], str]) -> GangRanks | None:
-    """The ranks of a multi-worker workload (one per placement; None for one worker), all on one host (``host_of``
-    a core node's index: a host with two GPU models is two core nodes): a gang placed across hosts cannot be started
-    yet (a launch runs on one host), which is refused here with the reason."""
+def gang_ranks(entry: RunningEntry, host_of: Callable[[int], str]) -> tuple[GangRanks | None, list[list[int]]]:
+    """The ranks of a multi-worker workload (None for one worker) and its placements' indices grouped by host
+    (``host_of`` a core node's index: a host with two GPU models is two core nodes), in the order the hosts first
+    appear: the first host runs rank 0. Ranks are numbered host by host, so each host's ranks are consecutive."""
+    by_host: dict[str, list[int]] = {}
+    for index, placement in enumerate(entry.placements):
+        by_host.setdefault(host_of(placement.node), []).append(index)
+    groups = list(by_host.values()) or [[]]
     if entry.row.workers <= 1 and len(entry.placements) <= 1:
-        return None
-    hosts = {host_of(p.node) for p in entry.placements}
-    if len(hosts) > 1:
-        raise ValueError(
-            f"its {len(entry.placements)} workers were placed on {len(hosts)} hosts ({', '.join(sorted(hosts))}); "
-            "a gang's ranks start on one host only (not yet across hosts)"
-        )
+        return None, groups
     world = max(len(entry.placements), 1)
-    return GangRanks(world, tuple(range(world)))
+    return GangRanks(world, tuple(range(len(groups[0]) or 1))), groups
 
 
 class Launcher:
@@ -173,8 +171,8 @@ class Launcher:
 
     def launch_spec(self, entry: RunningEntry) -> LaunchSpec:
         row = entry.row
-        devices = tuple(dict.fromkeys(self.devices(entry)))  # workers sharing a GPU see it once
-        gang = gang_ranks(entry, self._host)
+        gang, hosts = gang_ranks(entry, self._host)
+        devices = self._devices_of(entry, hosts[0])  # of the host running rank 0 (all of them, with one worker)
         env = {PYTHON_UNBUFFERED: "1", **row.env, **array_env(row)}  # prints reach ``logs -f`` at once
         env[RESTARTS] = str(max(row.attempts - 1, 0))
         mps = self.config.mps and bool(devices)
@@ -199,19 +197,39 @@ class Launcher:
             node=node,
             gpus=shares,
             cpu_milli=row.cpu_milli * ranks,
-            mem_max_mib=self._memory_mib(entry, len(devices)) * ranks,
+            mem_max_mib=self._memory_mib(entry) * ranks,
             pids_max=limits.pids_max,
             log_max_bytes=limits.log_max_bytes,
             private_network=row.model_id is not None,  # a model replica: reachable only through its socket
             gang=gang,
+            gang_parts=self._gang_parts(entry, hosts),
         )
 
-    def _memory_mib(self, entry: RunningEntry, gpu_count: int) -> int:
-        """One worker's memory limit: its request, else the server's default for the GPUs it is on."""
+    def _devices_of(self, entry: RunningEntry, indices: list[int]) -> tuple[GpuDevice, ...]:
+        """The GPUs of the placements ``indices`` (all of them for a workload without placements), each once:
+        workers sharing a GPU see it once."""
+        chosen = [entry.placements[i] for i in indices] if indices else list(entry.placements)
+        return tuple(dict.fromkeys(self.pool.device(p.node, g) for p in chosen for g in p.gpu_indices))
+
+    def _gang_parts(self, entry: RunningEntry, hosts: list[list[int]]) -> tuple[GangPart, ...]:
+        """The ranks on the hosts after the first (a gang across hosts), numbered after the first host's."""
+        parts: list[GangPart] = []
+        first = len(hosts[0])
+        for indices in hosts[1:]:
+            devices = self._devices_of(entry, indices)
+            ranks = tuple(range(first, first + len(indices)))
+            first += len(indices)
+            shares = tuple(GpuShare(d.uuid, share_milli(entry)) for d in devices)
+            memory = self._memory_mib(entry) * len(indices)
+            node = self._host(entry.placements[indices[0]].node)
+            parts.append(GangPart(node, ranks, shares, entry.row.cpu_milli * len(indices), memory))
+        return tuple(parts)
+
+    def _memory_mib(self, entry: RunningEntry) -> int:
+        """One worker's memory limit: its request, else the server's default for the GPUs it asks for."""
         node = self.pool.nodes[entry.placements[0].node] if entry.placements else None
         node_mem_mib, node_gpus = (node.mem_mib, node.gpu_count) if node is not None else (0, 0)
-        workers = max(len(entry.placements), 1)
-        return self.config.limits.memory_mib(entry.row.mem_mib, gpu_count // workers, node_mem_mib, node_gpus)
+        return self.config.limits.memory_mib(entry.row.mem_mib, entry.row.num_gpus, node_mem_mib, node_gpus)
 
     def _host(self, node: int) -> str:
         """The host of core node ``node`` (as its GPUs name it)."""

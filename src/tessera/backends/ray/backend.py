@@ -151,6 +151,9 @@ class RayBackend:
         """Creates the workload's actor on its node; returns at once (a start failure is reported by ``poll``)."""
         if not spec.argv:
             raise InvalidRequestError("argv", "the command is empty")
+        if spec.gang_parts:  # not yet: a gang's ranks start on one node
+            hosts = ", ".join(sorted({part.node for part in spec.gang_parts}))
+            raise InvalidRequestError("gang_parts", f"a gang's ranks start on one node only (not yet also on {hosts})")
         node = self._node(spec)
         elsewhere = sorted({share.uuid for share in spec.gpus} - set(node.gpu_uuids))
         if elsewhere:  # its actor could never be scheduled: refuse instead of waiting forever
