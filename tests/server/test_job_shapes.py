@@ -164,3 +164,24 @@ def test_a_gang_across_hosts_is_one_launch_with_a_part_per_host(make_harness: Ma
     assert part.node != spec.node and part.ranks == (2,) and len(part.gpus) == 1
     assert (part.cpu_milli, part.mem_max_mib) == (1000, 1024)
     assert {g.uuid for g in part.gpus}.isdisjoint(g.uuid for g in spec.gpus)
+
+
+def test_checkpointable_defaults_to_the_priority_class_and_false_keeps_preemption_off(
+    make_harness: MakeHarness,
+) -> None:
+    """A workload of a preemptible class is taken to resume from its checkpoints unless it says it cannot; one that
+    cannot is never preempted under tessera (restarting it from zero would lose its work), not even by an
+    inference-critical one, which waits instead."""
+    h = make_harness("1xA100-80GB")
+    assert h.submit(priority="training")["checkpointable"] is True
+    assert h.submit(priority="inference-critical")["checkpointable"] is False
+    for w in h.server.ctx.store.workloads_in(["pending"]):
+        h.http.post(f"/v1/workloads/{w.id}/cancel", headers=h.as_(ADMIN))
+    h.step()
+    fragile = h.submit(gpus=1, priority="training", checkpointable=False)
+    h.step()
+    urgent = h.submit(gpus=1, priority="inference-critical")
+    h.step()
+    h.step()
+    assert h.get(fragile["id"])["state"] == "running" and not h.backend.stops
+    assert h.get(urgent["id"])["state"] == "pending"

@@ -69,7 +69,7 @@ def trace(
                 queue=queue,
                 priority=cls.value,
                 preemptible=cls.preemptible,
-                checkpointed=cls.preemptible,  # the server requeues a preempted workload: it resumes (see loop.py)
+                checkpointed=cls.preemptible,  # as the server takes a workload of a preemptible class by default
             )
         )
     return jobs
@@ -162,8 +162,7 @@ class ServerReplay:
             body["gpu_types"] = sorted(r.gpu_types)
         if job.queue != "default":
             body["queue"] = job.queue
-        if job.checkpointed:
-            body["checkpointable"] = True
+        body["checkpointable"] = job.checkpointed
         if job.gang > 1 or job.elastic_min is not None:
             body["workers"] = job.gang
         if job.elastic_min is not None:

@@ -112,8 +112,12 @@ class WorkloadSpec(BaseModel):
     job_type: Annotated[str, Field(max_length=100)] | None = Field(
         None, description="the model it trains, as the throughput model names it (GET /v1/config lists them)"
     )
-    checkpointable: bool = Field(
-        False, strict=True, description="it resumes from its own checkpoints: preemption may stop and requeue it"
+    checkpointable: bool | None = Field(
+        None,
+        strict=True,
+        description="it resumes from its own checkpoints, so preemption may stop and requeue it; false: it cannot "
+        "(least-attained-service preemption and borrowing then leave it alone); default: as its priority class is "
+        "preemptible",
     )
 
 

@@ -77,8 +77,13 @@ def submit(
         str | None, typer.Option("--job-type", help="The model it trains, e.g. ResNet-50 (tessera config lists them).")
     ] = None,
     checkpointable: Annotated[
-        bool, typer.Option("--checkpointable", help="It resumes from its own checkpoints: preemption may requeue it.")
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--checkpointable/--no-checkpointable",
+            help="It resumes from its own checkpoints (default for a preemptible class), or it cannot.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
     url: UrlOption = None,
     token: TokenOption = None,
@@ -110,7 +115,7 @@ def submit(
             "command": list(command) if command else None,
             "workers": workers,
             "job_type": job_type,
-            "checkpointable": True if checkpointable else None,
+            "checkpointable": checkpointable,
         }
         if elastic is not None:
             flags["elastic_min"], flags["elastic_max"] = elastic_range(elastic)

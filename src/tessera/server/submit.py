@@ -86,7 +86,7 @@ def workload_row(
         elastic_min=shape.elastic_min,
         elastic_max=shape.elastic_max,
         job_type=shape.job_type,
-        checkpointable=spec.checkpointable,
+        checkpointable=preemptible if spec.checkpointable is None else spec.checkpointable,
     )
 
 
