@@ -4,6 +4,7 @@ node, the workload's own actor) and 1 on ``w2`` (a part's actor), as one workloa
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from ray_cluster import is_running, ray, wait_until
 from tessera.backends.base import ExitStatus, GangPart, GangRanks, GpuShare, Handle, LaunchSpec, rank_log_path
 from tessera.backends.ray.backend import RayBackend, actor_name
 from tessera.backends.ray.parts import part_log_path
+from tessera.core.errors import InvalidRequestError
 from tessera.gpu.gpus import parse_gpu_spec
 from tessera.gpu.isolation import isolation_env
 
@@ -182,3 +184,23 @@ def test_a_part_gone_while_no_server_watched_ends_the_workload_unknown_and_stops
     assert "SIGTERM came" in rank0 and "SIGTERM came" in rank1  # stopped with a grace, not killed
     wait_until(lambda: not [pid for pid in pids if is_running(pid)], 10, "the ranks' processes to end")
     assert len(pids) == 3 and second.find("xg-gone") is None
+
+
+def test_a_part_that_cannot_be_started_fails_the_launch_and_leaves_no_actor(
+    backend: RayBackend, tmp_path: Path
+) -> None:
+    """Its name taken (an earlier run's leftover): the launch fails naming ``gang_parts``, and the workload's own
+    actor, started already, is killed (its guard with it), so nothing of the launch runs on."""
+    # any actor holds a name from its creation on (a class the workers can import: not one of this module)
+    leftover = ray.remote(argparse.Namespace).options(name="tessera-xg-dup-part1", namespace=NAMESPACE, num_cpus=0)
+    leftover = leftover.remote()
+    try:
+        assert not no_actor("tessera-xg-dup-part1")
+        with pytest.raises(InvalidRequestError) as caught:
+            backend.launch(gang_spec("xg-dup", f"echo $$ >> {tmp_path}/pids; sleep 300", tmp_path))
+        assert caught.value.field == "gang_parts"
+        assert "xg-dup" not in backend.tracked()
+        wait_until(lambda: no_actor(actor_name("xg-dup")), 30, "the workload's actor to be gone")
+        wait_until(lambda: not [p for p in pids_in(tmp_path / "pids") if is_running(p)], 10, "no rank left")
+    finally:
+        ray.kill(leftover, no_restart=True)

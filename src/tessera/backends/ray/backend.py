@@ -8,12 +8,16 @@
   ``spec.cpu_milli`` CPUs and, per chosen GPU, the granted share of its resource; ``num_gpus`` stays 0. The actor
   starts the workload under the guard (``guard.py``) with the same clean environment and isolation variables as
   the local backend.
-- **Poll**: one outstanding ``progress`` call per workload, all waited on with one ``ray.wait(timeout=0)``; each
+- **Poll**: one outstanding ``progress`` call per actor, all waited on with one ``ray.wait(timeout=0)``; each
   answer appends the new log bytes to the workload's log on this host (``LaunchSpec.log_path``: ``tessera logs -f``
   reads it as with the local backend) and, at the end, carries the exit code. Then the actor removes its files and
   exits, and the end is reported once. A gang's launch (``LaunchSpec.gang``: its ranks on this node, under one
   supervisor as on the local backend) asks ``progress_ranks`` instead, and each rank's bytes go to its
   ``rank_log_path`` here (the ranks that log apart are in the handle, ``log_ranks``, for a server that adopts it).
+- **A gang across nodes** (``LaunchSpec.gang_parts``, ``parts.py``): one more actor per other node's part,
+  ``tessera-<id>-part<k>``, made alike; rank 0's actor picks ``MASTER_PORT`` on its node (``MASTER_ADDR``: that
+  node's address) and tells the parts. One handle names them all; the workload ends once every part ended, with the
+  first failure's code, and the first failure stops the other parts (``watch.py``).
 - **Stop** asks the guard for SIGTERM now and SIGKILL after the grace; the guard keeps the deadline itself, so it
   holds while no server is up.
 - **Lost actor or node**: an actor that died (``ray.kill``, its node removed) ends with exit code None (unknown),
