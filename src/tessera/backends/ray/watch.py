@@ -126,8 +126,9 @@ class WorkloadWatch:
         """SIGTERM to every actor's workload that has not ended, SIGKILL after ``grace_s`` (the guards keep it)."""
         self.stopping = True
         for watch in self.actors:
-            if not watch.ended and watch.actor is not None:
-                watch.actor.stop.remote(max(grace_s, 0.0))
+            actor = watch.actor  # read once: ``poll`` may find it gone meanwhile (API threads stop)
+            if not watch.ended and actor is not None:
+                actor.stop.remote(max(grace_s, 0.0))
 
     def settle(self) -> ExitStatus | None:
         """After the answers of a poll: the first failure stops the rest; every actor ended: their cleanup; every
