@@ -5,9 +5,9 @@ a ``kill -9`` of the server, are re-adopted by the restarted one and never launc
 then ends them with their grace and leaves nothing. Then the server in process: ``build_server`` with ``--backend
 ray --ray-address``, its loop thread and node watch running, the API through a test client. Nodes that join get work
 while the server runs; a node lost with a workload on it ends that workload by the server's end policy, leaves no
-process and never runs it twice; a preemption's victim gets SIGTERM, its grace, then SIGKILL. The two servers use
-the cluster the ``ray`` tests share (``shared_ray_cluster``, ``tests/conftest.py``) one after the other, in file
-order (the in-process one is made at its first use)."""
+process and never runs it twice; a gang placed across both nodes runs as one workload; a preemption's victim gets
+SIGTERM, its grace, then SIGKILL. The two servers use the cluster the ``ray`` tests share (``shared_ray_cluster``,
+``tests/conftest.py``) one after the other, in file order (the in-process one is made at its first use)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from fastapi.testclient import TestClient
 from ray_cluster import add_worker, is_running, wait_until
 from tessera_up import POLITE, Up, has_state, launches, processes_of
 
+from tessera.backends.base import rank_log_path
 from tessera.core.presets import PREEMPTION_MIN_RUNTIME_S
 from tessera.server.auth import ensure_admin_token
 from tessera.server.loop_values import LoopConfig
@@ -221,6 +222,23 @@ def test_a_node_that_joins_gets_work_and_a_lost_node_ends_its_workload_once(runn
     assert running.state(waiting) == "failed" and len(running.pids("joiner")) == 2  # started once, never again
     running.finish(*fillers)
     assert {running.state(f) for f in fillers} == {"succeeded"}
+
+
+def test_a_gang_placed_across_both_nodes_runs_as_one_workload(running: Running) -> None:
+    """3 workers of 1 GPU do not fit one node of 2: the core places them on ``w1`` and ``w2``, the launcher makes one
+    launch with a part (``gang_parts``), and the Ray backend runs every rank with one master, as one workload."""
+    says = 'echo "rank=$RANK world=$WORLD_SIZE addr=$MASTER_ADDR port=$MASTER_PORT"'
+    gang = running.submit(
+        command=["sh", "-c", f"{says}; while [ ! -e {running.runs}/go ]; do sleep 0.1; done"], gpus=1, workers=3
+    )
+    logs = [rank_log_path(running.server.ctx.loop.log_path(gang), rank) for rank in range(3)]
+    wait_until(lambda: all(p.exists() and "rank=" in p.read_text() for p in logs), 90, "every rank to run")
+    assert sorted({str(p["node"]) for p in running.get(gang)["placement"]}) == ["w1", "w2"]
+    running.finish(gang)
+    assert running.state(gang) == "succeeded"
+    texts = [path.read_text() for path in logs]
+    masters = {text.split("addr=")[1].split()[0] + ":" + text.split("port=")[1].split()[0] for text in texts}
+    assert all(f"rank={rank} world=3 " in text for rank, text in enumerate(texts)) and len(masters) == 1, texts
 
 
 def test_preemption_on_ray_gives_the_victim_sigterm_its_grace_then_sigkill(running: Running) -> None:

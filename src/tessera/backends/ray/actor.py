@@ -13,6 +13,11 @@ workload survives the server that launched it and a restarted server finds it by
   exit code. The server keeps one such call outstanding per workload and waits on all of them with ``ray.wait``.
   A gang's launch (``GangRanks``) has one node-local log per rank (the supervisor's, ``rank_log_path`` of ``log``,
   uncapped here: the server caps what it appends): ``progress_ranks`` answers for all of them at once;
+- in a gang across nodes (``parts.py``): the workload's own actor (rank 0's) picks ``MASTER_PORT``, a free port of
+  its node's address, before it starts its ranks, and tells each part's actor its ranks with that address and port
+  (``part_gang``); a part's actor asks it so (``PartOf``) before it starts its own, so every rank has the same
+  ``MASTER_ADDR`` and ``MASTER_PORT`` and no part starts before the port is chosen. A part's directory is
+  ``<id>.part<k>``; its supervisor's own messages are its main log (0), its ranks log apart;
 - passes ``stop(grace_s)`` and ``kill()`` to the guard;
 - ``cleanup()`` removes its directory and exits, once the server has recorded the end.
 
@@ -29,10 +34,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from tessera.backends.accounts import server_account, workload_env
 from tessera.backends.base import GangRanks, rank_log_path
+from tessera.backends.gang_ranks import pick_master_port
 from tessera.backends.local_files import file_stem
 from tessera.backends.ray import guard
 from tessera.backends.supervisor import CommandSpec
@@ -40,10 +48,22 @@ from tessera.backends.supervisor import CommandSpec
 MAX_CHUNK_BYTES = 1 << 20  # at most this much log per progress answer
 WORKLOAD_UMASK = 0o022
 GUARD_MODULE = "tessera.backends.ray.guard"
+PORT_WAIT_S = 300.0  # how long a part's actor waits for rank 0's actor to tell it the port (it may wait for room)
 
 
-def workload_dir(base_dir: str, workload_id: str) -> Path:
-    return Path(base_dir) / file_stem(workload_id)
+@dataclass(frozen=True, slots=True)
+class PartOf:
+    """A part of a gang across nodes: its place (1, 2, ...), its workload actor's name and namespace, its ranks."""
+
+    index: int
+    master: str
+    namespace: str
+    ranks: tuple[int, ...]
+
+
+def workload_dir(base_dir: str, workload_id: str, part: int = 0) -> Path:
+    """The node-local directory of a workload's actor (of its part ``part`` of a gang across nodes: ``.part<k>``)."""
+    return Path(base_dir) / (file_stem(workload_id) + (f".part{part}" if part else ""))
 
 
 class WorkloadActor:
@@ -58,10 +78,20 @@ class WorkloadActor:
         base_dir: str,
         log_path: str,
         gang: GangRanks | None = None,
+        parts: Mapping[str, str] | None = None,
+        part_of: PartOf | None = None,
     ) -> None:
+        """``parts``: the handle's fields naming a gang's other parts (this actor runs rank 0, and picks the port
+        for all); ``part_of``: this actor runs such a part (its ranks' gang comes from rank 0's actor)."""
         self.workload_id = workload_id
         self.log_path = log_path  # on the server's host: told back to a server that finds this actor
-        self.dir = workload_dir(base_dir, workload_id)
+        self.parts = dict(parts or {})
+        if gang is not None and self.parts and gang.master_port == 0:  # one port for every part, chosen first
+            gang = replace(gang, master_port=pick_master_port(gang.master_addr))
+        if part_of is not None:
+            gang = _gang_from_master(part_of)
+        self.gang = gang
+        self.dir = workload_dir(base_dir, workload_id, 0 if part_of is None else part_of.index)
         shutil.rmtree(self.dir, ignore_errors=True)  # an earlier run of the same id: its files are not ours
         self.dir.mkdir(mode=0o700, parents=True)
         account = server_account()
@@ -92,7 +122,13 @@ class WorkloadActor:
 
         node_id = str(ray.get_runtime_context().get_node_id())
         described = {"workload_id": self.workload_id, "log_path": self.log_path, "dir": str(self.dir)}
-        return {**described, "node_id": node_id, "log_ranks": self.log_ranks}
+        return {**described, "node_id": node_id, "log_ranks": self.log_ranks, **self.parts}
+
+    def part_gang(self, ranks: tuple[int, ...]) -> GangRanks:
+        """The gang of a part of this gang across nodes that runs ``ranks``: this one's address and port."""
+        if self.gang is None or self.gang.master_port == 0:
+            raise RuntimeError(f"{self.workload_id}: not a gang across nodes")
+        return GangRanks(self.gang.world_size, tuple(ranks), self.gang.master_addr, self.gang.master_port)
 
     def progress(self, offset: int, wait_s: float) -> tuple[bytes, int | None, bool]:
         """(log bytes from ``offset``, exit code, ended) as soon as there is new output or the end, else after
@@ -136,6 +172,17 @@ class WorkloadActor:
     def _tell(self, line: str) -> None:
         with contextlib.suppress(BrokenPipeError):  # the guard has ended: nothing left to stop
             os.write(self._write_fd, f"{line}\n".encode())
+
+
+def _gang_from_master(part_of: PartOf) -> GangRanks:
+    """The gang of a part, as its workload's actor tells it (once that one has chosen the port and started)."""
+    import ray  # only inside a running actor
+
+    master = ray.get_actor(part_of.master, namespace=part_of.namespace)
+    gang: Any = ray.get(master.part_gang.remote(part_of.ranks), timeout=PORT_WAIT_S)
+    if not isinstance(gang, GangRanks):
+        raise RuntimeError(f"{part_of.master} told part {part_of.index} {gang!r}, not its ranks")
+    return gang
 
 
 def _read_from(log: Path, offset: int, size: int) -> bytes:

@@ -8,12 +8,16 @@
   ``spec.cpu_milli`` CPUs and, per chosen GPU, the granted share of its resource; ``num_gpus`` stays 0. The actor
   starts the workload under the guard (``guard.py``) with the same clean environment and isolation variables as
   the local backend.
-- **Poll**: one outstanding ``progress`` call per workload, all waited on with one ``ray.wait(timeout=0)``; each
+- **Poll**: one outstanding ``progress`` call per actor, all waited on with one ``ray.wait(timeout=0)``; each
   answer appends the new log bytes to the workload's log on this host (``LaunchSpec.log_path``: ``tessera logs -f``
   reads it as with the local backend) and, at the end, carries the exit code. Then the actor removes its files and
   exits, and the end is reported once. A gang's launch (``LaunchSpec.gang``: its ranks on this node, under one
   supervisor as on the local backend) asks ``progress_ranks`` instead, and each rank's bytes go to its
   ``rank_log_path`` here (the ranks that log apart are in the handle, ``log_ranks``, for a server that adopts it).
+- **A gang across nodes** (``LaunchSpec.gang_parts``, ``parts.py``): one more actor per other node's part,
+  ``tessera-<id>-part<k>``, made alike; rank 0's actor picks ``MASTER_PORT`` on its node (``MASTER_ADDR``: that
+  node's address) and tells the parts. One handle names them all; the workload ends once every part ended, with the
+  first failure's code, and the first failure stops the other parts (``watch.py``).
 - **Stop** asks the guard for SIGTERM now and SIGKILL after the grace; the guard keeps the deadline itself, so it
   holds while no server is up.
 - **Lost actor or node**: an actor that died (``ray.kill``, its node removed) ends with exit code None (unknown),
@@ -31,18 +35,37 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ray
-from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError
+from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tessera.backends import capped_log
-from tessera.backends.base import Backend, BackendNode, ExitStatus, Handle, JsonScalar, LaunchSpec, rank_log_path
-from tessera.backends.ray.actor import WorkloadActor
+from tessera.backends.base import (
+    Backend,
+    BackendNode,
+    ExitStatus,
+    GpuShare,
+    Handle,
+    JsonScalar,
+    LaunchSpec,
+    rank_log_path,
+)
+from tessera.backends.ray.actor import PartOf, WorkloadActor
 from tessera.backends.ray.nodes import RayNode, alive_nodes, gpu_resource
+from tessera.backends.ray.parts import (
+    PART_FIELDS,
+    part_actor_name,
+    part_env,
+    part_fields,
+    part_log_path,
+    parts_of,
+    plan_parts,
+)
+from tessera.backends.ray.watch import ActorWatch, WorkloadWatch
 from tessera.core.errors import InvalidRequestError, TesseraError
 
 logger = logging.getLogger(__name__)
@@ -59,58 +82,6 @@ MILLI = 1000
 def actor_name(workload_id: str) -> str:
     """The deterministic name of a workload's actor."""
     return f"tessera-{workload_id}"
-
-
-@dataclass(slots=True)
-class _Watch:
-    actor: Any  # ray.actor.ActorHandle
-    handle: Handle
-    log_path: Path | None
-    log_max_bytes: int  # its cap (capped_log): this server writes the log, as the actor sends it
-    call: Any  # the outstanding progress call (ray.ObjectRef)
-    offset: int = 0  # log bytes received so far
-    cleaning: bool = False  # ended: ``call`` is the actor's cleanup, the end is reported once it is done
-    exit_code: int | None = None
-    log: capped_log.CappedLog | None = None  # the log's one writer, from the first bytes to the end (``close_log``)
-    rank_offsets: dict[int, int] = field(default_factory=dict)  # a gang's ranks that log apart: bytes received
-    rank_logs: dict[int, capped_log.CappedLog] = field(default_factory=dict)  # and their writers
-
-    def append_log(self, chunk: bytes, rank: int = 0) -> None:
-        """Appends what the actor sent to the log (rank 0) or a rank's log under its cap (a character split between
-        two answers is held until its end comes, as the supervisor's pipe does)."""
-        if rank == 0:
-            self.offset += len(chunk)
-        else:
-            self.rank_offsets[rank] += len(chunk)
-        if self.log_path is None:
-            return
-        path = rank_log_path(self.log_path, rank)
-        try:
-            log = self.log if rank == 0 else self.rank_logs.get(rank)
-            if log is None:
-                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                log = capped_log.CappedLog(path, self.log_max_bytes)
-                if rank == 0:
-                    self.log = log
-                else:
-                    self.rank_logs[rank] = log
-            log.write(chunk)
-        except OSError as error:
-            logger.warning("%s: cannot write its log %s: %s", self.handle.workload_id, path, error)
-
-    def close_log(self) -> None:
-        for log in (self.log, *self.rank_logs.values()):
-            if log is not None:
-                log.close()
-        self.log = None
-        self.rank_logs.clear()
-
-    def ask_progress(self, wait_s: float) -> None:
-        """Submits the next progress call (``progress_ranks`` for a gang whose ranks log apart)."""
-        if self.rank_offsets:
-            self.call = self.actor.progress_ranks.remote({0: self.offset, **self.rank_offsets}, wait_s)
-        else:
-            self.call = self.actor.progress.remote(self.offset, wait_s)
 
 
 class RayBackend:
@@ -134,7 +105,7 @@ class RayBackend:
             ray.init(address=address, namespace=namespace, log_to_driver=False, logging_level=logging.WARNING)
         self._remote = ray.remote(WorkloadActor)
         self._lock = threading.Lock()
-        self._watches: dict[str, _Watch] = {}
+        self._watches: dict[str, WorkloadWatch] = {}
 
     # ------------------------------------------------------------------------------------------------ the cluster
 
@@ -148,70 +119,73 @@ class RayBackend:
     # ------------------------------------------------------------------------------------------------ lifecycle
 
     def launch(self, spec: LaunchSpec) -> Handle:
-        """Creates the workload's actor on its node; returns at once (a start failure is reported by ``poll``)."""
+        """Creates the workload's actor on its node, and for a gang across nodes one actor per other part on its
+        node (``parts.py``); returns at once (a start failure is reported by ``poll``)."""
         if not spec.argv:
             raise InvalidRequestError("argv", "the command is empty")
-        if spec.gang_parts:  # not yet: a gang's ranks start on one node
-            hosts = ", ".join(sorted({part.node for part in spec.gang_parts}))
-            raise InvalidRequestError("gang_parts", f"a gang's ranks start on one node only (not yet also on {hosts})")
-        node = self._node(spec)
+        nodes = {node.name: node for node in self.inventory()}
+        node = self._node(spec, nodes)
         elsewhere = sorted({share.uuid for share in spec.gpus} - set(node.gpu_uuids))
         if elsewhere:  # its actor could never be scheduled: refuse instead of waiting forever
             raise InvalidRequestError("gpus", f"{spec.workload_id}: GPUs {elsewhere} are not on node {node.name}")
-        resources = {gpu_resource(share.uuid): share.milli / MILLI for share in spec.gpus if share.milli > 0}
+        name = actor_name(spec.workload_id)
+        parts = plan_parts(spec, node, nodes, name)
         with self._lock:
             if spec.workload_id in self._watches:
                 raise InvalidRequestError("workload_id", f"{spec.workload_id!r} is already running")
-        name = actor_name(spec.workload_id)
         log_path = "" if spec.log_path is None else str(spec.log_path)
         workdir = None if spec.workdir is None else str(spec.workdir)
+        gang, fields = spec.gang, part_fields(parts)
+        if parts and gang is not None:  # MASTER_ADDR: rank 0's node as Ray knows it; its actor picks the port
+            gang = replace(gang, master_addr=node.address)
+        common = (spec.workload_id, list(spec.argv))
         try:
-            actor = self._remote.options(
-                name=name,
-                namespace=self.namespace,
-                lifetime="detached",
-                max_restarts=0,
-                max_concurrency=ACTOR_CONCURRENCY,
-                num_cpus=spec.cpu_milli / MILLI,
-                num_gpus=0,
-                resources=resources,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
-            ).remote(spec.workload_id, list(spec.argv), dict(spec.env), workdir, self.node_dir, log_path, spec.gang)
+            actor = self._actor(name, node, spec.cpu_milli, spec.gpus).remote(
+                *common, dict(spec.env), workdir, self.node_dir, log_path, gang, fields or None
+            )
         except ValueError as error:  # the name is taken: a workload of this id runs already
             raise InvalidRequestError("workload_id", f"{spec.workload_id!r}: {error}") from None
+        actors = [actor]
+        try:
+            for ref, part in zip(parts, spec.gang_parts, strict=True):
+                part_of = PartOf(ref.index, name, self.namespace, ref.ranks)
+                actors.append(
+                    self._actor(ref.actor, nodes[ref.node], part.cpu_milli, part.gpus).remote(
+                        *common, part_env(spec.env, part), workdir, self.node_dir, log_path, None, None, part_of
+                    )
+                )
+        except (ValueError, RayError) as error:  # a part's name is taken (an earlier run's leftover?)
+            for started in actors:  # its guard kills whatever it started
+                ray.kill(started, no_restart=True)
+            raise InvalidRequestError("gang_parts", f"{spec.workload_id!r}: {error}") from None
         data: dict[str, JsonScalar] = {"namespace": self.namespace, "actor": name, "node": node.name}
         data["node_id"], data["log_path"], data["log_max_bytes"] = node.node_id, log_path, spec.log_max_bytes
         if spec.gang is not None:
             data["log_ranks"] = ",".join(str(rank) for rank in spec.gang.ranks if rank != 0)
-        handle = Handle(spec.workload_id, KIND, data)
+        handle = Handle(spec.workload_id, KIND, {**data, **fields})
         with self._lock:
-            self._watches[spec.workload_id] = self._watch(actor, handle, 0)
-        logger.info(
-            "launched %s on Ray node %s (%s) with %s", spec.workload_id, node.name, node.node_id[:12], resources
-        )
+            self._watches[spec.workload_id] = self._watch(handle, actors, adopted=False)
+        elsewhere_text = "".join(f", {ref.actor} on {ref.node} (ranks {ref.ranks})" for ref in parts)
+        logger.info("launched %s on Ray node %s (%s)%s", spec.workload_id, node.name, node.node_id[:12], elsewhere_text)
         return handle
 
     def adopt(self, handle: Handle) -> None:
-        """Tracks the actor the handle names; one that is gone is reported ended (exit code unknown) by ``poll``."""
+        """Tracks the actors the handle names; one that is gone has ended with exit code unknown, as ``poll`` says
+        (a gang across nodes: the others are stopped then, as after any failure)."""
         namespace, name = _names(handle)
+        parts = parts_of(handle.workload_id, handle.data)
         with self._lock:
             if handle.workload_id in self._watches:
                 return
-        log_path = handle.data.get("log_path")
-        path = Path(log_path) if isinstance(log_path, str) and log_path else None
-        offset = capped_log.logical_size(path) if path is not None else 0  # rotated bytes count: the actor's offset
-        try:
-            actor = ray.get_actor(name, namespace=namespace)
-            watch = self._watch(actor, handle, offset, adopted=True)
-        except ValueError:  # no such actor: it died (its node was lost) while no server watched
-            logger.warning("adopt: %s has no actor %s any more; its end is unknown", handle.workload_id, name)
-            watch = _Watch(None, handle, path, _log_max_bytes(handle), ray.put(None), offset)
+        actors = [self._lookup(handle.workload_id, namespace, actor) for actor in (name, *(p.actor for p in parts))]
+        watch = self._watch(handle, actors, adopted=True)
         with self._lock:
             self._watches.setdefault(handle.workload_id, watch)
-        logger.info("adopted %s (actor %s)", handle.workload_id, name)
+        logger.info("adopted %s (actor %s)", handle.workload_id, ", ".join([name, *(p.actor for p in parts)]))
 
     def find(self, workload_id: str) -> Handle | None:
-        """The handle of a workload whose actor exists (launched by this or an earlier server, end not reported)."""
+        """The handle of a workload whose actor exists (launched by this or an earlier server, end not reported);
+        a gang across nodes' handle names all its parts, also those whose start was cut short (``adopt``: ended)."""
         with self._lock:
             watch = self._watches.get(workload_id)
         if watch is not None:
@@ -230,6 +204,7 @@ class RayBackend:
         data.update(node=names.get(node, ""), node_id=node, log_path=described["log_path"])
         if described.get("log_ranks"):  # a gang's launch (an actor of an older Tessera does not say)
             data["log_ranks"] = str(described["log_ranks"])
+        data.update({key: str(described[key]) for key in PART_FIELDS if described.get(key)})
         return Handle(workload_id, KIND, data)
 
     def runtime_dir(self, workload_id: str) -> Path | None:
@@ -239,37 +214,39 @@ class RayBackend:
         return False
 
     def forget(self, workload_id: str) -> None:
-        """Nothing to drop: the actor removed its files and exited before ``poll`` reported its end (so, unlike the
-        local backend's, a reported end is not found again by a server that died before it stored the end)."""
+        """Nothing to drop: the actors removed their files and exited before ``poll`` reported the end (so, unlike
+        the local backend's, a reported end is not found again by a server that died before it stored the end)."""
 
     def pids(self, handle: Handle) -> list[int]:
         _names(handle)
         return []
 
     def stop(self, workload_id: str, grace_s: float) -> None:
-        """SIGTERM now and SIGKILL after ``grace_s``, both by the guard; returns at once."""
+        """SIGTERM now and SIGKILL after ``grace_s``, both by the guards (of every part); returns at once."""
         with self._lock:
             watch = self._watches.get(workload_id)
-        if watch is None or watch.actor is None:
+        if watch is None:
             logger.debug("stop: %s is not running", workload_id)
             return
-        watch.actor.stop.remote(max(grace_s, 0.0))
+        watch.stop(grace_s)
 
     def poll(self) -> list[ExitStatus]:
         with self._lock:
             watches = list(self._watches.values())
-        if not watches:
-            return []
-        calls = [watch.call for watch in watches]
-        ready, _ = ray.wait(calls, num_returns=len(calls), timeout=0, fetch_local=True)
-        done = {id(call) for call in ready}
+        calls = [call for watch in watches for call in watch.calls()]
+        done: set[int] = set()
+        if calls:
+            ready, _ = ray.wait(calls, num_returns=len(calls), timeout=0, fetch_local=True)
+            done = {id(call) for call in ready}
         ended: list[ExitStatus] = []
         for watch in watches:
-            if id(watch.call) in done:
-                status = self._advance(watch)
-                if status is not None:
-                    ended.append(status)
-                    watch.close_log()
+            for actor in watch.actors:
+                if actor.call is not None and id(actor.call) in done:
+                    actor.advance(self.progress_wait_s)
+            status = watch.settle()
+            if status is not None:
+                ended.append(status)
+                watch.close_logs()
         with self._lock:
             for status in ended:
                 self._watches.pop(status.workload_id, None)
@@ -282,12 +259,12 @@ class RayBackend:
             return set(self._watches)
 
     def close(self) -> None:
-        """Stops watching and leaves the cluster; the actors (and workloads) keep running."""
+        """Stops watching; the actors (and workloads) keep running."""
         with self._lock:
             watches = list(self._watches.values())
             self._watches.clear()
         for watch in watches:
-            watch.close_log()
+            watch.close_logs()
 
     def shutdown(self) -> None:
         """``close`` and disconnect this process from Ray."""
@@ -296,8 +273,7 @@ class RayBackend:
 
     # ------------------------------------------------------------------------------------------------ internals
 
-    def _node(self, spec: LaunchSpec) -> RayNode:
-        nodes = {node.name: node for node in self.inventory()}
+    def _node(self, spec: LaunchSpec, nodes: dict[str, RayNode]) -> RayNode:
         if spec.node is None:
             raise InvalidRequestError("node", f"{spec.workload_id}: the Ray backend needs the node Tessera chose")
         node = nodes.get(spec.node)
@@ -305,42 +281,53 @@ class RayBackend:
             raise TesseraError(f"{spec.workload_id}: Ray node {spec.node!r} is not in the cluster (lost?)")
         return node
 
-    def _watch(self, actor: Any, handle: Handle, offset: int, adopted: bool = False) -> _Watch:
-        """The watch of ``actor``, its first progress call submitted: from ``offset`` in the log, and in the logs of
-        a gang's ranks that log apart from 0 at the launch, from what their files here hold when ``adopted``."""
+    def _actor(self, name: str, node: RayNode, cpu_milli: int, gpus: tuple[GpuShare, ...]) -> Any:
+        """The actor class, with its options: ``name``, detached, on ``node`` (hard affinity), ``cpu_milli`` CPUs and
+        each GPU's share as its resource (``num_gpus`` 0)."""
+        return self._remote.options(
+            name=name,
+            namespace=self.namespace,
+            lifetime="detached",
+            max_restarts=0,
+            max_concurrency=ACTOR_CONCURRENCY,
+            num_cpus=cpu_milli / MILLI,
+            num_gpus=0,
+            resources={gpu_resource(share.uuid): share.milli / MILLI for share in gpus if share.milli > 0},
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+        )
+
+    def _lookup(self, workload_id: str, namespace: str, name: str) -> Any:
+        """The actor named ``name``, or None when there is none (it died, its node was lost, or its start was cut
+        short, while no server watched)."""
+        try:
+            return ray.get_actor(name, namespace=namespace)
+        except ValueError:
+            logger.warning("adopt: %s has no actor %s any more; its end is unknown", workload_id, name)
+            return None
+
+    def _watch(self, handle: Handle, actors: list[Any], adopted: bool) -> WorkloadWatch:
+        """The watch of a workload's ``actors`` (its own, then its parts'; None: gone), their first calls submitted:
+        each log from what its file here holds when ``adopted``, else from the start."""
         log_path = handle.data.get("log_path")
         path = Path(log_path) if isinstance(log_path, str) and log_path else None
-        received = {
-            rank: capped_log.logical_size(rank_log_path(path, rank)) if adopted and path is not None else 0
-            for rank in _log_ranks(handle)
-        }
-        watch = _Watch(actor, handle, path, _log_max_bytes(handle), None, offset, rank_offsets=received)
-        watch.ask_progress(self.progress_wait_s)
-        return watch
-
-    def _advance(self, watch: _Watch) -> ExitStatus | None:
-        """The answer of ``watch``'s progress call: log bytes appended; its end, or the next call submitted."""
-        if watch.actor is None:  # adopted without an actor: gone while no server watched
-            return ExitStatus(watch.handle.workload_id, None)
-        if watch.cleaning:  # its actor has removed its files and exited: ``find`` no longer finds it
-            return ExitStatus(watch.handle.workload_id, watch.exit_code)
-        try:
-            answer, code, ended = ray.get(watch.call, timeout=0)
-        except ActorUnavailableError:  # not known dead yet (a node that may come back): ask again
-            watch.ask_progress(self.progress_wait_s)
-            return None
-        except (RayActorError, GetTimeoutError, RayError) as error:
-            logger.warning("%s: its actor is gone (%s)", watch.handle.workload_id, type(error).__name__)
-            return ExitStatus(watch.handle.workload_id, None)
-        chunks: dict[int, bytes] = answer if watch.rank_offsets else {0: answer}
-        for rank, chunk in chunks.items():
-            if chunk and (rank == 0 or rank in watch.rank_offsets):
-                watch.append_log(chunk, rank)
-        if not ended:
-            watch.ask_progress(self.progress_wait_s)
-            return None
-        watch.call, watch.cleaning, watch.exit_code = watch.actor.cleanup.remote(), True, code
-        return None
+        parts = parts_of(handle.workload_id, handle.data)
+        logs = [(0, _log_ranks(handle)), *((part.index, part.ranks) for part in parts)]
+        watches: list[ActorWatch] = []
+        for actor, (index, ranks) in zip(actors, logs, strict=True):
+            destinations: dict[int, Path] = {}
+            if path is not None:
+                destinations = {0: part_log_path(path, index) if index else path}
+                destinations.update({rank: rank_log_path(path, rank) for rank in ranks if rank != 0})
+            keys = [0, *(rank for rank in ranks if rank != 0)]
+            offsets = {key: capped_log.logical_size(destinations[key]) if adopted and path else 0 for key in keys}
+            name = part_actor_name(actor_name(handle.workload_id), index) if index else actor_name(handle.workload_id)
+            watch = ActorWatch(handle.workload_id, actor, name, _log_max_bytes(handle), destinations, offsets)
+            if actor is None:
+                watch.gone()
+            else:
+                watch.ask_progress(self.progress_wait_s)
+            watches.append(watch)
+        return WorkloadWatch(handle, watches)
 
 
 def _log_max_bytes(handle: Handle) -> int:
