@@ -1,11 +1,13 @@
 """Re-run the timeline tables of docs/scheduling-over-time.md: one JSON line per (workload, seed, policy).
 
 Usage: python bench/timeline_tables.py [--workloads openb,training,tenants] [--seeds 0] [--policies ...]
+[--placements NAME,...]
 
 Reads ../shared/traces by path (openb default trace and node list; gavel/philly/pai for training). Prints avg JCT,
 p99 JCT, avg wait (hours), GPU allocation %, preemptions, reclaims, the longest reclaim latency and the longest time
-blocked by borrowers, per-queue shares and the replay's wall time. Wall times depend on the machine and its load;
-compare them only within one run.
+blocked by borrowers, per-queue shares, the makespan and the replay's wall time. ``--placements`` runs each policy
+once per placement named (``preset``: the preset's own), as ``tessera simulate timeline --placement`` does. Wall
+times depend on the machine and its load; compare them only within one run.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ def main() -> int:
     parser.add_argument("--workloads", default="openb,training,tenants")
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--policies", default=",".join(PRESETS))
+    parser.add_argument(
+        "--placements", default="preset", help="placements to run each policy with; preset: the preset's own"
+    )
     parser.add_argument("--traces", type=Path, default=TRACES, help="folder with openb/, gavel/, philly/, pai/")
     args = parser.parse_args()
     openb = args.traces / "openb"
@@ -39,7 +44,7 @@ def main() -> int:
             pods = openb / "openb_pod_list_default.csv" if workload == "openb" else None
             traces = args.traces if workload == "training" else None
             inputs = timeline_inputs(workload, nodes, pods, None, seed, traces)
-            for policy in args.policies.split(","):
+            for policy, placement in ((p, q) for p in args.policies.split(",") for q in args.placements.split(",")):
                 r = run_timeline(
                     inputs.nodes,
                     inputs.jobs,
@@ -48,15 +53,19 @@ def main() -> int:
                     inputs.throughput,
                     inputs.queues,
                     colocation=inputs.colocation,
+                    placement=None if placement == "preset" else placement,
                 )
                 row = {
                     "workload": workload,
                     "seed": seed,
-                    "policy": policy,
+                    "policy": r.policy,
                     "avg_jct_h": round(float(np.mean(r.jct_s)) / HOUR_S, 4),
                     "p99_jct_h": round(float(np.percentile(r.jct_s, 99)) / HOUR_S, 2),
                     "avg_wait_h": round(float(np.mean(r.wait_s)) / HOUR_S, 3),
                     "alloc_pct": round(r.gpu_alloc_pct, 1),
+                    "makespan_h": round(float(r.finish_s.max() - r.arrival_s.min()) / HOUR_S, 1)
+                    if r.jct_s.size
+                    else 0.0,
                     "preemptions": r.preemptions,
                     "reclaims": r.reclaims,
                     "shrunk_workers": r.shrunk_workers,

@@ -143,7 +143,12 @@ def test_the_server_reports_its_api_version_and_the_sdk_reads_it(make_harness: M
 
     with TesseraClient("http://tessera", ADMIN, transport=httpx.MockTransport(forward)) as client:
         health = Health(
-            status="ok", simulated_gpus=True, gpus=2, api_version=API_VERSION, policy="tessera", placement="hetero"
+            status="ok",
+            simulated_gpus=True,
+            gpus=2,
+            api_version=API_VERSION,
+            policy="tessera",
+            placement="tessera-hetero",
         )
         assert client.health() == health
         assert client.api_version() == API_VERSION

@@ -60,7 +60,7 @@ from tessera.core.decisions import (
     StepPlan,
 )
 from tessera.core.demand import demand_of, flavor_of
-from tessera.core.placement.base import Placer
+from tessera.core.placement.base import Learner, Placer
 from tessera.core.preemption import PreemptionGuard
 from tessera.core.queueing.las import LasService
 from tessera.core.queueing.quotas import Admission, QuotaLedger
@@ -97,6 +97,9 @@ class Scheduler:
         self.books = Allocation(placer.state, _ledger(config), PreemptionGuard(config.preemption_min_runtime_s), las)
         # Set to a list to record every applied decision with its quota change (the twin-versus-server comparison).
         self.journal: list[Applied] | None = None
+        # A placement that learns the workload (``placement.base.Learner``) and the workloads it has been taught.
+        self._learner = placer.policy if isinstance(placer.policy, Learner) else None
+        self._learnt: set[str] = set()
 
     @property
     def state(self) -> ClusterState:
@@ -122,6 +125,7 @@ class Scheduler:
         workloads, guard and generator are the books' own; ``running``, ``guard`` and ``rng`` replace them for a
         what-if step (a probe, a test) that is not committed. Binds carry the pending workload they bind."""
         by_id = {w.workload_id: w for w in pending}
+        self._teach(pending)
         effective = [self.effective(w, now_s) for w in pending]
         if running is None:
             running = self.books.candidates(now_s) if self._reads_running() else ()
@@ -131,6 +135,16 @@ class Scheduler:
         plan = step.run(effective)
         binds = tuple(dataclasses.replace(b, workload=by_id[b.workload_id]) for b in plan.binds)
         return dataclasses.replace(plan, binds=binds)
+
+    def _teach(self, workloads: Iterable[PendingWorkload]) -> None:
+        """Hand a learning placement each worker of the workloads it has not been taught yet (``Learner``)."""
+        if self._learner is None:
+            return
+        for workload in workloads:
+            if workload.workload_id not in self._learnt:
+                self._learnt.add(workload.workload_id)
+                for _ in range(workload.gang):
+                    self._learner.learn(workload.request)
 
     def effective(self, workload: PendingWorkload, now_s: float) -> PendingWorkload:
         """``workload`` as the step sees it: its LAS priority at ``now_s`` and the policy's preemptibility."""
@@ -204,6 +218,7 @@ class Scheduler:
                 self.books.remove(workload_id, now_s)
         if finished:
             self.books.guard = self.books.guard.forget(ended)
+            self._learnt.difference_update(ended)
 
     def adopt(
         self,
@@ -218,6 +233,7 @@ class Scheduler:
         running = self._entry(workload, placements, started_s)
         if admission is not None:
             running = dataclasses.replace(running, admission=admission)
+        self._teach((workload,))  # a restarted server's placement learns again what runs
         return self.books.adopt(running, workload.preemptible)
 
     def restore(self, victim: RunningWorkload, workload: PendingWorkload, now_s: float) -> bool:

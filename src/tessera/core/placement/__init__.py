@@ -21,6 +21,7 @@ from tessera.core.placement.hetero import HeteroPolicy, should_colocate
 from tessera.core.placement.packing import PackingPolicy
 from tessera.core.placement.random import RandomPolicy
 from tessera.core.placement.tessera import TesseraParams, TesseraPolicy
+from tessera.core.placement.tessera_hetero import TesseraHeteroPolicy, Within
 from tessera.core.throughput import ColocationModel, ThroughputModel
 from tessera.core.workload import Request
 
@@ -58,6 +59,16 @@ def _hetero(inputs: PlacementInputs) -> PlacementPolicy:
     return HeteroPolicy(model, inputs.job_type_of, colocation=inputs.colocation)
 
 
+def _tessera_hetero(within: Within) -> Callable[[PlacementInputs], PlacementPolicy]:
+    def build(inputs: PlacementInputs) -> PlacementPolicy:
+        model = inputs.throughput if inputs.throughput is not None else ThroughputModel({})
+        return TesseraHeteroPolicy(
+            model, tuple(inputs.model_names), inputs.job_type_of, inputs.colocation, within=within
+        )
+
+    return build
+
+
 # The one registry of placement policies: ``make_policy``, ``tessera simulate`` and ``tessera up --placement`` all
 # resolve names here, so a new policy is one module and one line.
 PLACEMENTS: dict[str, PlacementEntry] = {
@@ -83,6 +94,12 @@ PLACEMENTS: dict[str, PlacementEntry] = {
         PlacementEntry(
             "hetero", "the GPU model fastest for the job type, best fit among equals (best fit without a type)",
             _hetero,
+        ),
+        PlacementEntry("tessera-hetero", "hetero's GPU model, best fit, then tessera-online", _tessera_hetero("pack")),
+        PlacementEntry("tessera-hetero-frag", "hetero's GPU model, then tessera-online", _tessera_hetero("frag")),
+        PlacementEntry(
+            "tessera-hetero-shares", "hetero's GPU model, tessera-online for shares, best fit for the rest",
+            _tessera_hetero("shares"),
         ),
     )
 }  # fmt: skip

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -74,6 +74,19 @@ class PlacementPolicy(Protocol):
     def pick_node(self, best: IntArray, rng: np.random.Generator) -> int | None:
         """The node among the equally best ``best`` (cluster order), or ``None`` for the engine's tie-break rule."""
         ...
+
+
+@runtime_checkable
+class Learner(Protocol):
+    """A policy that learns the workload from the workloads it is offered, once each, rather than from every
+    placement it is asked for (``observe``, called again at each attempt, each trial and each probe).
+
+    ``Scheduler.plan`` calls ``learn`` for every worker of a pending workload the first time the workload is offered
+    to it, so what the policy learns depends on the workloads alone, not on how often a runtime steps: the
+    simulator's event-driven steps and the server's continual ones teach it the same. It may change the policy's
+    ``model_version`` (the engine then drops its cached scores at the next decision)."""
+
+    def learn(self, request: Request) -> None: ...
 
 
 class BasePolicy:
