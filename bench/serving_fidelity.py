@@ -1,7 +1,7 @@
 """The serving twin against the Splitwise simulator's results on the same request trace.
 
 Usage: python bench/serving_fidelity.py --trace FILE --results RESULTS.csv [--mode compat|calibrated|both]
-       [--perf-model PERF_MODEL.csv]
+       [--perf-model PERF_MODEL.csv] [--model-config NAME=config.json ...] [--model-profile [NAME=]PERF.csv ...]
 
 Runs the twin once per row of RESULTS.csv (a cluster size) and mode, set up as that simulator's baseline
 (``tessera.sim.serving.fidelity``; docs/serving-fidelity.md), prints a table of our percentiles and their relative
@@ -9,6 +9,11 @@ errors against the reference, then one JSON line ``{"rows": int, "max_rel_err_pc
 |relative error| over the p50/p90/p99 of TTFT, TBT and E2E of the rows whose cluster is not saturated (reference TTFT
 p99 < 10 s), for the first mode run (compat under ``both``); ``by_mode`` gives it per mode. Bad input: one line
 naming the file, line and field, exit 2.
+
+A results row may name any model the twin knows (the catalog's, and bloom-176b of the Splitwise grid) or one brought
+with ``--model-config`` (its architecture: weights and the simulator's KV accounting need it) and
+``--model-profile`` (its Splitwise-format rows, when ``--perf-model`` does not hold them), as
+``tessera simulate serving`` takes them (``tessera.serving.model_book``).
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from rich.console import Console
 from rich.table import Table
 
 from tessera.core.errors import TesseraError
+from tessera.serving.model_book import build_model_book
 from tessera.serving.perf_model import shared_calibration_csv
+from tessera.sim.serving.config import parse_named_path
 from tessera.sim.serving.fidelity import (
     METRICS,
     MODES,
@@ -48,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         default=shared_calibration_csv(),
         help="the characterization grid (default: ../shared/traces/splitwise/perf_model.csv)",
     )
+    parser.add_argument(
+        "--model-config", action="append", default=[], help="NAME=config.json: a model by its architecture (repeat)"
+    )
+    parser.add_argument(
+        "--model-profile", action="append", default=[], help="[NAME=]PERF.csv: a model's measured rows (repeat)"
+    )
     args = parser.parse_args(argv)
     if args.perf_model is None or not args.perf_model.is_file():
         print(f"error: no performance model file: {args.perf_model} (give --perf-model)", file=sys.stderr)
@@ -55,9 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     modes = list(MODES) if args.mode == "both" else [args.mode]
     started = time.perf_counter()
     try:
+        book = build_model_book(
+            [_named(parse_named_path(text, "--model-config")) for text in args.model_config],
+            [parse_named_path(text, "--model-profile", name_required=False) for text in args.model_profile],
+        )
         trace = read_llm_trace(args.trace)
         rows = read_results(args.results)
-        results = compare(trace, rows, args.perf_model, modes, progress=lambda m: print(m, file=sys.stderr))
+        progress = lambda m: print(m, file=sys.stderr)  # noqa: E731
+        results = compare(trace, rows, args.perf_model, modes, progress, book)
     except (TesseraError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -73,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(summary))
     return 0
+
+
+def _named(pair: tuple[str | None, Path]) -> tuple[str, Path]:
+    name, path = pair
+    assert name is not None  # required for --model-config
+    return name, path
 
 
 def render(results: list[RowResult]) -> Table:

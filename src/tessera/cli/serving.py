@@ -60,13 +60,37 @@ def simulate_serving(
     perf_profile: Annotated[
         Path | None, typer.Option("--perf-profile", help="Your engine's measured latencies (CSV) for the perf model.")
     ] = None,
+    model_mix: Annotated[
+        str | None,
+        typer.Option(
+            "--model-mix",
+            help="Models by popularity rank, repeated to --models, e.g. llama2-13b,mine. Default: "
+            "llama2-13b,llama3-8b,llama2-70b,llama2-7b,llama2-13b,llama3-8b,codellama-34b,llama2-7b.",
+        ),
+    ] = None,
+    model_config: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model-config",
+            help="NAME=config.json: bring a model by its Hugging Face architecture (repeat). Name it in --model-mix.",
+        ),
+    ] = None,
+    model_profile: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model-profile",
+            help="[NAME=]CSV: a model's measured timings, Splitwise perf-model rows (every model they hold) or a "
+            "profile (kind,batch_size,tokens,kv_tokens,time_ms; NAME= needed) (repeat).",
+        ),
+    ] = None,
 ) -> None:
     """Serve a request trace with N models on shared GPUs: GPU-hours, SLO attainment and latency per policy."""
     from rich.console import Console
     from rich.markup import escape
 
     from tessera.sim.placement_study.sweep import parse_seeds
-    from tessera.sim.serving.config import StudyConfig, parse_policy_names
+    from tessera.sim.serving.config import StudyConfig, parse_model_mix, parse_named_path, parse_policy_names
+    from tessera.sim.serving.perf_choice import describe as describe_perf
     from tessera.sim.serving.report import write_serving_report
     from tessera.sim.serving.study import check_models_fit
 
@@ -82,7 +106,11 @@ def simulate_serving(
             gpus_for_slo=gpus_for_slo,
             perf_profile=perf_profile,
             out=out,
+            model_mix=None if model_mix is None else parse_model_mix(model_mix),
+            model_configs=tuple(_named(parse_named_path(t, "--model-config")) for t in model_config or ()),
+            model_profiles=tuple(parse_named_path(t, "--model-profile", False) for t in model_profile or ()),
         )
+        book = config.model_book()  # a bad config.json or profile fails here, naming the file and the key
         requests = config.load_trace()  # a bad trace fails here, before anything is written or run
         check_models_fit(config)  # so does a model too big for the --gpus model
         out.mkdir(parents=True, exist_ok=True)  # and an unusable --out before the runs, not after
@@ -94,12 +122,22 @@ def simulate_serving(
             f"policies {', '.join(config.policies)}; seeds {', '.join(map(str, config.seeds))}; "
             f"cluster {escape(cluster)}"
         )
+        if config.model_mix is not None or config.model_configs or config.model_profiles:
+            timing = describe_perf(config.perf_profile)
+            for name in dict.fromkeys(config.mix[: config.models]):
+                console.print(book.describe(name, timing), markup=False, highlight=False, soft_wrap=True)
         runs = _run_with_progress(config)
         paths = write_serving_report(out, config, config.trace_name, runs)
         console.print((out / "summary.md").read_text(), markup=False, highlight=False, soft_wrap=True)
         console.print(
             "Report written to:", *[str(p) for p in paths], sep="\n  ", markup=False, highlight=False, soft_wrap=True
         )
+
+
+def _named(pair: tuple[str | None, Path]) -> tuple[str, Path]:
+    name, path = pair
+    assert name is not None  # parse_named_path requires one for --model-config
+    return name, path
 
 
 def _run_with_progress(config: StudyConfig) -> list[PolicyRun]:

@@ -18,33 +18,44 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Self
 
+from tessera.core.errors import UnknownGpuModelError
 from tessera.serving.gpus import GpuSpec, gpu_spec
-from tessera.serving.models import CATALOG, ModelSpec
+from tessera.serving.models import GRID_MODELS, KNOWN_ARCHITECTURES, ModelSpec
 from tessera.serving.perf_csv import SplitwiseRow, read_profile_rows, read_splitwise_rows, select_config
 from tessera.serving.perf_fit import DecodeSample, DecodeStep, IterationRule, PiecewiseLinear, fit_decode_step
 from tessera.serving.perf_scaling import ReplicaShape, ScalingAssumptions, scale_decode, scale_prefill
 
-# Models of the Splitwise grid that the serving catalog does not hold (public architecture figures), needed only to
-# know the calibration source's physics.
-CALIBRATION_MODELS: dict[str, ModelSpec] = {
-    "bloom-176b": ModelSpec(
-        "bloom-176b", 176.2, layers=70, hidden=14336, heads=112, kv_heads=112, head_dim=128, tensor_parallel=8
-    ),
-}
+# Models of the Splitwise grid that the serving catalog does not hold (public architecture figures).
+CALIBRATION_MODELS: Mapping[str, ModelSpec] = GRID_MODELS
 # The grid's hardware labels; "-pcap" runs are the same GPU under a power cap.
 SPLITWISE_HARDWARE: dict[str, str] = {"a100-80gb": "A100-80GB", "h100-80gb": "H100-80GB", "h100-80gb-pcap": "H100-80GB"}
 FAILED_RUN_FRACTION = 0.5
 
 
-def calibration_shape(model: str, hardware: str, tensor_parallel: int) -> ReplicaShape | None:
-    """The physics of a grid configuration, or None when its model or hardware is not known here."""
-    spec = CATALOG.get(model) or CALIBRATION_MODELS.get(model)
-    gpu = SPLITWISE_HARDWARE.get(hardware.lower())
+def splitwise_gpu(hardware: str) -> str | None:
+    """The serving GPU of a grid hardware label: the grid's own labels, else any GPU name the catalog knows (a team's
+    file in the Splitwise format may say ``l4`` or ``H200``); None when unknown."""
+    known = SPLITWISE_HARDWARE.get(hardware.lower())
+    if known is not None:
+        return known
+    try:
+        return gpu_spec(hardware).name
+    except UnknownGpuModelError:
+        return None
+
+
+def calibration_shape(
+    model: str, hardware: str, tensor_parallel: int, known: Mapping[str, ModelSpec] | None = None
+) -> ReplicaShape | None:
+    """The physics of a grid configuration, or None when its model or hardware is not known here. ``known`` adds
+    architectures (a model brought by its config.json) to the catalog's and the grid's."""
+    spec = (known or {}).get(model) or KNOWN_ARCHITECTURES.get(model)
+    gpu = splitwise_gpu(hardware)
     if spec is None or gpu is None:
         return None
     return ReplicaShape(spec, gpu_spec(gpu), tensor_parallel)
@@ -156,12 +167,13 @@ class CalibratedPerf(FittedPerf):
         return cls.from_rows(rows)
 
     @classmethod
-    def from_rows(cls, rows: Sequence[SplitwiseRow]) -> CalibratedPerf:
-        """From the rows of one configuration (all with the same model, hardware and TP)."""
+    def from_rows(cls, rows: Sequence[SplitwiseRow], known: Mapping[str, ModelSpec] | None = None) -> CalibratedPerf:
+        """From the rows of one configuration (all with the same model, hardware and TP); ``known`` as in
+        ``calibration_shape``."""
         configs = {r.config for r in rows}
         if len(configs) != 1:
             raise ValueError(f"calibration rows must hold exactly one configuration, got {sorted(configs)}")
-        source = calibration_shape(*configs.pop())
+        source = calibration_shape(*configs.pop(), known)
         kept, _ = split_failed_runs(grid_points(rows))
         prefill = prefill_curve([(g.batch_tokens, g.prefill_ms / 1000) for g in kept])
         samples = [DecodeSample(g.batch_size, g.kv_tokens, g.decode_ms / 1000) for g in kept]

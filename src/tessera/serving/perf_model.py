@@ -18,18 +18,18 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from tessera.serving.gpus import GpuSpec, gpu_spec
 from tessera.serving.models import ModelSpec
 from tessera.serving.perf_calibrated import (
-    SPLITWISE_HARDWARE,
     CalibratedPerf,
     FittedPerf,
     ProfilePerf,
     calibration_shape,
+    splitwise_gpu,
 )
 from tessera.serving.perf_compat import SplitwiseCompatPerf
 from tessera.serving.perf_csv import SplitwiseRow, read_splitwise_rows, select_config
@@ -99,17 +99,21 @@ def _cached_rows(path: str | Path) -> list[SplitwiseRow]:
 
 
 def choose_calibration_source(
-    configs: set[tuple[str, str, int]], spec: ModelSpec, gpu: GpuSpec, tensor_parallel: int
+    configs: set[tuple[str, str, int]],
+    spec: ModelSpec,
+    gpu: GpuSpec,
+    tensor_parallel: int,
+    known: Mapping[str, ModelSpec] | None = None,
 ) -> tuple[str, str, int]:
     """The measured (model, hardware, TP) to scale from: hardware standing in for ``gpu`` (else any), the target
     model if measured (else llama2-70b, else any model whose shape is known), then the nearest TP (log scale, the
-    larger on a tie)."""
-    usable = {c for c in configs if calibration_shape(*c) is not None}
+    larger on a tie). ``known``: architectures beyond the catalog's and the grid's (``calibration_shape``)."""
+    usable = {c for c in configs if calibration_shape(*c, known) is not None}
     if not usable:
         raise ValueError("no configuration of the calibration file has a known model and hardware")
     wanted = SOURCE_HARDWARE.get(gpu.name, ())
     on_hardware = {c for c in usable if c[1].lower() in wanted} or {
-        c for c in usable if SPLITWISE_HARDWARE.get(c[1].lower()) == gpu.name
+        c for c in usable if splitwise_gpu(c[1]) == gpu.name
     }
     pool = on_hardware or usable
     for model in (spec.name, PREFERRED_SOURCE_MODEL):
@@ -119,10 +123,16 @@ def choose_calibration_source(
     return min(sorted(pool), key=lambda c: (abs(math.log2(c[2] / tensor_parallel)), -c[2], c[0], c[1]))
 
 
-def sweep_collectives(path: str | Path, rows: Sequence[SplitwiseRow], model: str, hardware: str) -> Collectives:
+def sweep_collectives(
+    path: str | Path,
+    rows: Sequence[SplitwiseRow],
+    model: str,
+    hardware: str,
+    known: Mapping[str, ModelSpec] | None = None,
+) -> Collectives:
     """The collective costs estimated from every TP the rows hold for ``model`` on ``hardware``."""
     sweep = sorted({r.tensor_parallel for r in rows if r.model == model and r.hardware == hardware})
-    fits = [CalibratedPerf.from_rows(select_config(path, list(rows), model, hardware, tp)) for tp in sweep]
+    fits = [CalibratedPerf.from_rows(select_config(path, list(rows), model, hardware, tp), known) for tp in sweep]
     return estimate_collectives([(f.source, f.decode, f.prefill) for f in fits if f.source is not None])
 
 
@@ -132,18 +142,25 @@ def calibrated_perf_for(
     gpu: str | GpuSpec,
     tensor_parallel: int,
     assumptions: ScalingAssumptions | None = None,
+    own_rows_only: bool = False,
 ) -> CalibratedPerf:
     """The calibrated model of ``spec`` on ``tensor_parallel`` GPUs of type ``gpu``: the measured configuration
-    itself when the file has it, else the nearest one scaled (``choose_calibration_source``)."""
+    itself when the file has it, else the nearest one scaled (``choose_calibration_source``). ``own_rows_only``:
+    calibrate from ``spec``'s own rows (a model brought by its measured profile), an ``InputFileError`` naming the
+    model when the file has none."""
     target_gpu = gpu if isinstance(gpu, GpuSpec) else gpu_spec(gpu)
     rows = _cached_rows(path)
-    model, hardware, tp = choose_calibration_source({r.config for r in rows}, spec, target_gpu, tensor_parallel)
-    base = CalibratedPerf.from_rows(select_config(path, rows, model, hardware, tp))
+    known = {spec.name: spec}
+    configs = {r.config for r in rows if r.model == spec.name or not own_rows_only}
+    if not configs:
+        select_config(path, rows, spec.name, "any", tensor_parallel)  # raises, listing what the file has
+    model, hardware, tp = choose_calibration_source(configs, spec, target_gpu, tensor_parallel, known)
+    base = CalibratedPerf.from_rows(select_config(path, rows, model, hardware, tp), known)
     target = ReplicaShape(spec, target_gpu, tensor_parallel)
     if base.source == target and assumptions is None:
         return base
     if assumptions is None:
-        assumptions = ScalingAssumptions(collectives=sweep_collectives(path, rows, model, hardware))
+        assumptions = ScalingAssumptions(collectives=sweep_collectives(path, rows, model, hardware, known))
     return base.scaled_to(spec, target_gpu, tensor_parallel, assumptions)
 
 

@@ -11,6 +11,11 @@ Bounds: ``--models`` 1..256; ``--zipf`` >= 0; ``--load`` in (0, 100]; policies a
 catalog) and ``--gpus-for-slo`` (search the smallest cluster meeting the SLOs) exclude each other; without either,
 each policy sizes its own cluster. Without ``--trace`` the study replays the seeded synthetic Azure-like trace
 (``tessera.sim.serving.synthetic_trace``).
+
+Models: ``--model-mix`` names the models by popularity rank (repeated to ``--models``; default
+``workload.DEFAULT_SIZE_PATTERN``), each known by name or brought by ``--model-config NAME=config.json`` or
+``--model-profile [NAME=]PATH`` (``tessera.serving.model_book``). A brought model must be served: a
+``--model-config`` or a named ``--model-profile`` whose model the mix does not name is refused, not ignored.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from pathlib import Path
 
 from tessera.core.catalog import GpuModel, resolve_model
 from tessera.core.errors import InvalidRequestError, UnknownGpuModelError
+from tessera.serving.model_book import CONFIG_OPTION, PROFILE_OPTION, ModelBook, build_model_book
 from tessera.sim.serving.synthetic_trace import SYNTHETIC_TRACE_NAME, synthetic_llm_trace
 from tessera.sim.serving.trace import TraceArrays, read_llm_trace
+from tessera.sim.serving.workload import DEFAULT_SIZE_PATTERN
 
 KNOWN_POLICIES: tuple[str, ...] = ("static", "static-autoscale", "tessera")
 MAX_MODELS = 256
@@ -82,6 +89,30 @@ def _check_policies(names: tuple[str, ...], option: str = "--policies") -> tuple
     return names
 
 
+def parse_model_mix(text: str, option: str = "--model-mix") -> tuple[str, ...]:
+    """Model names from ``"llama2-13b,mine"`` (checked against the book later: ``StudyConfig.model_book``)."""
+    names = tuple(part.strip() for part in text.split(","))
+    if not names or any(not name for name in names):
+        raise InvalidRequestError(option, f"give model names separated by commas, got {text!r}")
+    return names
+
+
+def parse_named_path(text: str, option: str, name_required: bool = True) -> tuple[str | None, Path]:
+    """``NAME=PATH`` (or ``PATH`` alone where ``name_required`` is false) of ``--model-config`` and
+    ``--model-profile``; the file must exist."""
+    name, sep, path = text.partition("=")
+    if not sep:
+        if name_required:
+            raise InvalidRequestError(option, f"{text!r} is not NAME=PATH (a model name, then its file)")
+        name, path = "", text
+    elif not name.strip():
+        raise InvalidRequestError(option, f"{text!r} names no model before '='")
+    file = Path(path)
+    if not file.is_file():
+        raise InvalidRequestError(option, f"no such file: {path}")
+    return (name.strip() or None), file
+
+
 @dataclass(frozen=True, slots=True)
 class StudyConfig:
     """One study: every policy replayed on the workload of every seed (see the module for the bounds)."""
@@ -96,6 +127,9 @@ class StudyConfig:
     gpus_for_slo: bool = False  # search, per policy, the smallest cluster that meets the SLOs
     perf_profile: Path | None = None  # a user CSV profile for the performance model
     out: Path = Path(".tessera/serving")
+    model_mix: tuple[str, ...] | None = None  # models by popularity rank, repeated; None: the default pattern
+    model_configs: tuple[tuple[str, Path], ...] = ()  # --model-config NAME=config.json
+    model_profiles: tuple[tuple[str | None, Path], ...] = ()  # --model-profile [NAME=]PATH
 
     def __post_init__(self) -> None:
         if isinstance(self.models, bool) or not 1 <= self.models <= MAX_MODELS:
@@ -115,6 +149,25 @@ class StudyConfig:
             parse_gpu_cluster(self.gpus)
         if self.perf_profile is not None and not self.perf_profile.is_file():
             raise InvalidRequestError("--perf-profile", f"no such file: {self.perf_profile}")
+
+    def model_book(self) -> ModelBook:
+        """The known and brought models (reads the brought files); refuses a mix naming an unknown model and a
+        brought model the mix leaves out."""
+        book = build_model_book(self.model_configs, self.model_profiles)
+        for name in self.mix:
+            book.spec(name, "--model-mix")
+        named = [(CONFIG_OPTION, n) for n, _ in self.model_configs]
+        named += [(PROFILE_OPTION, n) for n, _ in self.model_profiles if n is not None]
+        for option, name in named:
+            if name not in self.mix:
+                mix = ("" if self.model_mix is not None else "the default ") + f"--model-mix ({','.join(self.mix)})"
+                raise InvalidRequestError(option, f"{name} is not in {mix}: name it there")
+        return book
+
+    @property
+    def mix(self) -> tuple[str, ...]:
+        """The models by popularity rank (repeated to ``models``): ``--model-mix`` or the default pattern."""
+        return self.model_mix if self.model_mix is not None else DEFAULT_SIZE_PATTERN
 
     @property
     def cluster(self) -> GpuCluster | None:

@@ -34,9 +34,10 @@ import numpy.typing as npt
 
 from tessera.core.catalog import resolve_model
 from tessera.core.cluster import NodeSpec
-from tessera.core.errors import InputFileError
-from tessera.serving.models import MIB, ModelSpec, model_spec
-from tessera.serving.perf_calibrated import SPLITWISE_HARDWARE
+from tessera.core.errors import InputFileError, InvalidRequestError
+from tessera.serving.model_book import ModelBook
+from tessera.serving.models import MIB, ModelSpec
+from tessera.serving.perf_calibrated import splitwise_gpu
 from tessera.serving.perf_model import SplitwiseCompatPerf, calibrated_perf_for
 from tessera.serving.policies.engine import Engine
 from tessera.serving.policies.engine_parts import Completion, EngineConfig, IterationTimes
@@ -139,13 +140,15 @@ def _count(path: str, line: int, name: str, cell: str) -> int:
 
 
 # ------------------------------------------------------------------------------------------------- the set-up
-def row_spec(row: ReferenceRow) -> tuple[ModelSpec, str]:
-    """The model (at the row's tensor parallelism) and the catalog GPU model a row describes."""
+def row_spec(row: ReferenceRow, book: ModelBook | None = None) -> tuple[ModelSpec, str]:
+    """The model (at the row's tensor parallelism) and the catalog GPU model a row describes. The model is any of
+    ``book`` (by default the catalog's and the Splitwise grid's, bloom-176b included)."""
+    models = book if book is not None else ModelBook.default()
     try:
-        spec = replace(model_spec(row.model), tensor_parallel=row.tensor_parallel)
-    except ValueError as exc:
-        raise InputFileError("results", row.line, "model", str(exc)) from None
-    gpu = SPLITWISE_HARDWARE.get(row.hardware.lower())
+        spec = replace(models.spec(row.model), tensor_parallel=row.tensor_parallel)
+    except InvalidRequestError as exc:
+        raise InputFileError("results", row.line, "model", exc.message) from None
+    gpu = splitwise_gpu(row.hardware)
     if gpu is None:
         raise InputFileError("results", row.line, "hardware", f"unknown hardware {row.hardware!r}")
     return spec, gpu
@@ -185,12 +188,16 @@ SETUP = PolicySetup(
 )
 
 
-def perf_for(mode: str, perf_csv: str | Path, spec: ModelSpec, gpu: str, row: ReferenceRow) -> IterationTimes:
-    """The engine timing of ``mode``: the simulator's own rules, or the twin's batch-aware calibrated model."""
+def perf_for(
+    mode: str, perf_csv: str | Path, spec: ModelSpec, gpu: str, row: ReferenceRow, book: ModelBook | None = None
+) -> IterationTimes:
+    """The engine timing of ``mode``: the simulator's own rules, or the twin's batch-aware calibrated model, both
+    from the model's rows in ``perf_csv`` (or in its own Splitwise-format profile, when ``book`` has one)."""
+    grid = (book if book is not None else ModelBook.default()).grid_for(row.model, Path(perf_csv))
     if mode == "compat":
-        return SplitwiseCompatPerf.from_csv(perf_csv, row.model, row.hardware.lower(), row.tensor_parallel)
+        return SplitwiseCompatPerf.from_csv(grid, row.model, row.hardware.lower(), row.tensor_parallel)
     if mode == "calibrated":
-        return calibrated_perf_for(perf_csv, spec, gpu, row.tensor_parallel)
+        return calibrated_perf_for(grid, spec, gpu, row.tensor_parallel)
     raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
 
 
@@ -303,9 +310,11 @@ def requests_of(trace: TraceArrays, model: str) -> list[InferenceRequest]:
     ]
 
 
-def run_row(row: ReferenceRow, trace: TraceArrays, perf: IterationTimes, mode: str) -> RowResult:
+def run_row(
+    row: ReferenceRow, trace: TraceArrays, perf: IterationTimes, mode: str, book: ModelBook | None = None
+) -> RowResult:
     """Replay ``trace`` on the cluster of ``row`` and compare with its reference percentiles."""
-    spec, gpu = row_spec(row)
+    spec, gpu = row_spec(row, book)
     per_server = row.gpus // row.servers
     nodes = [NodeSpec(f"server-{i:03d}", 224_000, 2_048_000, per_server, gpu) for i in range(row.servers)]
     config = engine_config(splitwise_kv_tokens(spec, gpu, row.tensor_parallel))
@@ -346,17 +355,19 @@ def compare(
     perf_csv: str | Path,
     modes: Sequence[str] = MODES,
     progress: Progress | None = None,
+    book: ModelBook | None = None,
 ) -> list[RowResult]:
-    """One ``RowResult`` per (mode, row), in the order of ``modes`` then ``rows``."""
+    """One ``RowResult`` per (mode, row), in the order of ``modes`` then ``rows``; ``book``: the models the rows may
+    name (``row_spec``)."""
     results = []
     for mode in modes:
         perfs: dict[tuple[str, str, int], IterationTimes] = {}
         for row in rows:
-            spec, gpu = row_spec(row)
+            spec, gpu = row_spec(row, book)
             key = (row.model, row.hardware, row.tensor_parallel)
             if key not in perfs:
-                perfs[key] = perf_for(mode, perf_csv, spec, gpu, row)
-            result = run_row(row, trace, perfs[key], mode)
+                perfs[key] = perf_for(mode, perf_csv, spec, gpu, row, book)
+            result = run_row(row, trace, perfs[key], mode, book)
             if progress is not None:
                 progress(f"{mode} {row.servers} servers: {result.wall_s:.1f} s")
             results.append(result)

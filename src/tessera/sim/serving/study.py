@@ -48,7 +48,7 @@ def check_models_fit(config: StudyConfig) -> None:
     """Raise ``ModelDoesNotFitError`` (naming ``--gpus``) now, before any run, when a model of the study has no
     room for a KV cache on the cluster's GPUs under one of the policies."""
     kind = parse_gpu_cluster(config.gpus or DEFAULT_GPUS)
-    for served in assign_models(config.models, config.zipf):
+    for served in assign_models(config.models, config.zipf, config.mix, config.model_book().specs):
         for policy in config.policies:
             replica_shapes(served.spec, kind.model.name, policy_setup(policy).sizing)
 
@@ -58,11 +58,14 @@ def run_study(config: StudyConfig, progress: Progress | None = None) -> list[Pol
     fraction)`` reports each run's advance, ending at 1.0 for every (policy, seed), whichever way its run was found
     (the ``--gpus-for-slo`` search may stop early: then its bar stood at the fraction reached)."""
     trace = config.load_trace()
-    perf = make_perf_factory(config.perf_profile)
+    book = config.model_book()
+    perf = make_perf_factory(config.perf_profile, book=book)
     kind = parse_gpu_cluster(config.gpus or DEFAULT_GPUS)
     runs: dict[tuple[str, int], PolicyRun] = {}
     for seed in config.seeds:
-        workload = build_workload(trace, config.models, config.zipf, config.load, seed)
+        workload = build_workload(
+            trace, config.models, config.zipf, config.load, seed, model_sizes=config.mix, known=book.specs
+        )
         study = _SeedStudy(workload, perf, kind, seed, progress, shown=frozenset(config.policies))
         for policy in config.policies:
             if policy == "static":

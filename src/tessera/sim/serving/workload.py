@@ -7,7 +7,8 @@ classes and the sessions, so that changing the SLO mix leaves the arrivals uncha
 **Model sizes by popularity rank.** Rank r (1 = most popular) gets ``size_pattern[(r - 1) % len(size_pattern)]``.
 The default pattern, period 8, is 13B, 8B, 70B, 7B, 13B, 8B, 34B, 7B: half the models are 7-8B, a quarter 13B and
 a quarter 34B/70B, interleaved so that the most popular model is mid-sized and every size appears among the popular
-ones. Names are ``m{rank - 1:02d}-{catalog name}``, e.g. ``m00-llama2-13b``.
+ones. Names are ``m{rank - 1:02d}-{model name}``, e.g. ``m00-llama2-13b``. ``model_sizes`` (``--model-mix``)
+replaces the pattern with any models of ``known``: the catalog, bloom-176b, and the models a study brought.
 
 **Popularity and load by time shift.** Model m's share is ``s_m = m^-zipf / sum_k k^-zipf`` (ranks from 1; zipf 0
 gives equal shares). Its arrivals are ``c_m = max(1, ceil(load * s_m))`` copies of the whole trace, each rotated by
@@ -45,7 +46,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tessera.core.errors import InvalidRequestError
-from tessera.serving.models import CATALOG, ModelSpec
+from tessera.serving.model_book import HOW_TO_BRING
+from tessera.serving.models import KNOWN_ARCHITECTURES, ModelSpec
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass
 from tessera.sim.serving.trace import TraceArrays
 
@@ -94,23 +96,31 @@ class Workload:
         return len(self.requests) / self.duration_s
 
 
-def assign_models(models: int, zipf: float, size_pattern: Sequence[str] = DEFAULT_SIZE_PATTERN) -> list[ServedModel]:
-    """The N models by popularity rank: sizes from ``size_pattern`` (repeated) and Zipf shares."""
+def assign_models(
+    models: int,
+    zipf: float,
+    size_pattern: Sequence[str] = DEFAULT_SIZE_PATTERN,
+    known: Mapping[str, ModelSpec] = KNOWN_ARCHITECTURES,
+) -> list[ServedModel]:
+    """The N models by popularity rank: sizes from ``size_pattern`` (repeated), each a name of ``known`` (the
+    catalog and the grid's models, plus those a study brought: ``ModelBook.specs``), and Zipf shares."""
     if models < 1:
         raise InvalidRequestError("models", f"must be >= 1, got {models}")
     if not zipf >= 0 or not math.isfinite(zipf):
         raise InvalidRequestError("zipf", f"must be a finite number >= 0, got {zipf}")
     if not size_pattern:
         raise InvalidRequestError("model_sizes", "give at least one model of the catalog")
-    unknown = [name for name in size_pattern if name not in CATALOG]
+    unknown = [name for name in size_pattern if name not in known]
     if unknown:
-        raise InvalidRequestError("model_sizes", f"unknown model {unknown[0]!r} (known: {', '.join(CATALOG)})")
+        raise InvalidRequestError(
+            "model_sizes", f"unknown model {unknown[0]!r} (known: {', '.join(known)}); {HOW_TO_BRING}"
+        )
     weights = np.arange(1, models + 1, dtype=np.float64) ** -zipf
     shares = weights / weights.sum()
     width = max(2, len(str(models - 1)))
     served = []
     for index in range(models):
-        spec = CATALOG[size_pattern[index % len(size_pattern)]]
+        spec = known[size_pattern[index % len(size_pattern)]]
         served.append(ServedModel(f"m{index:0{width}d}-{spec.name}", spec, index + 1, float(shares[index])))
     return served
 
@@ -124,13 +134,14 @@ def build_workload(
     slo_mix: Mapping[SloClass, float] | None = None,
     model_sizes: Sequence[str] | None = None,
     prefix_block_cap: int = DEFAULT_PREFIX_BLOCK_CAP,
+    known: Mapping[str, ModelSpec] = KNOWN_ARCHITECTURES,
 ) -> Workload:
     """The requests of ``models`` models taken from ``trace`` at ``load`` times its rate (see the module's rules)."""
     if not load > 0 or not math.isfinite(load):
         raise InvalidRequestError("load", f"must be a finite number > 0, got {load}")
     if prefix_block_cap < 0:
         raise InvalidRequestError("prefix_block_cap", f"must be >= 0, got {prefix_block_cap}")
-    served = assign_models(models, zipf, DEFAULT_SIZE_PATTERN if model_sizes is None else model_sizes)
+    served = assign_models(models, zipf, DEFAULT_SIZE_PATTERN if model_sizes is None else model_sizes, known)
     mix = _slo_probabilities(DEFAULT_SLO_MIX if slo_mix is None else slo_mix)
     arrival_rng, slo_rng, session_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
 
