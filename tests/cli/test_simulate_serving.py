@@ -108,3 +108,70 @@ def test_an_unknown_policy_is_one_line_naming_the_known_ones(tmp_path: Path) -> 
 def test_bad_options_are_one_line_naming_the_option(tmp_path: Path, args: list[str], fragments: list[str]) -> None:
     result = _serve("--trace", str(_trace(tmp_path)), *args, "--out", str(tmp_path / "o"))
     assert_one_line_error(result, *fragments)
+
+
+GQA_CONFIG = {
+    "model_type": "qwen2",
+    "num_hidden_layers": 28,
+    "hidden_size": 3584,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "intermediate_size": 18944,
+    "vocab_size": 152064,
+    "torch_dtype": "bfloat16",
+}
+PROFILE = "kind,batch_size,tokens,kv_tokens,time_ms\nprefill,1,512,0,50\nprefill,2,1024,0,90\n"
+PROFILE += "decode,1,,500,20\ndecode,8,,8000,24\ndecode,32,,32000,35\n"
+
+
+def _config_json(folder: Path, drop: str | None = None) -> Path:
+    path = folder / "config.json"
+    path.write_text(json.dumps({k: v for k, v in GQA_CONFIG.items() if k != drop}))
+    return path
+
+
+def test_a_model_brought_by_its_config_and_one_by_its_profile_are_served(tmp_path: Path) -> None:
+    profile = tmp_path / "profile.csv"
+    profile.write_text(PROFILE)
+    out = tmp_path / "o"
+    args = ["--trace", str(_trace(tmp_path)), "--models", "3", "--policies", "static", "--out", str(out)]
+    args += ["--model-mix", "qwen2-7b,bloom-176b", "--model-config", f"qwen2-7b={_config_json(tmp_path)}"]
+    result = _serve(*args, "--model-profile", f"bloom-176b={profile}")
+    assert result.exit_code == 0, result.output
+    assert "qwen2-7b: 7.62B parameters" in result.stdout and "TP 1; architecture:" in result.stdout
+    assert "bloom-176b: 176.20B parameters" in result.stdout and f"timing: profile {profile}" in result.stdout
+    runs = (out / "summary.md").read_text()
+    assert "m00-qwen2-7b" in runs and "m01-bloom-176b" in runs and "m02-qwen2-7b" in runs
+
+
+def test_a_config_without_a_needed_key_is_one_line_naming_the_file_and_the_key(tmp_path: Path) -> None:
+    config = _config_json(tmp_path, drop="num_attention_heads")
+    out = tmp_path / "o"
+    args = ["--trace", str(_trace(tmp_path)), "--model-mix", "mine", "--model-config", f"mine={config}"]
+    result = _serve(*args, "--out", str(out))
+    assert_one_line_error(result, f"{config}: num_attention_heads: missing")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["--model-mix", "mistral-7b"], ["--model-mix", "'mistral-7b'", "bloom-176b", "--model-config NAME="]),
+        (["--model-config", "mine"], ["--model-config", "NAME=PATH"]),
+        (["--model-config", "mine=/nonexistent/config.json"], ["--model-config", "/nonexistent/config.json"]),
+        (["--model-profile", "/nonexistent/p.csv"], ["--model-profile", "/nonexistent/p.csv"]),
+    ],
+)
+def test_unknown_models_and_bad_model_options_are_one_line(
+    tmp_path: Path, args: list[str], fragments: list[str]
+) -> None:
+    result = _serve("--trace", str(_trace(tmp_path)), *args, "--out", str(tmp_path / "o"))
+    assert_one_line_error(result, *fragments)
+
+
+def test_a_profile_without_an_architecture_is_one_line_naming_what_is_missing(tmp_path: Path) -> None:
+    profile = tmp_path / "profile.csv"
+    profile.write_text(PROFILE)
+    args = ["--trace", str(_trace(tmp_path)), "--model-mix", "mine", "--model-profile", f"mine={profile}"]
+    result = _serve(*args, "--out", str(tmp_path / "o"))
+    assert_one_line_error(result, "--model-profile", "timings only", "--model-config mine=config.json")

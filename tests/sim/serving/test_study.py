@@ -8,6 +8,7 @@ hour) on the performance model the CLI uses, so they exercise the study exactly 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -106,3 +107,25 @@ def test_every_progress_bar_ends_at_100_percent_and_only_the_studied_policies_ha
     (autoscale,) = run_study(config, progress)
     assert not autoscale.meets_slo(SLO_PCT)  # the search's early way out: reported on the largest cluster tried
     assert last == {"static-autoscale seed 0": 1.0}
+
+
+def test_a_study_serves_a_model_brought_by_its_config_and_bloom_176b_by_name(tmp_path: Path) -> None:
+    """Issue 27: the twin refused every model outside its five catalog models, bloom-176b (whose measurements are
+    in the Splitwise grid) included."""
+    config_json = tmp_path / "config.json"
+    keys = '"num_hidden_layers": 28, "hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4'
+    more = '"intermediate_size": 18944, "vocab_size": 152064, "torch_dtype": "bfloat16"'
+    config_json.write_text("{" + keys + ", " + more + "}")
+    config = StudyConfig(
+        trace=None,
+        models=3,
+        load=LOAD,
+        policies=("static", "tessera"),
+        gpus="16xH100-80GB",
+        model_mix=("mine", "bloom-176b"),
+        model_configs=(("mine", config_json),),
+    )
+    static, tessera = run_study(config)
+    for run in (static, tessera):
+        assert [m.model for m in run.models] == ["m00-mine", "m01-bloom-176b", "m02-mine"]
+        assert run.requests > 500 and run.dropped == 0

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessera.core.errors import InvalidRequestError
+from tessera.serving.models import KNOWN_ARCHITECTURES, ModelSpec
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, SloClass
 from tessera.sim.serving.synthetic_trace import synthetic_llm_trace
 from tessera.sim.serving.trace import TraceArrays, make_trace
@@ -70,6 +71,19 @@ def test_sizes_follow_the_documented_pattern_by_rank() -> None:
     assert assign_models(101, 1.0)[100].name.startswith("m100-")
     assert assign_models(101, 1.0)[0].name.startswith("m000-")
     assert [m.spec.name for m in assign_models(3, 1.0, ["llama2-70b"])] == ["llama2-70b"] * 3
+
+
+def test_the_mix_may_name_bloom_176b_and_brought_models_and_names_how_to_bring_others() -> None:
+    """Issue 27: only the five catalog models could be named, even bloom-176b of the Splitwise grid."""
+    assert [m.name for m in assign_models(2, 1.0, ["bloom-176b"])] == ["m00-bloom-176b", "m01-bloom-176b"]
+    mine = ModelSpec("mine", 3.0, layers=24, hidden=3072, heads=24, kv_heads=8, head_dim=128)
+    known = {**KNOWN_ARCHITECTURES, "mine": mine}
+    models = assign_models(3, 1.0, ["mine", "llama3-8b"], known)
+    assert [m.name for m in models] == ["m00-mine", "m01-llama3-8b", "m02-mine"] and models[0].spec is mine
+    with pytest.raises(InvalidRequestError) as caught:
+        assign_models(2, 1.0, ["mine"])
+    assert "unknown model 'mine'" in caught.value.message and "bloom-176b" in caught.value.message
+    assert "--model-config NAME=config.json" in caught.value.message
 
 
 @pytest.mark.parametrize("zipf", [0.0, 0.9, 1.2])

@@ -1,8 +1,11 @@
 """The twin against the Splitwise simulator's results on the same inputs (``bench/serving_fidelity.py``).
 
 A results file (``../shared/traces/splitwise-results/``) holds, per cluster size, the latency percentiles that the
-Splitwise simulator reported for one model replayed from one request trace. ``compare`` replays that trace on the
-twin, one run per row, set up to model what that simulator models (docs/serving-fidelity.md says why each choice):
+Splitwise simulator reported for one model replayed from one request trace. A row may name any model of the twin's
+``ModelBook``: the catalog's, bloom-176b of the Splitwise grid, or one brought by its config.json and measured rows
+(``tessera.serving.model_book``); its timing comes from its own rows of the perf-model file (or of its own
+Splitwise-format profile). ``compare`` replays that trace on the twin, one run per row, set up to model what that
+simulator models (docs/serving-fidelity.md says why each choice):
 
 - one replica per server on its whole GPUs (``servers`` replicas, fixed, loaded before the trace starts), no
   autoscaling, no admission shedding, every request of one class with targets nothing can miss;
@@ -80,6 +83,7 @@ class ReferenceRow:
     scheduler: str
     requests: int
     values: dict[str, float]  # column(metric, pct) -> seconds
+    path: str = "results"  # the file it was read from, for errors
 
     @property
     def saturated(self) -> bool:
@@ -115,6 +119,7 @@ def read_results(path: str | Path) -> list[ReferenceRow]:
                     record["scheduler"].strip(),
                     ints["requests"],
                     values,
+                    name,
                 )
             )
     if not rows:
@@ -147,10 +152,10 @@ def row_spec(row: ReferenceRow, book: ModelBook | None = None) -> tuple[ModelSpe
     try:
         spec = replace(models.spec(row.model), tensor_parallel=row.tensor_parallel)
     except InvalidRequestError as exc:
-        raise InputFileError("results", row.line, "model", exc.message) from None
+        raise InputFileError(row.path, row.line, "model", exc.message) from None
     gpu = splitwise_gpu(row.hardware)
     if gpu is None:
-        raise InputFileError("results", row.line, "hardware", f"unknown hardware {row.hardware!r}")
+        raise InputFileError(row.path, row.line, "hardware", f"unknown hardware {row.hardware!r}")
     return spec, gpu
 
 
