@@ -56,7 +56,20 @@ def test_a_gqa_config_gives_the_catalog_figures_of_that_model(tmp_path: Path) ->
     assert spec.active_params_b is None and spec.flops_per_token == pytest.approx(2 * spec.params_b * 1e9)
 
 
-@pytest.mark.parametrize(("config", "name"), [(LLAMA2_7B, "llama2-7b"), (LLAMA2_70B, "llama2-70b")])
+LLAMA2_13B = LLAMA2_7B | {"num_hidden_layers": 40, "hidden_size": 5120, "num_attention_heads": 40}
+LLAMA2_13B |= {"intermediate_size": 13824}
+CODELLAMA_34B = LLAMA2_70B | {"num_hidden_layers": 48, "intermediate_size": 22016}
+
+
+@pytest.mark.parametrize(
+    ("config", "name"),
+    [
+        (LLAMA2_7B, "llama2-7b"),
+        (LLAMA2_13B, "llama2-13b"),
+        (CODELLAMA_34B, "codellama-34b"),
+        (LLAMA2_70B, "llama2-70b"),
+    ],
+)
 def test_other_catalog_configs_give_their_catalog_figures(config: dict[str, Any], name: str) -> None:
     spec = spec_from_hf_config(config, "x")
     catalog = CATALOG[name]
