@@ -147,6 +147,15 @@ def test_a_profile_needs_a_name_and_a_named_model_must_be_in_the_file(tmp_path: 
         build_model_book(profiles=[(None, grid), ("llama2-70b", profile)])
 
 
+def test_a_splitwise_profile_on_a_gpu_without_figures_is_refused_at_its_line(tmp_path: Path) -> None:
+    grid = _grid(tmp_path / "g.csv", [("llama2-70b", "h100-80gb", 4, 1.0), ("bloom-176b", "mi300x", 8, 1.0)])
+    with pytest.raises(InputFileError, match=r"g\.csv:8: hardware: unknown GPU 'mi300x'.*h100-80gb.*H200"):
+        build_model_book(profiles=[(None, grid)])
+    assert build_model_book(profiles=[("llama2-70b", grid)]).entries["llama2-70b"].profile is not None
+    lowercase_l4 = _grid(tmp_path / "l4.csv", [("llama2-70b", "l4", 8, 1.0)])  # any GPU name of the catalog
+    assert build_model_book(profiles=[(None, lowercase_l4)]).entries["llama2-70b"].profile is not None
+
+
 def test_the_format_is_told_by_the_header(tmp_path: Path) -> None:
     profile = tmp_path / "p.csv"
     profile.write_text("# measured on one L4\n\n" + PROFILE)

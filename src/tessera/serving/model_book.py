@@ -33,9 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tessera.core.errors import InputFileError, InvalidRequestError
-from tessera.serving.gpus import gpu_spec
+from tessera.serving.gpus import SERVING_GPUS, gpu_spec
 from tessera.serving.hf_config import read_hf_config
 from tessera.serving.models import CATALOG, GIB, KNOWN_ARCHITECTURES, ModelSpec
+from tessera.serving.perf_calibrated import SPLITWISE_HARDWARE, splitwise_gpu
 from tessera.serving.perf_csv import PROFILE_COLUMNS, SPLITWISE_COLUMNS, read_profile_rows, read_splitwise_rows
 from tessera.serving.perf_model import PerfModel, ProfilePerf, ReplicaShape, calibrated_perf_for, default_perf
 from tessera.textfiles import read_text_file
@@ -175,13 +176,22 @@ def _profiled_models(profile: MeasuredProfile, name: str | None) -> list[str]:
                 f"{profile.path} is a profile of one engine ({','.join(PROFILE_COLUMNS)}): name its model, NAME=PATH",
             )
         return [name]
-    models = sorted({row.model for row in read_splitwise_rows(profile.path)})
-    if name is None:
-        return models
-    if name not in models:
+    rows = read_splitwise_rows(profile.path)
+    models = sorted({row.model for row in rows})
+    if name is not None and name not in models:
         have = ", ".join(models)
         raise InputFileError(str(profile.path), None, "model", f"no rows for {name!r} (the file has: {have})")
-    return [name]
+    chosen = models if name is None else [name]
+    for row in rows:
+        if row.model in chosen and splitwise_gpu(row.hardware) is None:
+            known = ", ".join([*SPLITWISE_HARDWARE, *SERVING_GPUS])
+            raise InputFileError(
+                str(profile.path),
+                row.line,
+                "hardware",
+                f"unknown GPU {row.hardware!r}: the twin has no figures for it (known: {known})",
+            )
+    return chosen
 
 
 def profile_format(path: Path) -> ProfileFormat:
