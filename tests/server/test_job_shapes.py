@@ -134,18 +134,22 @@ def test_a_restarted_server_finishes_a_resize_it_had_begun(make_harness: MakeHar
     wid = str(elastic["id"])
     h.step()
     assert h.get(wid)["workers"] == 4
-    h.submit(workers=2, gpus=1, priority="training")
-    backend.stop = lambda workload_id, grace_s: None  # type: ignore[method-assign]  # the stop is lost with the server
+    urgent = h.submit(workers=2, gpus=1, priority="training")
+    stops: list[str] = []
+    backend.stop = lambda workload_id, grace_s: stops.append(workload_id)  # type: ignore[method-assign]  # slow ranks
     h.step()
     shrunk = h.get(wid)["workers"]
-    assert shrunk < 4
-    backend.close()  # the server is killed here
+    assert shrunk < 4 and stops == [wid] and not _launches(h, urgent["id"])
+    backend.close()  # the server is killed here, the old ranks still stopping
 
-    del backend.stop  # the real stop again
     restarted = make_harness(FOUR, db_url=h.db_url, backend=backend)
-    assert (wid, 10.0) in backend.stops  # recovery sent the stored stop again
+    assert stops == [wid, wid]  # recovery sent the stored stop again
     restarted.step()
+    # Which victims the urgent job waited for was not stored: it still waits for the old ranks to exit.
+    assert not _launches(restarted, urgent["id"]) and len(_launches(restarted, wid)) == 1
+    backend.finish(wid, -15)  # the old ranks exit
     restarted.step()
+    assert len(_launches(restarted, urgent["id"])) == 1
     last = _launches(restarted, wid)[-1]
     assert (last.gang.world_size if last.gang is not None else 1) == shrunk == restarted.get(wid)["workers"]
     assert len(_launches(restarted, wid)) == 2 and restarted.get(wid)["state"] == "running"

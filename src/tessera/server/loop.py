@@ -366,6 +366,12 @@ class SchedulerLoop(EndsAndStops, Resizes):
         now = self.clock()
         rows = self.store.workloads_in([RUNNING])
         recover_running(rows, self, self.backend, self.pool, self.config.stop_grace_s, now, self.store)
+        # Which victims a bound workload waited for is not stored: one not started yet waits for every workload
+        # still stopping (preempted, or shrunk by a resize), so that it never starts on a share they still use.
+        stopping = {wid for wid, entry in self.running.items() if entry.stop_sent is not None and entry.launched}
+        for wid, entry in self.running.items():
+            if not entry.launched and entry.stop_sent is None:
+                entry.waits_for = stopping - {wid}
         self.snapshot = self._snapshot()
         return len(rows)
 
