@@ -189,3 +189,25 @@ def test_checkpointable_defaults_to_the_priority_class_and_false_keeps_preemptio
     h.step()
     assert h.get(fragile["id"])["state"] == "running" and not h.backend.stops
     assert h.get(urgent["id"])["state"] == "pending"
+
+
+def test_a_resized_run_is_accounted_on_each_of_its_placements(make_harness: MakeHarness) -> None:
+    """``tessera history``: an elastic job on 4 GPUs for 100 s, then on 2 for 50 s, used 500 GPU-seconds (not its
+    last placement times its whole run), and its CPU likewise."""
+    h = make_harness(FOUR)
+    elastic = h.submit(gpus=1, cpu=1, elastic_min=1, elastic_max=4, priority="best-effort", checkpointable=True)
+    wid = str(elastic["id"])
+    h.step()
+    assert h.get(wid)["workers"] == 4
+    h.clock.advance(100)
+    urgent = h.submit(workers=2, gpus=1, priority="training", command=["sleep", "600"])
+    h.step()
+    h.step()
+    assert h.get(wid)["workers"] == 2 and h.get(urgent["id"])["state"] == "running"
+    h.clock.advance(50)
+    h.backend.finish(wid, 0)
+    h.step()
+    (record,) = [r for r in h.http.get("/v1/history", headers=h.as_(ADMIN)).json() if str(r["id"]) == wid]
+    assert record["state"] == "succeeded" and record["elapsed_s"] == pytest.approx(150)
+    assert record["gpu_hours"] == pytest.approx(500 / 3600, abs=1e-6)
+    assert record["cpu_hours"] == pytest.approx(500 / 3600, abs=1e-6)

@@ -316,10 +316,9 @@ class SchedulerLoop(EndsAndStops, Resizes):
     def _bind_change(self, entry: RunningEntry, now: float) -> BindChange:
         row = entry.row
         row.attempts += 1
-        placement = [placement_record(p, self.pool) for p in entry.placements]
-        return BindChange(row.id, placement, admission_record(entry.admission), now, row.attempts)
-
-    # -------------------------------------------------------------------------------------------- processes
+        row.gpu_s_settled, row.cpu_s_settled, row.settled_at = 0.0, 0.0, None  # a new run counts from its start
+        records = [placement_record(p, self.pool) for p in entry.placements]
+        return BindChange(row.id, records, admission_record(entry.admission), now, row.attempts)
 
     def log_path(self, workload_id: int) -> Path:
         return self.launcher.log_path(workload_id)

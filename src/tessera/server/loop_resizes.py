@@ -48,6 +48,7 @@ class Resizes:
     intake: Intake
     pool: Pool
     running: dict[int, RunningEntry]
+    _now: float  # the tick's time
     _tick: TickDecisions
     _writes: WriteBatch
     _send_stop: Callable[[str], None]
@@ -59,7 +60,11 @@ class Resizes:
         entry = self.running.get(wid)
         if entry is None or before is None:
             return
-        self._tick.resizes.append(TickResize(decision, before, entry.placements, entry.admission, entry.stop_sent))
+        row = entry.row
+        settled = (row.gpu_s_settled, row.cpu_s_settled, row.settled_at)
+        resize = TickResize(decision, before, entry.placements, entry.admission, entry.stop_sent, settled)
+        self._tick.resizes.append(resize)
+        settle(entry, self._now)
         entry.placements = books_entry.placements
         entry.admission = None if str(wid) in self.scheduler.books.uncharged else books_entry.admission
         if isinstance(decision, Shrink):
@@ -74,7 +79,10 @@ class Resizes:
         for resize in tick.resizes:
             entry = self.running[int(resize.decision.workload_id)]
             placement = [placement_record(p, self.pool) for p in entry.placements]
-            changes.append(ResizeChange(entry.row.id, placement, admission_record(entry.admission)))
+            row = entry.row
+            at = row.settled_at if row.settled_at is not None else entry.started_s
+            admission = admission_record(entry.admission)
+            changes.append(ResizeChange(row.id, placement, admission, row.gpu_s_settled, row.cpu_s_settled, at))
             if entry.stop_sent is not None:
                 changes.append(StopChange(entry.row.id, entry.stop_sent))
             kind = "shrunk" if isinstance(resize.decision, Shrink) else "grown"
@@ -102,6 +110,7 @@ class Resizes:
             if entry is None:
                 continue
             entry.placements, entry.admission, entry.stop_sent = resize.placements, resize.admission, resize.stop
+            entry.row.gpu_s_settled, entry.row.cpu_s_settled, entry.row.settled_at = resize.settled
             self.scheduler.observe([wid], now, finished=False)
             if not self.scheduler.restore(resize.before, self.intake.workload(entry.row), now):
                 log.warning("workload %s: its workers could not be taken back after a failed step", wid)
@@ -124,6 +133,18 @@ class Resizes:
             entry.launched, entry.handle, entry.stop_sent = False, None, None
 
         self._writes.write([RelaunchChange(wid, attempts)], [event], now, relaunched)
+
+
+def settle(entry: RunningEntry, now: float) -> None:
+    """What the run used on its current placement until ``now`` is added to its row's settled GPU- and CPU-seconds
+    (accounting: ``tessera history``), and the next placement counts from ``now``."""
+    row = entry.row
+    start = row.settled_at if row.settled_at is not None else entry.started_s
+    span_s = max(0.0, now - start)
+    gpus = sum(len(p.gpu_indices) * p.gpu_milli_each for p in entry.placements) / 1000
+    row.gpu_s_settled = (row.gpu_s_settled or 0.0) + gpus * span_s
+    row.cpu_s_settled = (row.cpu_s_settled or 0.0) + row.cpu_milli / 1000 * max(1, len(entry.placements)) * span_s
+    row.settled_at = now
 
 
 def resize_text(decision: Shrink | Grow, before: RunningWorkload, after: RunningWorkload | None) -> str:

@@ -86,6 +86,7 @@ class TickResize:
     placements: tuple[Placement, ...]
     admission: Admission | None
     stop: StopReason | None
+    settled: tuple[float, float, float | None]  # the row's gpu_s_settled, cpu_s_settled and settled_at before
 
 
 @dataclass(slots=True)

@@ -164,6 +164,12 @@ def history_out(row: WorkloadRow, now: float) -> HistoryOut:
         elapsed = 0.0
     gpus = sum(len(p.get("gpus", [])) * int(p.get("gpu_milli", 0)) for p in placement) / 1000
     workers = max(1, len(placement))
+    # A resized run: what it used before its current placement, plus the current placement since it began.
+    current_s = elapsed
+    if elapsed > 0 and row.settled_at is not None:
+        current_s = max(0.0, (ended if ended is not None else now) - row.settled_at)
+    gpu_s = (row.gpu_s_settled or 0.0) + gpus * current_s
+    cpu_s = (row.cpu_s_settled or 0.0) + row.cpu_milli / 1000 * workers * current_s
     wait = (row.started_at - row.submitted_at) if row.started_at is not None else (ended or now) - row.submitted_at
     where = [
         f"{p['node']} GPU {','.join(map(str, p['gpus']))}" if p.get("gpus") else f"{p['node']} (CPU)" for p in placement
@@ -184,8 +190,8 @@ def history_out(row: WorkloadRow, now: float) -> HistoryOut:
         wait_s=round(max(0.0, wait), 3),
         elapsed_s=round(elapsed, 3),
         gpus=gpus,
-        gpu_hours=round(gpus * elapsed / 3600, 6),
-        cpu_hours=round(row.cpu_milli / 1000 * workers * elapsed / 3600, 6) if ran else 0.0,
+        gpu_hours=round(gpu_s / 3600, 6) if elapsed > 0 else 0.0,
+        cpu_hours=round(cpu_s / 3600, 6) if ran and elapsed > 0 else 0.0,
         where=where,
         gpu_uuids=[u for p in placement for u in p.get("uuids", [])],
         attempts=row.attempts,

@@ -127,11 +127,15 @@ class RequeueChange:
 
 @dataclass(frozen=True, slots=True)
 class ResizeChange:
-    """An elastic workload's workers changed (a shrink or a grow): where it runs now and its quota charge."""
+    """An elastic workload's workers changed (a shrink or a grow): where it runs now and its quota charge; what its
+    run used so far (GPU- and CPU-seconds of its earlier placements) and since when the new one counts."""
 
     workload_id: int
     placement: list[PlacementRecord]
     admission: AdmissionRecord | None
+    gpu_s_settled: float
+    cpu_s_settled: float
+    settled_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +165,9 @@ def columns_of(change: WorkloadChange) -> dict[str, Any]:
                 "reason": "",
                 "stop_reason": None,
                 "handle": None,
+                "gpu_s_settled": 0.0,
+                "cpu_s_settled": 0.0,
+                "settled_at": None,
             }
         case ReasonChange():
             columns = {"reason": change.reason}
@@ -186,7 +193,13 @@ def columns_of(change: WorkloadChange) -> dict[str, Any]:
                 "exit_code": None,
             }
         case ResizeChange():
-            columns = {"placement": change.placement, "admission": change.admission}
+            columns = {
+                "placement": change.placement,
+                "admission": change.admission,
+                "gpu_s_settled": change.gpu_s_settled,
+                "cpu_s_settled": change.cpu_s_settled,
+                "settled_at": change.settled_at,
+            }
         case RelaunchChange():
             columns = {"attempts": change.attempts, "stop_reason": None, "handle": None}
         case _:

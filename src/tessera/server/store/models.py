@@ -72,6 +72,11 @@ class WorkloadRow(Base):
     elastic_max: Mapped[int | None] = mapped_column(Integer, nullable=True)
     job_type: Mapped[str] = mapped_column(String(100), default="", server_default="")
     checkpointable: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # A resized run's accounting: GPU- and CPU-seconds of its earlier placements (settled at each resize), and when
+    # its current placement began (None: at started_at).
+    gpu_s_settled: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    cpu_s_settled: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    settled_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class EventRow(Base):
