@@ -152,5 +152,5 @@ def test_revision_0006_gives_older_workloads_one_rigid_worker_of_no_job_type(db_
     downgrade(store.engine, "0005")
     with store.engine.connect() as connection:
         columns = set(connection.execute(text("SELECT * FROM workloads")).keys())
-    assert not columns & {"workers", "elastic_min", "elastic_max", "job_type", "checkpointable"}
+    assert not columns & {"workers", "elastic_min", "elastic_max", "job_type", "checkpointable", "settled_at"}
     assert "array_id" in columns
