@@ -215,3 +215,22 @@ def test_choosing_the_nodes_to_charge_in_loops_gives_adjust_best_bits_scores() -
         got = policy._adjust_compiled(UNCOMPILED, state, score, nodes, bits, behind, complete)
         assert want is not None and got.tolist() == want.tolist()
         assert completed
+
+
+def test_without_a_place_for_numbas_cache_the_kernels_compile_without_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only install run by a user whose cache directory is read-only too: numba refuses ``cache=True``
+    (RuntimeError: no locator available); ``tessera up`` must still start, so the kernels compile uncached."""
+    import numba
+
+    real = numba.njit
+    asked: list[bool] = []
+
+    def njit(*args: object, cache: bool = False, **kwargs: object) -> object:
+        asked.append(cache)
+        if cache:
+            raise RuntimeError("cannot cache function 'measure_rows': no locator available for file 'x.py'")
+        return real(*args, cache=cache, **kwargs)
+
+    monkeypatch.setattr(numba, "njit", njit)
+    kernels = tessera_jit.compiled.__wrapped__()
+    assert kernels is not None and asked[0] is True and asked[-1] is False

@@ -327,11 +327,16 @@ def uncompiled() -> Kernels:
 @functools.cache
 def compiled() -> Kernels | None:
     """The compiled functions, compiled (or loaded from numba's cache) on the first call, or ``None`` when numba
-    is not installed (the caller then runs NumPy)."""
+    is not installed (the caller then runs NumPy). Where numba can keep no cache (a read-only install run by a user
+    whose cache directory is not writable either: numba refuses ``cache=True`` with a RuntimeError), they are
+    compiled without one."""
     try:
         import numba
     except ImportError:  # pragma: no cover - numba is a dependency; a build without it runs the NumPy code
         return None
-    kernels = Kernels(functools.partial(numba.njit, cache=True, nogil=True))
+    try:
+        kernels = Kernels(functools.partial(numba.njit, cache=True, nogil=True))
+    except RuntimeError:  # numba has nowhere to keep its cache (the package and the user's cache dir read-only)
+        kernels = Kernels(functools.partial(numba.njit, cache=False, nogil=True))  # compiled in each process
     warm_up(kernels)
     return kernels
