@@ -222,10 +222,10 @@ def test_without_a_place_for_numbas_cache_the_kernels_compile_without_one(monkey
     (RuntimeError: no locator available); ``tessera up`` must still start, so the kernels compile uncached."""
     import numba
 
-    real = numba.njit
+    real: Any = numba.njit
     asked: list[bool] = []
 
-    def njit(*args: object, cache: bool = False, **kwargs: object) -> object:
+    def njit(*args: Any, cache: bool = False, **kwargs: Any) -> Any:
         asked.append(cache)
         if cache:
             raise RuntimeError("cannot cache function 'measure_rows': no locator available for file 'x.py'")
