@@ -37,8 +37,13 @@ from tessera.serving.gateway.serve import uvicorn_server
 MODEL = "burst"
 
 
+THREE_LETTERS = ("the", "and", "for", "was", "are", "his", "but", "you", "her", "she", "one", "all", "has", "can")
+
+
 def _prompt(i: int, tokens: int) -> str:
-    return f"request {i}: " + " ".join(f"w{(i * 7 + k) % 997}" for k in range(tokens))  # ~1 token a word
+    """Words of three letters and a space: one token each by a tokenizer's count and by four characters a token
+    alike (the sim engine's count before), so that trees of either kind see the same prefill."""
+    return f"request {i}: " + " ".join(THREE_LETTERS[(i * 7 + k) % len(THREE_LETTERS)] for k in range(tokens))
 
 
 async def _one(client: httpx.AsyncClient, i: int, prompt_tokens: int, max_tokens: int) -> tuple[str, float]:

@@ -22,7 +22,7 @@ from live_server import ADMIN, LiveServer, wait_for
 
 pytestmark = pytest.mark.e2e
 
-PROMPT_WORDS = 700  # ~1,000 tokens (the Azure conversation trace's prompts average ~1,155)
+PROMPT_WORDS = 1000  # one token each: ~1,000 tokens (the Azure conversation trace's prompts average ~1,155)
 
 
 @pytest.fixture
@@ -78,7 +78,8 @@ def _retries(server: LiveServer, model: str) -> float:
 
 
 def _prompt(i: int) -> str:
-    return f"request {i}: " + " ".join(f"word{(i * 7 + k) % 997}" for k in range(PROMPT_WORDS))
+    words = ("the", "and", "for", "was", "are", "his", "but", "you", "her", "she", "one", "all", "has", "can")
+    return f"request {i}: " + " ".join(words[(i * 7 + k) % len(words)] for k in range(PROMPT_WORDS))
 
 
 def test_a_burst_of_100_held_from_zero_is_spread_over_the_replicas_as_they_become_ready(server: LiveServer) -> None:
@@ -124,7 +125,8 @@ def test_a_burst_of_100_held_from_zero_is_spread_over_the_replicas_as_they_becom
 
 def test_a_replica_killed_9_under_load_costs_the_clients_nothing(server: LiveServer) -> None:
     """Two requests sent just after a replica was killed with -9 once got 502 in 1-1.5 s. Requests whose replica
-    dies before the first byte of their answer are now bound to another replica, or held while it is replaced."""
+    dies before the first byte of their answer are now bound to another replica, or held while it is replaced; a
+    stream that had begun ends with an error event, as before."""
     with server.client() as client:
         client.deploy_model({"name": "sturdy", "engine": "sim", "gpu_fraction": 0.25, "min_replicas": 2})
     wait_for(lambda: _model(server, "sturdy")["replicas"] == 2, timeout_s=60)
@@ -142,7 +144,24 @@ def test_a_replica_killed_9_under_load_costs_the_clients_nothing(server: LiveSer
             except openai.APIError as exc:
                 outcomes.append(f"error: {exc}")
 
-    workers = [threading.Thread(target=client_loop, args=(w,)) for w in range(8)]
+    def stream_loop(worker: int) -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            began = False
+            try:
+                stream = ai.completions.create(
+                    model="sturdy", prompt=f"streamer {worker} request {i}", max_tokens=64, stream=True
+                )
+                for chunk in stream:
+                    began = began or bool(chunk.choices and chunk.choices[0].text)
+                streamed.append("ok")
+            except openai.APIError as exc:  # allowed only once a token came: the answer ends as before
+                streamed.append("mid-answer" if began else f"error before the first token: {exc}")
+
+    streamed: list[str] = []
+    workers = [threading.Thread(target=client_loop, args=(w,)) for w in range(6)]
+    workers += [threading.Thread(target=stream_loop, args=(w,)) for w in range(2)]
     for w in workers:
         w.start()
     try:
@@ -156,10 +175,14 @@ def test_a_replica_killed_9_under_load_costs_the_clients_nothing(server: LiveSer
         for w in workers:
             w.join(90)
     errors = [o for o in outcomes if o != "ok"]
+    early = [o for o in streamed if o.startswith("error")]
     retries = _retries(server, "sturdy")
-    print(f"\nkill -9 of one of 2 replicas under 8 clients: {len(outcomes)} requests, {len(errors)} errors, "
-          f"{retries:g} retries")  # fmt: skip
-    assert errors == [] and retries >= 1
+    print(
+        f"\nkill -9 of one of 2 replicas under 6 + 2 streaming clients: {len(outcomes)} requests, {len(errors)} errors;"
+        f" {len(streamed)} streams, {streamed.count('mid-answer')} ended mid-answer, {len(early)} failed before"
+        f" their first token; {retries:g} retries"
+    )
+    assert errors == [] and early == [] and retries >= 1
 
 
 def test_a_request_on_the_only_replica_killed_9_is_held_and_served_by_its_replacement(server: LiveServer) -> None:
