@@ -4,9 +4,10 @@ Each ready replica has a ``ReplicaLoad``: the last scrape of its ``/metrics`` (`
 and waiting gauges, its KV-cache usage) and the gateway's own exact count of what it has in flight there (requests
 and their predicted tokens), which is fresh between scrapes. ``ReplicaLoad.view`` merges the two into the part-1
 ``ReplicaView``; ``LiveReplicas.pick`` runs the model's router (``policies.router``, one ``RouterState`` per model)
-over them. ``scrape_forever`` reads every replica's metrics each ``interval_s``; a replica whose scrape fails keeps
-its last figures (the in-flight counts still move). The ``running`` a router sees is this gateway's own in-flight
-count now plus the other requests the engine held at the last scrape.
+over them, among the replicas that take a request now (``ReplicaLoad.takes``: awake, reachable, under the in-flight
+cap given). ``scrape_once`` reads every replica's metrics (the gateway calls it each scrape interval); a replica
+whose scrape fails keeps its last figures (the in-flight counts still move). The ``running`` a router sees is this
+gateway's own in-flight count now plus the other requests the engine held at the last scrape.
 
 A replica found asleep (vLLM's ``/sleep``, the sim's) is woken (``/wake_up``): Tessera never puts a live replica
 to sleep, and a sleeping replica takes no requests, so one left asleep would hold its model's requests until they
@@ -156,11 +157,6 @@ class LiveReplicas:
         self._loads.pop(model, None)
         self._ready.pop(model, None)
         self._routing.pop(model, None)
-
-    async def scrape_forever(self, upstream: Upstream, interval_s: float, timeout_s: float = 2.0) -> None:
-        while True:
-            await self.scrape_once(upstream, timeout_s)
-            await asyncio.sleep(interval_s)
 
     async def scrape_once(self, upstream: Upstream, timeout_s: float = 2.0) -> None:
         loads = [load for route in self.registry.routes() for load in self.loads(route.name)]
