@@ -8,7 +8,7 @@ import json
 from sim_harness import connect, exchange, get, make_api, parse_responses, post
 
 from tessera.serving.engines.metrics import parse_metrics
-from tessera.serving.engines.sim_api import word
+from tessera.serving.engines.sim_tokens import count_tokens, output_token
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 5}
 
@@ -51,10 +51,61 @@ def test_completions_embeddings_and_usage_chunks() -> None:
         assert events[0]["object"] == "text_completion"
         assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 3
         assert "".join(e["choices"][0]["text"] for e in events[:-1]) == "".join(
-            word(_seed("abc"), i) + " " for i in range(3)
+            output_token(_seed("abc"), i) for i in range(3)
         )
         vector = embedding.json()["data"][0]["embedding"]
         assert len(vector) == 16 and embedding.json()["model"] == "m"
+
+    asyncio.run(go())
+
+
+def test_usage_counts_tokens_as_a_tokenizer_one_per_chunk_and_continuous_usage_is_in_every_chunk() -> None:
+    """The prompt was counted at four characters a token and each chunk was a word with a trailing space, so a
+    client re-tokenizing the answer (guidellm, inference-perf) found other counts than ``usage`` said."""
+
+    async def go() -> None:
+        api = make_api()
+        prompt = "Tokenizers split 1234567 into three pieces."
+        options = {"include_usage": True, "continuous_usage_stats": True}
+        body = {"model": "m", "prompt": prompt, "max_tokens": 4, "stream": True, "stream_options": options}
+        [completion] = await exchange(api, post("/v1/completions", body))
+        events = [json.loads(e) for e in completion.events()[:-1]]
+        tokens = [e for e in events if e["choices"] and e["choices"][0]["finish_reason"] is None]
+        assert len(tokens) == 4 and all(count_tokens(e["choices"][0]["text"]) == 1 for e in tokens)
+        text = "".join(e["choices"][0]["text"] for e in tokens)
+        assert count_tokens(text) == 4 and text == text.strip()  # the answer re-tokenizes to its token count
+        prompt_tokens = count_tokens(prompt)
+        # Token/izers, split, a space, 123/456/7, into, three, pieces, the full stop: not four characters a token.
+        assert prompt_tokens == 11 != len(prompt) // 4
+        # Every chunk carries the usage so far (vLLM's continuous_usage_stats), the last one the total.
+        assert [e["usage"]["completion_tokens"] for e in events] == [1, 2, 3, 4, 4, 4]
+        assert all(e["usage"]["prompt_tokens"] == prompt_tokens for e in events)
+        assert events[-1]["choices"] == [] and events[-1]["usage"]["total_tokens"] == prompt_tokens + 4
+
+    asyncio.run(go())
+
+
+def test_n_choices_are_generated_streamed_by_index_and_counted_in_usage() -> None:
+    async def go() -> None:
+        api = make_api()
+        body = {**CHAT, "n": 3, "max_tokens": 4}
+        streamed, whole = await exchange(
+            api,
+            post("/v1/chat/completions", {**body, "stream": True, "stream_options": {"include_usage": True}}),
+            post("/v1/chat/completions", body),
+        )
+        choices = whole.json()["choices"]
+        assert [c["index"] for c in choices] == [0, 1, 2] and whole.json()["usage"]["completion_tokens"] == 12
+        assert len({c["message"]["content"] for c in choices}) == 3  # each choice its own text
+        events = [json.loads(e) for e in streamed.events()[:-1]]
+        per_choice: dict[int, str] = {}
+        for e in events[:-1]:
+            choice = e["choices"][0]
+            per_choice[choice["index"]] = per_choice.get(choice["index"], "") + choice["delta"].get("content", "")
+        assert [per_choice[i] for i in range(3)] == [c["message"]["content"] for c in choices]
+        assert events[-1]["usage"]["completion_tokens"] == 12
+        [too_many] = await exchange(api, post("/v1/chat/completions", {**CHAT, "n": 129}))
+        assert too_many.status == 400 and too_many.json()["error"]["param"] == "n"
 
     asyncio.run(go())
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from tessera.serving.controller import ReplicaView
 from tessera.serving.gateway.app import Gateway
-from tessera.serving.gateway.bridge import GatewayBridge, LiveRegistry
+from tessera.serving.gateway.bridge import GatewayBridge, LiveRegistry, route_of
 from tessera.serving.replicas import DeployedModel
 
 MODEL = DeployedModel(
@@ -73,3 +74,9 @@ def test_only_proven_replicas_are_registered_and_a_hanging_one_blocks_nothing(tm
     assert proven == frozenset({(10, 0)})
     assert urls == [f"unix:{tmp_path / 'good.sock'}"]
     assert asked_on == {threading.main_thread().name}  # proven on the gateway's loop, never the controller's thread
+
+
+def test_a_route_caps_a_replicas_requests_at_the_autoscalers_target_for_its_engine() -> None:
+    assert route_of(MODEL).replica_concurrency == 32  # sim: the controller's DEFAULT_TARGETS
+    assert route_of(replace(MODEL, engine="transformers")).replica_concurrency == 4
+    assert route_of(replace(MODEL, engine="unknown")).replica_concurrency == 0  # none: the gateway's default

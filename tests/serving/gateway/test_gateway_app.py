@@ -7,6 +7,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 
@@ -22,13 +23,25 @@ CHAT = {"model": "chat-a", "messages": [{"role": "user", "content": "hi"}], "max
 
 
 class _Body(httpx.AsyncByteStream):
-    """A body read as it comes, as from a socket (a Response built with content is read at once)."""
+    """A body read as it comes, as from a socket (a Response built with content is read at once): after ``gate``
+    opens, if one is given; ``dies`` "before" its first byte or "after" it, as a replica killed there would."""
 
-    def __init__(self, data: bytes) -> None:
-        self.data = data
+    def __init__(self, data: bytes, gate: asyncio.Event | None = None, dies: str = "", done: Any = None) -> None:
+        self.data, self.gate, self.dies, self.done = data, gate, dies, done
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        yield self.data
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+            if self.dies == "before":
+                raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+            if self.dies == "after":
+                yield self.data[:5]
+                raise httpx.ReadError("connection reset by peer")
+            yield self.data
+        finally:
+            if self.done is not None:
+                self.done()
 
 
 class FakeReplicas:
@@ -39,9 +52,16 @@ class FakeReplicas:
         self.running: dict[str, int] = {}
         self.down: set[str] = set()  # hosts that refuse connections
         self.asleep: set[str] = set()  # hosts whose engine sleeps (until a POST /wake_up)
+        self.dies: dict[str, str] = {}  # host -> "before" or "after" the first byte of an answer
+        self.gate: asyncio.Event | None = None  # answers wait for it (requests stay in flight meanwhile)
+        self.attempts: list[str] = []  # hosts asked for an answer, in order (the refused ones too)
+        self.in_flight: dict[str, int] = {}
+        self.peak: dict[str, int] = {}  # the most answers a host had in flight at once
 
     def handler(self, request: httpx.Request) -> httpx.Response:
         host = f"{request.url.host}:{request.url.port}"
+        if request.url.path not in ("/metrics", "/wake_up"):
+            self.attempts.append(host)
         if host in self.down:
             raise httpx.ConnectError("connection refused", request=request)
         if request.url.path == "/metrics":
@@ -52,8 +72,15 @@ class FakeReplicas:
             self.asleep.discard(host)
             return httpx.Response(200, json={})
         self.bodies.append((host, request.content))
+        self.in_flight[host] = self.in_flight.get(host, 0) + 1
+        self.peak[host] = max(self.peak.get(host, 0), self.in_flight[host])
+
+        def done() -> None:
+            self.in_flight[host] -= 1
+
         body = json.dumps({"served_by": host, "object": "chat.completion"}).encode()
-        return httpx.Response(200, headers={"content-type": "application/json"}, stream=_Body(body))
+        stream = _Body(body, self.gate, self.dies.get(host, ""), done)
+        return httpx.Response(200, headers={"content-type": "application/json"}, stream=stream)
 
 
 @asynccontextmanager
@@ -211,9 +238,9 @@ def test_the_router_avoids_the_replica_whose_metrics_say_it_is_busy() -> None:
     run(go)
 
 
-def test_a_replica_that_cannot_be_reached_is_skipped_and_with_none_left_the_answer_is_502() -> None:
+def test_a_replica_that_cannot_be_reached_is_skipped_and_with_none_left_in_time_the_answer_is_502() -> None:
     async def go() -> None:
-        async with gateway() as (app, registry, fake, client):
+        async with gateway(GatewayConfig(scrape_interval_s=3600, max_hold_s=0.5)) as (app, registry, fake, client):
             registry.add_replica("chat-a", "http://127.0.0.1:9001")
             registry.add_replica("chat-a", "http://127.0.0.1:9002")
             fake.down.add("127.0.0.1:9001")
@@ -221,8 +248,132 @@ def test_a_replica_that_cannot_be_reached_is_skipped_and_with_none_left_the_answ
                 response = await client.post("/v1/chat/completions", json=CHAT, headers=A)
                 assert response.status_code == 200 and response.json()["served_by"] == "127.0.0.1:9002"
             fake.down.add("127.0.0.1:9002")
+            fake.attempts.clear()
             failed = await client.post("/v1/chat/completions", json=CHAT, headers=A)
             assert failed.status_code == 502 and failed.json()["error"]["code"] == "replica_unreachable"
+            # Held for another replica until its deadline, and never sent twice to a replica found gone.
+            assert sorted(fake.attempts) == sorted(set(fake.attempts)) and app.hold.total() == 0
+
+    run(go)
+
+
+def test_a_replica_gone_before_the_first_byte_is_retried_on_another_and_counted_after_it_the_answer_ends() -> None:
+    """Two requests sent just after a replica was killed -9 once got 502 in 1-1.5 s. A replica whose answer
+    breaks off before its first byte reached the client now costs the client nothing: the request goes to another
+    replica (the engine's work may be done twice). Once a byte was sent, the answer ends as before."""
+
+    async def go() -> None:
+        metrics = GatewayMetrics()
+        async with gateway(metrics=metrics) as (_, registry, fake, client):
+            registry.add_replica("chat-a", "http://127.0.0.1:9001")  # the router's first choice (ties: lowest id)
+            registry.add_replica("chat-a", "http://127.0.0.1:9002")
+            fake.dies["127.0.0.1:9001"] = "before"
+            response = await client.post("/v1/chat/completions", json=CHAT, headers=A)
+            assert response.status_code == 200 and response.json()["served_by"] == "127.0.0.1:9002"
+            assert fake.attempts == ["127.0.0.1:9001", "127.0.0.1:9002"]
+            labels = {"served_model": "chat-a", "slo": "standard"}
+            assert metrics.registry.get_sample_value("tessera_gateway_retries_total", labels) == 1.0
+
+            fake.dies = {"127.0.0.1:9002": "after"}
+            fake.attempts.clear()
+            streamed = await client.post("/v1/chat/completions", json={**CHAT, "stream": True}, headers=A)
+            assert streamed.status_code == 200 and "replica_failed" in streamed.text  # ended, saying so
+            assert fake.attempts == ["127.0.0.1:9002"]  # 9001 is left alone a second; no retry after a byte
+            assert metrics.registry.get_sample_value("tessera_gateway_retries_total", labels) == 1.0
+
+    run(go)
+
+
+def test_a_request_whose_only_replica_is_gone_is_held_until_another_is_ready() -> None:
+    async def go() -> None:
+        async with gateway() as (app, registry, fake, client):
+            dead = registry.add_replica("chat-a", "http://127.0.0.1:9001")
+            fake.dies["127.0.0.1:9001"] = "before"
+            pending = asyncio.ensure_future(client.post("/v1/chat/completions", json=CHAT, headers=A))
+            await _wait_until(lambda: app.hold.held("chat-a") == 1)
+            await asyncio.sleep(1.2)  # past the dead replica's back-off: still not sent there again
+            assert not pending.done() and fake.attempts == ["127.0.0.1:9001"]
+            registry.remove_replica("chat-a", dead)
+            registry.add_replica("chat-a", "http://127.0.0.1:9003")  # its replacement
+            response = await pending
+            assert response.status_code == 200 and response.json()["served_by"] == "127.0.0.1:9003"
+
+    run(go)
+
+
+def test_a_burst_held_from_zero_is_spread_over_replicas_as_each_becomes_ready_within_their_cap() -> None:
+    """100 requests held while a model started once all went to its first ready replica, and two others sat idle.
+    Held requests are now bound as replicas have room (here 2 in flight each): the rest wait for the next replica
+    or for room."""
+
+    async def go() -> None:
+        async with gateway(GatewayConfig(scrape_interval_s=3600, replica_concurrency=2)) as (
+            app,
+            registry,
+            fake,
+            client,
+        ):
+            fake.gate = asyncio.Event()
+            pending = [
+                asyncio.ensure_future(client.post("/v1/chat/completions", json=CHAT, headers=A)) for _ in range(7)
+            ]
+            await _wait_until(lambda: app.hold.held("chat-a") == 7)
+            for port, left in ((9001, 5), (9002, 3), (9003, 1)):
+                registry.add_replica("chat-a", f"http://127.0.0.1:{port}")
+                await _wait_until(lambda left=left: sum(fake.in_flight.values()) == 7 - left)  # type: ignore[misc]
+                assert app.hold.held("chat-a") == left
+            fake.gate.set()  # answers end: the one left goes where room frees
+            served = [r.json()["served_by"] for r in await asyncio.gather(*pending)]
+            counts = sorted(served.count(f"127.0.0.1:{p}") for p in (9001, 9002, 9003))
+            assert counts == [2, 2, 3] and max(fake.peak.values()) == 2 and app.hold.total() == 0
+
+    run(go)
+
+
+def test_a_new_request_waits_behind_held_ones_and_goes_when_room_frees() -> None:
+    async def go() -> None:
+        async with gateway(GatewayConfig(scrape_interval_s=3600, replica_concurrency=1)) as (
+            app,
+            registry,
+            fake,
+            client,
+        ):
+            registry.add_replica("chat-a", "http://127.0.0.1:9001")
+            fake.gate = asyncio.Event()
+            first = asyncio.ensure_future(client.post("/v1/chat/completions", json=CHAT, headers=A))
+            await _wait_until(lambda: fake.in_flight.get("127.0.0.1:9001") == 1)
+            later = []
+            for slo in ("batch", "interactive"):
+                body = {**CHAT, "messages": [{"role": "user", "content": slo}]}
+                headers = {**A, "x-tessera-slo": slo}
+                later.append(asyncio.ensure_future(client.post("/v1/chat/completions", json=body, headers=headers)))
+                await _wait_until(lambda: app.hold.held("chat-a") == len(later))
+            fake.gate.set()
+            assert all(r.status_code == 200 for r in await asyncio.gather(first, *later))
+            order = [json.loads(body)["messages"][0]["content"] for _, body in fake.bodies]
+            assert order == ["hi", "interactive", "batch"] and fake.peak["127.0.0.1:9001"] == 1
+
+    run(go)
+
+
+def test_get_a_model_answers_like_openai_and_404_in_its_error_shape() -> None:
+    async def go() -> None:
+        async with gateway() as (_, _, _, client):
+            mine = await client.get("/v1/models/chat-a", headers=A)
+            assert mine.status_code == 200
+            assert mine.json() == {"id": "chat-a", "object": "model", "created": 0, "owned_by": "team-a"}
+            for name in ("chat-b", "nope"):  # another tenant's model reads as an unknown one
+                missing = await client.get(f"/v1/models/{name}", headers=A)
+                assert missing.status_code == 404
+                error = missing.json()["error"]
+                assert (error["type"], error["code"], error["param"]) == (
+                    "invalid_request_error",
+                    "model_not_found",
+                    "model",
+                )
+                assert name in error["message"]
+            assert (await client.get("/v1/models/chat-a")).status_code == 401
+            assert (await client.post("/v1/models/chat-a", headers=A)).status_code == 405
 
     run(go)
 

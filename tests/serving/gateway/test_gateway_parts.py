@@ -23,7 +23,7 @@ def _request(rid: int, slo: SloClass = SloClass.STANDARD, model: str = "m") -> I
 
 def test_held_requests_go_in_priority_order_and_a_cancelled_one_leaves_the_queue() -> None:
     async def go() -> None:
-        area = HoldArea(max_hold_s=60.0, max_held_per_model=10)
+        area: HoldArea[str] = HoldArea(max_hold_s=60.0, max_held_per_model=10)
         order: list[int] = []
 
         async def wait(request: InferenceRequest) -> None:
@@ -47,7 +47,7 @@ def test_held_requests_go_in_priority_order_and_a_cancelled_one_leaves_the_queue
 
 def test_the_hold_bound_and_the_wait_bound() -> None:
     async def go() -> None:
-        area = HoldArea(max_hold_s=0.05, max_held_per_model=1)
+        area: HoldArea[str] = HoldArea(max_hold_s=0.05, max_held_per_model=1)
         first = asyncio.ensure_future(area.wait(_request(1)))
         await asyncio.sleep(0)
         with pytest.raises(HoldOverflow):
@@ -57,7 +57,54 @@ def test_the_hold_bound_and_the_wait_bound() -> None:
             await first
         with pytest.raises(HoldExpired):
             await other_model
-        assert area.queue.count == 0
+        assert area.total() == 0
+
+    asyncio.run(go())
+
+
+def test_held_requests_are_taken_most_urgent_first_one_at_a_time_and_a_binding_reaches_its_waiter() -> None:
+    async def go() -> None:
+        undone: list[tuple[int, str]] = []
+        area: HoldArea[str] = HoldArea(60.0, 10, abandoned=lambda held, bound: undone.append((held.request.id, bound)))
+        waits = {
+            rid: asyncio.ensure_future(area.wait(_request(rid, slo)))
+            for rid, slo in [(1, SloClass.BATCH), (2, SloClass.INTERACTIVE), (3, SloClass.STANDARD)]
+        }
+        await asyncio.sleep(0)
+        first = area.pop_urgent("m")
+        assert first is not None and first.request.id == 2
+        area.put_back(first)  # nothing took it: it keeps its turn
+        again = area.pop_urgent("m")
+        assert again is first and area.held("m") == 3
+        area.bind(again, "replica-a")
+        assert await waits[2] == "replica-a" and area.held("m") == 2
+        nxt = area.pop_urgent("m")
+        assert nxt is not None and nxt.request.id == 3
+        area.bind(nxt, "replica-b")
+        waits[3].cancel()  # bound, then its client left before it could go: the binding is handed back
+        with pytest.raises(asyncio.CancelledError):
+            await waits[3]
+        assert undone == [(3, "replica-b")]
+        assert area.release("m") == 1 and await waits[1] is None  # let go unbound: it looks again
+        assert area.total() == 0 and area.pop_urgent("m") is None
+
+    asyncio.run(go())
+
+
+def test_a_held_request_expires_at_its_own_deadline_and_withdrawn_ones_do_not_pile_up() -> None:
+    async def go() -> None:
+        area: HoldArea[str] = HoldArea(60.0, 10_000)
+        loop = asyncio.get_running_loop()
+        late = asyncio.ensure_future(area.wait(_request(1), expires_s=loop.time() + 0.02))  # a retry's deadline
+        with pytest.raises(HoldExpired, match="held"):
+            await late
+        for rid in range(2, 1002):  # held and withdrawn: the heaps are compacted, not left to grow
+            task = asyncio.ensure_future(area.wait(_request(rid)))
+            await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        assert area.total() == 0 and len(area._expiries) < 200
 
     asyncio.run(go())
 
@@ -115,6 +162,23 @@ def test_loads_follow_the_registry_and_keep_their_counts() -> None:
     assert [x.inflight for x in replicas.loads("m")] == [4, 0]  # the first kept its count
     registry.remove_replica("m", second)
     assert [x.endpoint.replica for x in replicas.loads("m")] == [first]
+
+
+def test_a_replica_at_its_cap_or_avoided_by_the_request_is_not_picked() -> None:
+    registry = InMemoryRegistry()
+    registry.deploy(ModelRoute("m", "a"))
+    replicas = LiveReplicas(registry)
+    first = registry.add_replica("m", "http://127.0.0.1:1")
+    second = registry.add_replica("m", "http://127.0.0.1:2")
+    loads = replicas.loads("m")
+    loads[0].inflight, loads[1].inflight = 0, 2
+    assert replicas.pick(_request(1), "least-load", 0.0, cap=2) is loads[0]
+    loads[0].inflight = 2
+    assert replicas.pick(_request(2), "least-load", 0.0, cap=2) is None and not replicas.any_takes("m", 0.0, 2)
+    assert replicas.pick(_request(3), "least-load", 0.0) is not None  # no cap: both take requests
+    picked = replicas.pick(_request(4), "least-load", 0.0, avoid=frozenset({first}))
+    assert picked is not None and picked.endpoint.replica == second
+    assert replicas.pick(_request(5), "least-load", 0.0, avoid=frozenset({first, second})) is None
 
 
 def test_prefix_hashes_are_chained_over_whole_blocks() -> None:

@@ -22,6 +22,7 @@ class _Open(BaseModel):
 
 class StreamOptions(_Open):
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's: usage in every chunk too (with include_usage)
 
 
 class ChatMessage(_Open):
@@ -36,6 +37,7 @@ class ChatRequest(_Open):
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    n: int = Field(default=1, ge=1)  # choices to generate
 
     def prompt_text(self) -> str:
         parts: list[str] = []
@@ -59,6 +61,7 @@ class CompletionRequest(_Open):
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(default=None, ge=1)
+    n: int = Field(default=1, ge=1)  # choices to generate
 
     def prompt_text(self) -> str:
         return _text_of(self.prompt)
@@ -80,6 +83,10 @@ class EmbeddingRequest(_Open):
     @property
     def stream(self) -> bool:
         return False
+
+    @property
+    def n(self) -> int:
+        return 1
 
 
 OpenAIRequest = ChatRequest | CompletionRequest | EmbeddingRequest

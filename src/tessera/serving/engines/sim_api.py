@@ -2,8 +2,12 @@
 
 Routes: ``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``; ``GET /v1/models``, ``/health``,
 ``/metrics`` (vLLM's metric names, so that the gateway scrapes the sim and vLLM alike); ``POST /sleep``,
-``POST /wake_up`` and ``GET /is_sleeping`` (vLLM's sleep-mode endpoints). Text is deterministic: output token i of
-a prompt is a word picked from the prompt's CRC-32 and i. Tokens leave as the engine model produces them
+``POST /wake_up`` and ``GET /is_sleeping`` (vLLM's sleep-mode endpoints). Tokens are counted as a byte-pair
+tokenizer would (``sim_tokens``: the prompt's ``usage.prompt_tokens`` and the engine model's prefill alike); text is
+deterministic: output token i of a choice is a word picked from the prompt's CRC-32, the choice and i, one token per
+streamed chunk. ``n`` choices are ``n`` sequences in the engine model (the prompt prefilled for each); with
+``stream_options.include_usage`` the stream ends with a usage chunk, and with ``continuous_usage_stats`` too every
+chunk carries the usage so far (of its choice), as vLLM does. Tokens leave as the engine model produces them
 (``sim_live``); a client that disconnects cancels its request in the model.
 """
 
@@ -21,64 +25,11 @@ from tessera.serving.engines.openai_wire import (
     EmbeddingRequest,
     OpenAIRequest,
     error_body,
-    estimate_tokens,
     parse_request,
 )
 from tessera.serving.engines.sim_live import LiveEngine
+from tessera.serving.engines.sim_tokens import count_tokens, output_token
 
-WORDS = tuple(
-    [
-        "the",
-        "of",
-        "and",
-        "to",
-        "in",
-        "is",
-        "that",
-        "for",
-        "it",
-        "as",
-        "was",
-        "with",
-        "be",
-        "by",
-        "on",
-        "not",
-        "he",
-        "this",
-        "are",
-        "or",
-        "his",
-        "from",
-        "at",
-        "which",
-        "but",
-        "have",
-        "an",
-        "they",
-        "you",
-        "were",
-        "her",
-        "she",
-        "there",
-        "been",
-        "one",
-        "all",
-        "we",
-        "their",
-        "has",
-        "would",
-        "when",
-        "if",
-        "so",
-        "no",
-        "will",
-        "more",
-        "can",
-        "out",
-        "up",
-    ]
-)
 _ROUTES: dict[str, type[OpenAIRequest]] = {
     "/v1/chat/completions": ChatRequest,
     "/v1/completions": CompletionRequest,
@@ -86,8 +37,7 @@ _ROUTES: dict[str, type[OpenAIRequest]] = {
 }
 
 
-def word(seed: int, index: int) -> str:
-    return WORDS[(seed + 7 * index) % len(WORDS)]
+MAX_CHOICES = 128  # ``n`` above this is refused (400), as OpenAI's API does
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,42 +48,85 @@ class SimSettings:
     embedding_dim: int = 16
 
 
+class _Choice:
+    """One choice of a request: its sequence in the engine model hands its tokens here (a ``TokenSink``)."""
+
+    __slots__ = ("sink", "index")
+
+    def __init__(self, sink: _Sink, index: int) -> None:
+        self.sink, self.index = sink, index
+
+    def tokens(self, first: int, count: int) -> None:
+        self.sink.tokens(self.index, first, count)
+
+    def finished(self, refused: str) -> None:
+        self.sink.finished(self.index, refused)
+
+
 class _Sink:
-    """One request's response: streamed as SSE chunks, or whole at the end."""
+    """One request's response, each of its ``n`` choices a sequence of its own in the engine model: streamed as SSE
+    chunks (one per token of a choice, usage in each with ``continuous_usage_stats``), or whole once every choice is
+    done."""
 
-    __slots__ = ("conn", "stream", "chat", "seed", "head", "text", "usage", "prompt_tokens", "output_tokens")
+    __slots__ = (
+        "conn", "stream", "chat", "seed", "head", "texts", "usage", "continuous", "prompt_tokens", "output_tokens",
+        "generated", "left", "done",
+    )  # fmt: skip
 
-    def __init__(self, conn: HttpConnection, request: OpenAIRequest, head: str, prompt_tokens: int, outputs: int):
+    def __init__(
+        self, conn: HttpConnection, request: ChatRequest | CompletionRequest, head: str, prompt_tokens: int,
+        outputs: int,
+    ) -> None:  # fmt: skip
         self.conn = conn
         self.stream = request.stream
         self.chat = isinstance(request, ChatRequest)
         self.seed = zlib.crc32(request.prompt_text().encode())
         self.head = head  # the chunk JSON up to "choices"
-        self.text: list[str] = []
-        options = getattr(request, "stream_options", None)
+        self.texts: list[list[str]] = [[] for _ in range(request.n)]
+        options = request.stream_options
         self.usage = bool(options is not None and options.include_usage)
+        self.continuous = bool(self.usage and options is not None and options.continuous_usage_stats)
         self.prompt_tokens = prompt_tokens
         self.output_tokens = outputs
+        self.generated = [0] * request.n  # tokens handed out so far, per choice
+        self.left = request.n  # choices not finished yet
+        self.done = False  # answered (whole, or an error)
         if self.stream:
             conn.start_stream()
 
-    def tokens(self, first: int, count: int) -> None:
+    def choices(self) -> list[_Choice]:
+        return [_Choice(self, index) for index in range(len(self.texts))]
+
+    def _usage(self, completion_tokens: int) -> str:
+        prompt = self.prompt_tokens
+        total = prompt + completion_tokens
+        return f'"usage":{{"prompt_tokens":{prompt},"completion_tokens":{completion_tokens},"total_tokens":{total}}}'
+
+    def tokens(self, index: int, first: int, count: int) -> None:
+        if self.done:
+            return
+        seed = self.seed + 1009 * index
+        self.generated[index] = first + count
         if not self.stream:
-            self.text.extend(word(self.seed, i) + " " for i in range(first, first + count))
+            self.texts[index].extend(output_token(seed, i) for i in range(first, first + count))
             return
         events: list[str] = []  # one SSE event per token (the model may hand out several after a late tick)
         for i in range(first, first + count):
-            text = word(self.seed, i) + " "
+            text = json.dumps(output_token(seed, i))
             if self.chat:
                 role = '"role":"assistant",' if i == 0 else ""
-                choice = f'{{"index":0,"delta":{{{role}"content":"{text}"}},"logprobs":null,"finish_reason":null}}'
+                choice = f'{{"index":{index},"delta":{{{role}"content":{text}}},"logprobs":null,"finish_reason":null}}'
             else:
-                choice = f'{{"index":0,"text":"{text}","logprobs":null,"finish_reason":null}}'
-            events.append(f"data: {self.head}[{choice}]}}\n\n")
+                choice = f'{{"index":{index},"text":{text},"logprobs":null,"finish_reason":null}}'
+            usage = "," + self._usage(i + 1) if self.continuous else ""
+            events.append(f"data: {self.head}[{choice}]{usage}}}\n\n")
         self.conn.send_chunk("".join(events).encode())
 
-    def finished(self, refused: str) -> None:
+    def finished(self, index: int, refused: str) -> None:
+        if self.done:
+            return
         if refused:
+            self.done = True
             body = error_body(refused, "BadRequestError", 400)
             if self.stream:
                 self.conn.send_chunk(b"data: " + body + b"\n\ndata: [DONE]\n\n")
@@ -141,29 +134,39 @@ class _Sink:
             else:
                 self.conn.respond(400, body)
             return
-        usage = {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.output_tokens,
-            "total_tokens": self.prompt_tokens + self.output_tokens,
-        }
+        self.generated[index] = self.output_tokens
+        self.left -= 1
         if self.stream:
             delta = '"delta":{},' if self.chat else '"text":"",'
-            tail = f'data: {self.head}[{{"index":0,{delta}"logprobs":null,"finish_reason":"length"}}]}}\n\n'
-            if self.usage:
-                tail += f'data: {self.head}[],"usage":{json.dumps(usage)}}}\n\n'
-            self.conn.send_chunk((tail + "data: [DONE]\n\n").encode())
-            self.conn.end_stream()
+            usage = "," + self._usage(self.output_tokens) if self.continuous else ""
+            choice = f'{{"index":{index},{delta}"logprobs":null,"finish_reason":"length"}}'
+            tail = f"data: {self.head}[{choice}]{usage}}}\n\n"
+            if not self.left:
+                if self.usage:
+                    tail += f"data: {self.head}[],{self._usage(sum(self.generated))}}}\n\n"
+                tail += "data: [DONE]\n\n"
+            self.conn.send_chunk(tail.encode())
+            if not self.left:
+                self.done = True
+                self.conn.end_stream()
             return
-        text = "".join(self.text)
-        choice: dict[str, object] = {"index": 0, "logprobs": None, "finish_reason": "length"}
-        if self.chat:
-            choice["message"] = {"role": "assistant", "content": text}
-        else:
-            choice["text"] = text
+        if not self.left:
+            self.done = True
+            self._respond_whole()
+
+    def _respond_whole(self) -> None:
+        choices: list[dict[str, object]] = []
+        for i, pieces in enumerate(self.texts):
+            item: dict[str, object] = {"index": i, "logprobs": None, "finish_reason": "length"}
+            if self.chat:
+                item["message"] = {"role": "assistant", "content": "".join(pieces)}
+            else:
+                item["text"] = "".join(pieces)
+            choices.append(item)
         whole = json.loads(self.head + "[]}")
         whole["object"] = "chat.completion" if self.chat else "text_completion"
-        whole["choices"] = [choice]
-        whole["usage"] = usage
+        whole["choices"] = choices
+        whole["usage"] = json.loads("{" + self._usage(sum(self.generated)) + "}")["usage"]
         self.conn.respond(200, json.dumps(whole).encode())
 
 
@@ -246,8 +249,12 @@ class SimApi:
         if self.sleeping:
             conn.respond(503, error_body("the engine is asleep: POST /wake_up first", "ServiceUnavailable", 503))
             return
-        prompt_tokens = estimate_tokens(parsed.prompt_text())
+        prompt_tokens = count_tokens(parsed.prompt_text())
         outputs = parsed.output_limit() or settings.default_output_tokens
+        if not isinstance(parsed, EmbeddingRequest) and parsed.n > MAX_CHOICES:
+            message = f"n: at most {MAX_CHOICES} choices, got {parsed.n}"
+            conn.respond(400, error_body(message, "BadRequestError", 400, "n"))
+            return
         if prompt_tokens + outputs > min(settings.max_model_len, self.live.max_tokens):
             limit = min(settings.max_model_len, self.live.max_tokens)
             message = (
@@ -259,21 +266,27 @@ class SimApi:
         self._count += 1
         if isinstance(parsed, EmbeddingRequest):
             seed = zlib.crc32(parsed.prompt_text().encode())
-            sink: _Sink | _EmbeddingSink = _EmbeddingSink(
-                conn, settings.model, seed, settings.embedding_dim, prompt_tokens
-            )
-            outputs = 1
-        else:
-            prefix = "chatcmpl" if isinstance(parsed, ChatRequest) else "cmpl"
-            obj = "chat.completion.chunk" if isinstance(parsed, ChatRequest) else "text_completion"
-            head = (
-                f'{{"id":"{prefix}-{self._count:x}","object":"{obj}","created":{int(time.time())},'
-                f'"model":{self._model_json},"choices":'
-            )
-            sink = _Sink(conn, parsed, head, prompt_tokens, outputs)
-        rid = self.live.submit(prompt_tokens, outputs, sink)
-        if self.live.is_live(rid):  # not refused at once: a disconnect from now on cancels it
-            conn.on_close = lambda: self.live.cancel(rid)
+            sink = _EmbeddingSink(conn, settings.model, seed, settings.embedding_dim, prompt_tokens)
+            rid = self.live.submit(prompt_tokens, 1, sink)
+            if self.live.is_live(rid):  # not refused at once: a disconnect from now on cancels it
+                conn.on_close = lambda: self.live.cancel(rid)
+            return
+        prefix = "chatcmpl" if isinstance(parsed, ChatRequest) else "cmpl"
+        obj = "chat.completion.chunk" if isinstance(parsed, ChatRequest) else "text_completion"
+        head = (
+            f'{{"id":"{prefix}-{self._count:x}","object":"{obj}","created":{int(time.time())},'
+            f'"model":{self._model_json},"choices":'
+        )
+        answer = _Sink(conn, parsed, head, prompt_tokens, outputs)
+        rids = [self.live.submit(prompt_tokens, outputs, choice) for choice in answer.choices()]
+        live = [rid for rid in rids if self.live.is_live(rid)]
+        if live:  # not all refused at once: a disconnect from now on cancels them
+
+            def cancel() -> None:
+                for rid in live:
+                    self.live.cancel(rid)
+
+            conn.on_close = cancel
 
     def metrics(self) -> str:
         running, waiting, usage = self.live.stats()

@@ -7,12 +7,15 @@ part of it. Disconnects are watched per request (``forward.DisconnectWatch``).
 
 A request goes: API key -> tenant (``auth``; 401) -> body parsed (400 naming the field) -> the model's route from
 the registry, visible to the tenant (else 404, the same for a model that exists elsewhere) -> SLO class (the
-model's, or the ``x-tessera-slo`` header) -> a replica picked by the model's router (``replicas``) or, with none
-ready, held (``hold``; ``on_demand`` asks the controller for one; 429 + ``Retry-After`` when the hold queue is
-full, 504 when the bounded wait runs out; 503 + ``Retry-After`` at once, with the reason, while the model's
-replicas keep failing) -> forwarded (``forward``; a replica that cannot be reached is left
-alone for a second and the request goes to another, or waits for the registry to change when none is left, 502
-when ``MAX_REPLICA_TRIES`` could not be reached).
+model's, or the ``x-tessera-slo`` header) -> bound to a replica by the model's router when one takes it, else held
+until one does (``binding``, late binding: a replica takes a request while it is below its in-flight cap;
+``on_demand`` asks the controller for a replica; 429 + ``Retry-After`` when the hold area is full, 504 when the
+bounded wait runs out; 503 + ``Retry-After`` at once, with the reason, while the model's replicas keep failing) ->
+forwarded (``forward``). A replica that is gone before the first byte of its answer reached the client (refused,
+reset, its process died, even mid-way through the request) is left alone for a second and the request is bound
+again, never to that replica, or held until another one is ready, within its deadline (``max_hold_s`` from its
+arrival; then 502): an engine's work on it may thus be done twice. Once a byte was sent, a replica's failure ends
+the answer (an error event in a stream).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import contextlib
 import gc
 import itertools
 import json
-import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,16 +39,15 @@ from tessera.serving.engines.openai_wire import (
     parse_request,
 )
 from tessera.serving.gateway.auth import Authenticator, OpenAccess, visible
+from tessera.serving.gateway.binding import Binder, Refusal, not_found, unreachable
 from tessera.serving.gateway.forward import DisconnectWatch, Message, Receive, Scope, Send, forward, send_json
-from tessera.serving.gateway.hold import HoldArea, HoldExpired, HoldOverflow
+from tessera.serving.gateway.hold import HoldArea
 from tessera.serving.gateway.metrics import GatewayMetrics
 from tessera.serving.gateway.registry import ModelRoute, ReplicaRegistry
 from tessera.serving.gateway.replicas import LiveReplicas, ReplicaLoad, prefix_hashes
 from tessera.serving.gateway.upstream import RawUpstream, Upstream
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass
 
-MAX_REPLICA_TRIES = 3  # replicas tried for one request when they cannot be reached
-UNREACHABLE_BACKOFF_S = 1.0  # a replica that could not be reached gets no request for this long
 SLO_HEADER = b"x-tessera-slo"
 SESSION_HEADER = b"x-session-id"
 _ROUTES: dict[str, type[OpenAIRequest]] = {
@@ -58,7 +59,7 @@ _ROUTES: dict[str, type[OpenAIRequest]] = {
 
 @dataclass(frozen=True, slots=True)
 class GatewayConfig:
-    max_hold_s: float = 120.0  # how long a request waits for a replica of its model (then 504)
+    max_hold_s: float = 120.0  # how long a request waits for a replica of its model to take it (then 504)
     max_held_per_model: int = 1024  # held requests per model; one more gets 429
     retry_after_s: int = 2  # the Retry-After of a 429
     scrape_interval_s: float = 0.5  # how often the replicas' /metrics are read
@@ -68,7 +69,10 @@ class GatewayConfig:
     scrape_timeout_s: float = 2.0
     max_body_bytes: int = 16 * 1024 * 1024
     max_prefix_entries: int = 200_000  # per model, the prefix-affinity router's index cap
-    on_demand: Callable[[str], None] | None = None  # a model has requests and no ready replica: start one
+    on_demand: Callable[[str], None] | None = None  # a model has requests that no replica takes: start one
+    # Requests in flight per replica before more wait at the gateway (for models whose route sets none); 0: no cap,
+    # requests wait only while their model has no replica ready.
+    replica_concurrency: int = 0
     freeze_heap_on_start: bool = False  # the process is this gateway's own: see ``freeze_startup_heap``
 
 
@@ -98,7 +102,12 @@ class Gateway:
         self.auth: Authenticator = auth if auth is not None else OpenAccess()
         self.config = config if config is not None else GatewayConfig()
         self.replicas = LiveReplicas(registry, max_prefix_entries=self.config.max_prefix_entries)
-        self.hold = HoldArea(self.config.max_hold_s, self.config.max_held_per_model)
+        self.hold: HoldArea[ReplicaLoad] = HoldArea(self.config.max_hold_s, self.config.max_held_per_model)
+        config = self.config
+        self.binder = Binder(
+            registry, self.replicas, self.hold, default_cap=config.replica_concurrency,
+            retry_after_s=config.retry_after_s, on_demand=config.on_demand, metrics=metrics,
+        )  # fmt: skip
         if upstream is None:
             upstream = RawUpstream(self.config.upstream_timeout_s, chunk_gap_s=self.config.chunk_gap_s)
         self.upstream: Upstream = upstream
@@ -110,9 +119,7 @@ class Gateway:
     # ------------------------------------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         if self._scraper is None:
-            config = self.config
-            scrape = self.replicas.scrape_forever(self.upstream, config.scrape_interval_s, config.scrape_timeout_s)
-            self._scraper = asyncio.ensure_future(scrape)
+            self._scraper = asyncio.ensure_future(self._scrape_forever())
         if self.config.freeze_heap_on_start:
             freeze_startup_heap()
 
@@ -124,6 +131,16 @@ class Gateway:
             self._scraper = None
         await self.upstream.aclose()
 
+    async def _scrape_forever(self) -> None:
+        """The replicas' metrics every ``scrape_interval_s``; then held requests go where a replica found asleep was
+        woken meanwhile."""
+        config = self.config
+        while True:
+            await self.replicas.scrape_once(self.upstream, config.scrape_timeout_s)
+            for model in self.hold.models():
+                self.binder.drain(model)
+            await asyncio.sleep(config.scrape_interval_s)
+
     def _on_change(self, model: str) -> None:
         urls = {e.base_url for e in self.registry.replicas(model)}
         for gone in self._urls.pop(model, set()) - urls:
@@ -134,8 +151,10 @@ class Gateway:
         if route is None:
             self.replicas.forget(model)
             self.hold.release(model)  # they find the model gone: 404
-        elif urls or route.failing:
-            self.hold.release(model)  # a replica to go to, or a failing model to answer 503 for
+        elif route.failing:
+            self.hold.release(model)  # answered 503
+        else:
+            self.binder.drain(model)  # a replica came (or went): held requests go where there is room
 
     # --------------------------------------------------------------------------------------------------- ASGI
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -151,10 +170,12 @@ class Gateway:
             await self._infer(wire, scope, receive, send)
         elif path == "/v1/models" and method == "GET":
             await self._models(scope, send)
+        elif path.startswith("/v1/models/") and method == "GET":
+            await self._model(scope, path[len("/v1/models/") :], send)
         elif path == "/health":
             entries = self.replicas.prefix_entries()
             await send_json(send, 200, b'{"status": "ok", "prefix_index_entries": %d}' % entries)
-        elif wire is not None or path == "/v1/models":
+        elif wire is not None or path == "/v1/models" or path.startswith("/v1/models/"):
             await send_json(send, 405, error_body(f"{method} not allowed on {path}", "invalid_request_error", None))
         else:
             await send_json(send, 404, error_body(f"no route {path}", "invalid_request_error", "unknown_url"))
@@ -183,12 +204,20 @@ class Gateway:
         if tenant is None:
             await _unauthorized(send)
             return
-        data = [
-            {"id": r.name, "object": "model", "created": r.created_s, "owned_by": r.tenant}
-            for r in self.registry.routes()
-            if visible(r, tenant)
-        ]
+        data = [_model_object(r) for r in self.registry.routes() if visible(r, tenant)]
         await send_json(send, 200, json.dumps({"object": "list", "data": data}).encode())
+
+    async def _model(self, scope: Scope, name: str, send: Send) -> None:
+        """``GET /v1/models/{id}``: the model object as OpenAI answers it, or its 404 (another tenant's model alike)."""
+        tenant = self._tenant(scope)
+        if tenant is None:
+            await _unauthorized(send)
+            return
+        route = self.registry.route(name)
+        if route is None or not visible(route, tenant):
+            await _not_found(send, name)
+            return
+        await send_json(send, 200, json.dumps(_model_object(route)).encode())
 
     # ------------------------------------------------------------------------------------------------ inference
     async def _infer(self, wire: type[OpenAIRequest], scope: Scope, receive: Receive, send: Send) -> None:
@@ -254,81 +283,45 @@ class Gateway:
         watch: DisconnectWatch,
     ) -> None:  # fmt: skip
         loop = asyncio.get_running_loop()
-        for _ in range(MAX_REPLICA_TRIES):
-            load = await self._replica_for(request, route, send)
-            if load is None:
-                return  # answered already (held too long, too many held, model gone, failing)
-            if await self._forward_counted(load, request, path, body, stream, send, watch):
+        binder = self.binder
+        avoid: frozenset[int] = frozenset()  # replicas found gone for this request
+        expires_s = request.arrival_s + self.config.max_hold_s
+        while True:
+            bound = await binder.bind(request, avoid, expires_s)
+            if isinstance(bound, Refusal):
+                await self._refuse(request, bound, send)
                 return
-            # The replica could not be reached (nothing was sent to the client yet): another one, or, with none
-            # left to try, a moment's wait for the registry to change (a replica that died is being replaced).
-            load.unreachable_until_s = loop.time() + UNREACHABLE_BACKOFF_S
-            if not any(other.view(loop.time()).accepting for other in self.replicas.loads(request.model)):
-                await self._pause(request)
-        message = f"no replica of model {request.model!r} could be reached"
-        await send_json(send, 502, error_body(message, "api_error", "replica_unreachable"))
-        if self.metrics is not None:
-            now = loop.time()
+            if await self._forward_counted(bound, request, path, body, stream, send, watch):
+                return
+            # Gone before the first byte reached the client: bound again elsewhere, or held for a replica.
+            avoid = binder.gone(bound, request, avoid)
+            if loop.time() >= expires_s:
+                await self._refuse(request, unreachable(request.model, len(avoid), "before its deadline"), send)
+                return
+
+    async def _refuse(self, request: InferenceRequest, refusal: Refusal, send: Send) -> None:
+        await send_json(send, refusal.status, refusal.body, refusal.headers)
+        if self.metrics is not None and refusal.status == 502:
+            now = asyncio.get_running_loop().time()
             self.metrics.answered(request.model, request.slo.name.lower(), 502, request.arrival_s, now, None, now, 0)
-
-    async def _pause(self, request: InferenceRequest) -> None:
-        """Wait until the model's replicas change, ``UNREACHABLE_BACKOFF_S`` at most."""
-        with contextlib.suppress(TimeoutError, HoldOverflow, HoldExpired):
-            await asyncio.wait_for(self.hold.wait(request), UNREACHABLE_BACKOFF_S)
-
-    async def _replica_for(self, request: InferenceRequest, route: ModelRoute, send: Send) -> ReplicaLoad | None:
-        """The replica the router picks, holding the request while the model has none ready; None once the
-        request has been answered (429, 504 or 404)."""
-        loop = asyncio.get_running_loop()
-        picked_at = time.perf_counter()
-        load = self.replicas.pick(request, route.router, loop.time())
-        if self.metrics is not None:
-            self.metrics.decision.observe(time.perf_counter() - picked_at)
-        while load is None:
-            if route.failing:
-                await _failing(send, route)
-                return None
-            if self.config.on_demand is not None:
-                self.config.on_demand(request.model)
-            try:
-                await self.hold.wait(request)
-            except HoldOverflow as exc:
-                retry = [(b"retry-after", str(self.config.retry_after_s).encode())]
-                await send_json(send, 429, error_body(str(exc), "rate_limit_error", "model_starting"), retry)
-                return None
-            except HoldExpired as exc:
-                await send_json(send, 504, error_body(str(exc), "timeout_error", "model_not_ready"))
-                return None
-            current = self.registry.route(request.model)
-            if current is None:
-                await _not_found(send, request.model)
-                return None
-            route = current
-            load = self.replicas.pick(request, current.router, loop.time())
-        return load
 
     async def _forward_counted(
         self, load: ReplicaLoad, request: InferenceRequest, path: str, body: bytes, stream: bool, send: Send,
         watch: DisconnectWatch,
     ) -> bool:  # fmt: skip
-        """Forward to ``load``'s replica, counted in its in-flight load; False when it could not be reached."""
+        """Forward to ``load``'s replica, where ``request`` is reserved (``Binder.bind``); False when the replica
+        was gone before the first byte of its answer (nothing was sent to the client)."""
         loop = asyncio.get_running_loop()
-        prompt, work = request.prompt_tokens, request.prompt_tokens + request.output_tokens
-        load.inflight += 1
-        load.inflight_tokens += work
-        load.inflight_prompt_tokens += prompt
         metrics = self.metrics
         if metrics is not None:
             sent_s, answer = loop.time(), _AnswerWatch(send, loop)
             send = answer.send
-        reached = True  # an attempt that reached no replica is not an answer: another replica gets the request
+        reached = True  # an attempt that reached no replica is not an answer: the request is bound again
         try:
             reached = await forward(self.upstream, load, path, body, stream, send, watch)
             return reached
         finally:
-            load.inflight -= 1
-            load.inflight_tokens -= work
-            load.inflight_prompt_tokens -= prompt
+            self.binder.unreserve(load, request)
             if metrics is not None and reached:
                 metrics.answered(
                     request.model, request.slo.name.lower(), answer.status, request.arrival_s, sent_s, answer.first_s,
@@ -379,12 +372,11 @@ async def _unauthorized(send: Send) -> None:
     await send_json(send, 401, body, [(b"www-authenticate", b"Bearer")])
 
 
-async def _failing(send: Send, route: ModelRoute) -> None:
-    message = f"model {route.name!r} is failing: its replicas keep ending on their own ({route.failing})"
-    retry = [(b"retry-after", str(max(1, route.retry_after_s)).encode())]
-    await send_json(send, 503, error_body(message, "api_error", "model_failing"), retry)
-
-
 async def _not_found(send: Send, model: str) -> None:
-    message = f"The model `{model}` does not exist or you do not have access to it."
-    await send_json(send, 404, error_body(message, "invalid_request_error", "model_not_found", "model"))
+    refusal = not_found(model)
+    await send_json(send, refusal.status, refusal.body)
+
+
+def _model_object(route: ModelRoute) -> dict[str, object]:
+    """A model as OpenAI's API shows one (``/v1/models``): its owner is the tenant that deployed it."""
+    return {"id": route.name, "object": "model", "created": route.created_s, "owned_by": route.tenant}

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from tessera.serving.controller import Demand, ReplicaView
+from tessera.serving.controller import DEFAULT_TARGETS, Demand, ReplicaView
 from tessera.serving.gateway.app import Gateway
 from tessera.serving.gateway.registry import InMemoryRegistry, ModelRoute
 from tessera.serving.gateway.replica_probe import prove_replica
@@ -69,13 +69,18 @@ class LiveRegistry(InMemoryRegistry):
 
 
 def route_of(model: DeployedModel, health: ModelHealth | None = None, now_s: float = 0.0) -> ModelRoute:
-    """The gateway's route of ``model``: failing (answered 503 at once) while its replicas keep failing."""
+    """The gateway's route of ``model``: failing (answered 503 at once) while its replicas keep failing. A replica
+    takes as many requests at once as the autoscaler aims at per replica of its engine (``DEFAULT_TARGETS``); more
+    wait at the gateway for room, or for the replicas the autoscaler starts meanwhile."""
     failing = health.last_error or "no replica is ready" if health is not None and health.failing else ""
     retry_after_s = 0
     if failing and health is not None and health.retry_at_s is not None:
         retry_after_s = max(1, math.ceil(health.retry_at_s - now_s))
     slo = SloClass.parse(model.slo)
-    return ModelRoute(model.name, model.tenant, slo, "least-load", int(model.created_s), failing, retry_after_s)
+    concurrency = math.ceil(DEFAULT_TARGETS.get(model.engine, 0.0))
+    return ModelRoute(
+        model.name, model.tenant, slo, "least-load", int(model.created_s), failing, retry_after_s, concurrency
+    )
 
 
 class GatewayBridge:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 
 from tessera.serving.engines.openai_wire import error_body
 from tessera.serving.gateway.replicas import ReplicaLoad
-from tessera.serving.gateway.upstream import Upstream, UpstreamError
+from tessera.serving.gateway.upstream import Upstream, UpstreamError, UpstreamResponse
 
 log = logging.getLogger(__name__)
 Message = MutableMapping[str, Any]
@@ -75,13 +75,21 @@ async def forward(
     watch: DisconnectWatch,
 ) -> bool:
     """POST ``body`` to the replica's ``path`` and relay the answer (status, type, bytes as they arrive). False
-    when the replica could not be reached and nothing was sent to the client (the caller may try another)."""
+    when the replica was gone before the first byte of its answer (refused, reset, closed: nothing was sent to the
+    client, and the caller may send the request elsewhere). The answer's head goes to the client with its first
+    body bytes, not before: until then a replica that dies leaves the client untouched."""
     try:
         response = await upstream.post(load.endpoint.base_url, path, body, load.endpoint.peer_pid)
     except UpstreamError as exc:
         log.warning("replica %s unreachable: %s", load.endpoint.base_url, exc)
         return False
     try:
+        pieces = aiter(response.chunks())
+        try:
+            first = await anext(pieces, b"")
+        except UpstreamError as exc:
+            log.warning("replica %s gone before its answer's first byte: %s", load.endpoint.base_url, exc)
+            return False
         headers: Headers = [
             (b"content-type", response.content_type.encode("latin-1")),
             (b"x-tessera-replica", str(load.endpoint.replica).encode()),
@@ -91,28 +99,41 @@ async def forward(
         else:
             headers.append((b"cache-control", b"no-cache"))
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
-        ended = False
-        try:
-            async for chunk in response.chunks():
-                if response.complete:  # the last piece: it and the answer's end go in one write
-                    watch.finishing()
-                    ended = True
-                await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
-        except UpstreamError as exc:  # the replica died or stalled mid-answer: end the answer cleanly, saying so
-            watch.finishing()
-            log.warning("replica %s failed mid-answer: %s", load.endpoint.base_url, exc)
-            tail = b""
-            if stream:
-                message = f"the replica failed mid-answer: {exc}"
-                tail = b"data: " + error_body(message, "api_error", "replica_failed") + b"\n\n"
-            await send({"type": "http.response.body", "body": tail, "more_body": False})
-            return True
-        if not ended:
-            watch.finishing()
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await _relay(response, first, pieces, stream, send, watch, load)
         return True
     finally:
         if response.closes_at_once:
             await response.close()
         else:
             await asyncio.shield(response.close())
+
+
+async def _relay(
+    response: UpstreamResponse, first: bytes, pieces: AsyncIterator[bytes], stream: bool, send: Send,
+    watch: DisconnectWatch, load: ReplicaLoad,
+) -> None:  # fmt: skip
+    """The answer's body, from its ``first`` piece on (the head is sent); a replica that fails now ends it."""
+    ended = response.complete
+    if ended:  # the whole body came at once: it and the answer's end go in one write
+        watch.finishing()
+    await send({"type": "http.response.body", "body": first, "more_body": not ended})
+    if ended:
+        return
+    try:
+        async for chunk in pieces:
+            if response.complete:  # the last piece: it and the answer's end go in one write
+                watch.finishing()
+                ended = True
+            await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
+    except UpstreamError as exc:  # the replica died or stalled mid-answer: end the answer cleanly, saying so
+        watch.finishing()
+        log.warning("replica %s failed mid-answer: %s", load.endpoint.base_url, exc)
+        tail = b""
+        if stream:
+            message = f"the replica failed mid-answer: {exc}"
+            tail = b"data: " + error_body(message, "api_error", "replica_failed") + b"\n\n"
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        return
+    if not ended:
+        watch.finishing()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})

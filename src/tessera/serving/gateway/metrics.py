@@ -1,6 +1,7 @@
 """The gateway's Prometheus series, per served model and SLO class (``served_model``, ``slo``), observed as requests
 end: time to first token, time per output token, time queued at the gateway (held for a replica, then routed),
-end-to-end latency, requests by HTTP status, and the router's decision time.
+end-to-end latency, requests by HTTP status, the requests bound again because their replica was gone before the
+first byte of the answer (``retries``), and the router's decision time.
 
 Time to first token is the time from the request's arrival at the gateway to the first body bytes passed back; for
 a streamed answer that is the first token, for a plain one the whole answer. Time per output token is the time
@@ -42,6 +43,12 @@ class GatewayMetrics:
         self.requests = Counter(
             "tessera_gateway_requests", "Requests answered, by HTTP status", (*LABELS, "code"), registry=r
         )
+        self.retries = Counter(
+            "tessera_gateway_retries",
+            "Requests bound again (to another replica, or held for one) because theirs was gone before the first"
+            " byte of the answer",
+            LABELS, registry=r,
+        )  # fmt: skip
         self.decision = Histogram(
             "tessera_gateway_route_decision_seconds", "Time the router took to pick a replica",
             buckets=_DECISION_BUCKETS, registry=r,
@@ -50,6 +57,9 @@ class GatewayMetrics:
         # Label children kept (labels() takes a lock and builds the key each time); as many as the series themselves
         self._series: dict[tuple[str, str], tuple[Histogram, Histogram, Histogram, Histogram]] = {}
         self._counted: dict[tuple[str, str, int], Counter] = {}
+
+    def retried(self, model: str, slo: str) -> None:
+        self.retries.labels(model, slo).inc()
 
     def answered(
         self, model: str, slo: str, code: int, arrival_s: float, sent_s: float, first_s: float | None, end_s: float,

@@ -28,6 +28,9 @@ class ModelRoute:
     # (``Retry-After``: ``retry_after_s``) instead of waiting for a replica that will not come.
     failing: str = ""
     retry_after_s: int = 0
+    # Requests in flight per replica before more wait at the gateway for room (late binding, ``binding``);
+    # 0: the gateway's default (``GatewayConfig.replica_concurrency``, itself 0: no cap).
+    replica_concurrency: int = 0
 
 
 @dataclass(frozen=True, slots=True)

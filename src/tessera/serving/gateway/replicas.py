@@ -4,9 +4,10 @@ Each ready replica has a ``ReplicaLoad``: the last scrape of its ``/metrics`` (`
 and waiting gauges, its KV-cache usage) and the gateway's own exact count of what it has in flight there (requests
 and their predicted tokens), which is fresh between scrapes. ``ReplicaLoad.view`` merges the two into the part-1
 ``ReplicaView``; ``LiveReplicas.pick`` runs the model's router (``policies.router``, one ``RouterState`` per model)
-over them. ``scrape_forever`` reads every replica's metrics each ``interval_s``; a replica whose scrape fails keeps
-its last figures (the in-flight counts still move). The ``running`` a router sees is this gateway's own in-flight
-count now plus the other requests the engine held at the last scrape.
+over them, among the replicas that take a request now (``ReplicaLoad.takes``: awake, reachable, under the in-flight
+cap given). ``scrape_once`` reads every replica's metrics (the gateway calls it each scrape interval); a replica
+whose scrape fails keeps its last figures (the in-flight counts still move). The ``running`` a router sees is this
+gateway's own in-flight count now plus the other requests the engine held at the last scrape.
 
 A replica found asleep (vLLM's ``/sleep``, the sim's) is woken (``/wake_up``): Tessera never puts a live replica
 to sleep, and a sleeping replica takes no requests, so one left asleep would hold its model's requests until they
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -46,10 +47,15 @@ class ReplicaLoad:
     unreachable_until_s: float = 0.0  # loop time before which it gets no request (a connection to it failed)
     scrape_failures: int = 0  # in a row
 
-    def view(self, now_s: float = 0.0) -> ReplicaView:
+    def takes(self, now_s: float, cap: int = 0) -> bool:
+        """Whether it may be sent a request now: awake, not left alone after a failed connection, and (``cap`` > 0)
+        fewer than ``cap`` of this gateway's requests in flight there."""
+        return not self.scraped.sleeping and now_s >= self.unreachable_until_s and (cap <= 0 or self.inflight < cap)
+
+    def view(self, now_s: float = 0.0, cap: int = 0) -> ReplicaView:
         """Its own requests counted now, others' as of the last scrape: the engine's requests then, less this
         gateway's then (taking the scraped counts alone would herd every request onto the replica that looked
-        idlest until the next scrape)."""
+        idlest until the next scrape). Accepting as ``takes`` says."""
         stats = self.scraped
         others = max(0, stats.running + stats.waiting - self.inflight_at_scrape)
         return ReplicaView(
@@ -58,7 +64,7 @@ class ReplicaLoad:
             running=max(0, self.inflight + others - stats.waiting),
             predicted_tokens=self.inflight_tokens,
             kv_free_frac=1.0 - stats.kv_cache_usage,
-            accepting=not stats.sleeping and now_s >= self.unreachable_until_s,
+            accepting=self.takes(now_s, cap),
             prefill_tokens=self.inflight_prompt_tokens,
         )
 
@@ -114,8 +120,12 @@ class LiveReplicas:
         ready = self._ready[model] = list(known.values())
         return ready
 
-    def pick(self, request: InferenceRequest, router_name: str, now_s: float) -> ReplicaLoad | None:
-        """The replica the model's router chooses, or None when the model has no accepting replica."""
+    def pick(
+        self, request: InferenceRequest, router_name: str, now_s: float, cap: int = 0,
+        avoid: frozenset[int] = frozenset(),
+    ) -> ReplicaLoad | None:  # fmt: skip
+        """The replica the model's router chooses among those that take a request now (``ReplicaLoad.takes`` with
+        ``cap``) and are not in ``avoid`` (replica ids), or None when there is none."""
         loads = self.loads(request.model)
         if not loads:
             return None
@@ -123,7 +133,9 @@ class LiveReplicas:
         if routing is None or routing.router.name != router_name:
             router = make_router(router_name, max_prefix_entries=self.max_prefix_entries)
             routing = self._routing[request.model] = _ModelRouting(router, router.initial_state())
-        views = [load.view(now_s) for load in loads]
+        views = [load.view(now_s, cap) for load in loads]
+        if avoid:
+            views = [replace(v, accepting=False) if v.replica in avoid else v for v in views]
         decision, _ = routing.router.route(request, views, routing.state, now_s, self._rng)
         if decision.replica is None:
             return None
@@ -131,6 +143,10 @@ class LiveReplicas:
             if load.endpoint.replica == decision.replica:
                 return load
         return None
+
+    def any_takes(self, model: str, now_s: float, cap: int = 0) -> bool:
+        """Whether some ready replica of ``model`` takes a request now (``ReplicaLoad.takes``)."""
+        return any(load.takes(now_s, cap) for load in self.loads(model))
 
     def prefix_entries(self) -> int:
         """Entries in the prefix indexes of all models (each capped at ``max_prefix_entries``)."""
@@ -141,11 +157,6 @@ class LiveReplicas:
         self._loads.pop(model, None)
         self._ready.pop(model, None)
         self._routing.pop(model, None)
-
-    async def scrape_forever(self, upstream: Upstream, interval_s: float, timeout_s: float = 2.0) -> None:
-        while True:
-            await self.scrape_once(upstream, timeout_s)
-            await asyncio.sleep(interval_s)
 
     async def scrape_once(self, upstream: Upstream, timeout_s: float = 2.0) -> None:
         loads = [load for route in self.registry.routes() for load in self.loads(route.name)]

@@ -3,7 +3,7 @@ or a test) and ``python -m tessera.serving.gateway.serve`` (a standalone gateway
 overhead benchmark and trying things by hand)::
 
     python -m tessera.serving.gateway.serve --port 8100 --model chat=http://127.0.0.1:8001,http://127.0.0.1:8002 \
-        [--key sk-team-a=team-a ...] [--router least-load]
+        [--key sk-team-a=team-a ...] [--router least-load] [--replica-concurrency N]
 
 Without ``--key`` every caller is let in and sees every model. Bad options: one line naming the option, exit 2.
 """
@@ -54,6 +54,10 @@ def build(argv: Sequence[str]) -> tuple[Gateway, str, int]:
     parser.add_argument("--key", action="append", default=[], help="API key for a tenant: KEY=TENANT (repeatable)")
     parser.add_argument("--router", default="least-load", choices=ROUTER_NAMES)
     parser.add_argument("--max-prefix-entries", type=int, default=200_000, help="prefix index cap per model")
+    parser.add_argument(
+        "--replica-concurrency", type=int, default=0,
+        help="requests in flight per replica; more wait at the gateway for room (0: no cap)",
+    )  # fmt: skip
     parser.add_argument("--tenant", default="", help="the tenant owning the --model models (default: the first key's)")
     ns = parser.parse_args(list(argv))
     keys: dict[str, str] = {}
@@ -74,7 +78,11 @@ def build(argv: Sequence[str]) -> tuple[Gateway, str, int]:
     auth: Authenticator = StaticKeys(keys) if keys else OpenAccess()
     if ns.max_prefix_entries < 1:
         _fail("--max-prefix-entries", f"must be >= 1, got {ns.max_prefix_entries}")
-    config = GatewayConfig(max_prefix_entries=ns.max_prefix_entries, freeze_heap_on_start=True)
+    if ns.replica_concurrency < 0:
+        _fail("--replica-concurrency", f"must be >= 0, got {ns.replica_concurrency}")
+    config = GatewayConfig(
+        max_prefix_entries=ns.max_prefix_entries, replica_concurrency=ns.replica_concurrency, freeze_heap_on_start=True
+    )
     return Gateway(registry, auth, config), ns.host, ns.port
 
 
