@@ -211,3 +211,22 @@ def test_a_resized_run_is_accounted_on_each_of_its_placements(make_harness: Make
     assert record["state"] == "succeeded" and record["elapsed_s"] == pytest.approx(150)
     assert record["gpu_hours"] == pytest.approx(500 / 3600, abs=1e-6)
     assert record["cpu_hours"] == pytest.approx(500 / 3600, abs=1e-6)
+
+
+def test_a_cancel_during_a_resize_ends_the_job_and_relaunches_nothing(make_harness: MakeHarness) -> None:
+    backend = FakeBackend()
+    h = make_harness(FOUR, backend=backend)
+    elastic = h.submit(gpus=1, elastic_min=1, elastic_max=4, priority="best-effort", checkpointable=True)
+    wid = str(elastic["id"])
+    h.step()
+    urgent = h.submit(workers=2, gpus=1, priority="training")
+    stops: list[str] = []
+    backend.stop = lambda workload_id, grace_s: stops.append(workload_id)  # type: ignore[method-assign]  # slow ranks
+    h.step()  # the shrink is stored and its stop sent; the old ranks are still stopping
+    assert h.http.post(f"/v1/workloads/{wid}/cancel", headers=h.as_(ADMIN)).status_code == 200
+    h.step()
+    backend.finish(wid, -15)  # the old ranks exit
+    h.step()
+    h.step()
+    assert h.get(wid)["state"] == "cancelled" and len(_launches(h, wid)) == 1  # never started again
+    assert h.get(urgent["id"])["state"] == "running" and len(_launches(h, urgent["id"])) == 1
