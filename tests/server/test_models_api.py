@@ -151,6 +151,7 @@ def test_tenants_see_and_touch_only_their_own_models(make_harness: MakeHarness) 
         ({"name": "x", "gpu_mem": "200GiB"}, 422, "gpu_mem"),
         ({"name": "x", "queue": "nobody"}, 422, "queue"),
         ({"name": "x", "slo": "urgent"}, 422, "slo"),
+        ({"name": "x", "router": "fastest"}, 422, "router"),
         ({"name": "x", "replicas": 2}, 422, "replicas"),
     ],
 )
@@ -169,3 +170,23 @@ def test_a_second_model_of_the_same_name_is_409(make_harness: MakeHarness) -> No
     deploy(h, name="dup", engine="sim", gpu_fraction=0.25)
     response = h.http.post("/v1/models", json={"name": "dup"}, headers=h.as_(ADMIN))
     assert response.status_code == 409 and "already deployed" in response.json()["detail"]
+
+
+def test_each_model_is_routed_by_its_own_router(make_harness: MakeHarness) -> None:
+    """``models deploy --router``: the gateway's route of a model carries its router (the twin's names); a model
+    deployed without one keeps least-load, as every model had before."""
+    from tessera.server.serving_plane import deployed
+    from tessera.server.store import served
+    from tessera.serving.gateway.bridge import route_of
+    from tessera.serving.policies.router import ROUTER_NAMES
+
+    h = make_harness()
+    assert deploy(h, name="chat", engine="sim", gpu_fraction=0.25, router="prefix-affinity")["router"] == (
+        "prefix-affinity"
+    )
+    assert deploy(h, name="plain", engine="sim", gpu_fraction=0.25)["router"] == "least-load"
+    rows = {name: served.model(h.server.ctx.store, name) for name in ("chat", "plain")}
+    routes = {name: route_of(deployed(row)) for name, row in rows.items() if row is not None}
+    assert routes["chat"].router == "prefix-affinity" and routes["plain"].router == "least-load"
+    schema = h.http.get("/openapi.json").json()["components"]["schemas"]["ModelDeploy"]["properties"]["router"]
+    assert tuple(schema["enum"]) == ROUTER_NAMES  # the wire type lists exactly the routers the gateway knows

@@ -154,3 +154,24 @@ def test_revision_0006_gives_older_workloads_one_rigid_worker_of_no_job_type(db_
         columns = set(connection.execute(text("SELECT * FROM workloads")).keys())
     assert not columns & {"workers", "elastic_min", "elastic_max", "job_type", "checkpointable", "settled_at"}
     assert "array_id" in columns
+
+
+def test_revision_0007_keeps_older_models_on_least_load(db_url: str) -> None:
+    engine = open_engine(db_url, migrate=False)
+    upgrade(engine, "0006")
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO served_models (name, tenant, queue, engine, weights, num_gpus, gpu_milli, gpu_mem_mib,"
+                " min_replicas, max_replicas, idle_timeout_s, slo, desired_replicas, deleting, created_at)"
+                " VALUES ('old', 't', 'default', 'sim', '', 1, 250, 0, 1, 1, 30.0, 'standard', 1, :no, 1.0)"
+            ),
+            {"no": False},
+        )
+    engine.dispose()
+    store = Store(open_engine(db_url))  # 0006 -> newest
+    with store.engine.connect() as connection:
+        assert connection.execute(text("SELECT router FROM served_models")).scalar_one() == "least-load"
+    downgrade(store.engine, "0006")
+    with store.engine.connect() as connection:
+        assert "router" not in set(connection.execute(text("SELECT * FROM served_models")).keys())

@@ -15,6 +15,8 @@ Weights = Annotated[Text, Field(min_length=1, max_length=1000)]
 
 EngineName = Literal["vllm", "sglang", "transformers", "sim"]
 SloName = Literal["interactive", "standard", "batch"]
+# serving.policies.router.ROUTER_NAMES (the wire types import nothing of serving; tests keep the two equal)
+RouterName = Literal["round-robin", "least-load", "power-of-two", "prefix-affinity", "session-affinity", "token-jsq"]
 ModelState = Literal["deploying", "ready", "failing", "stopping", "scaled-to-zero", "deleting"]
 CacheTier = Literal["hot", "warm", "cold"]
 Duration = StrictInt | StrictFloat | Name  # seconds, or "30s", "5m"
@@ -37,6 +39,12 @@ class ModelDeploy(BaseModel):
     max_replicas: StrictInt | None = Field(None, ge=1, le=64, description="default: max(1, min_replicas)")
     idle_timeout: Duration = Field("30s", description="idle time before scaling to zero (min_replicas 0)")
     slo: SloName = Field("standard", description="the SLO class of its requests (a header may override it)")
+    router: RouterName = Field(
+        "least-load",
+        description="how the gateway picks a replica: least-load, prefix-affinity (requests sharing a prompt prefix "
+        "go where it is cached), power-of-two, round-robin, session-affinity or token-jsq, as the serving twin names "
+        "them",
+    )
     queue: QueueName | None = Field(None, description="default: the tenant's queue; replicas count against it")
 
 
@@ -56,6 +64,7 @@ class ModelOut(BaseModel):
     max_replicas: int
     idle_timeout_s: float
     slo: str
+    router: str = Field("least-load", description="how the gateway picks a replica for each request")
     gpus: int
     gpu_milli: int
     gpu_mem_mib: int

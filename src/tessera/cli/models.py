@@ -70,6 +70,10 @@ def deploy(
     max_replicas: Annotated[int | None, typer.Option("--max-replicas", help="Default: max(1, min).")] = None,
     idle_timeout: Annotated[str, typer.Option("--idle-timeout", help="Idle time before scaling to zero.")] = "30s",
     slo: Annotated[str, typer.Option("--slo", help="interactive, standard or batch.")] = "standard",
+    router: Annotated[
+        str | None,
+        typer.Option("--router", help="least-load (default), prefix-affinity, power-of-two, ... (as the twin)."),
+    ] = None,
     queue: Annotated[str | None, typer.Option("--queue", help="Queue (default: your tenant's).")] = None,
     as_json: JsonOption = False,
     url: UrlOption = None,
@@ -87,6 +91,7 @@ def deploy(
         "max_replicas": max_replicas,
         "idle_timeout": idle_timeout,
         "slo": slo,
+        "router": router,
         "queue": queue,
     }
     with one_line_errors(), client_for(url, token) as client:

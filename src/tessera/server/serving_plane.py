@@ -48,6 +48,7 @@ def deployed(row: ServedModelRow) -> DeployedModel:
         max_replicas=row.max_replicas,
         idle_timeout_s=row.idle_timeout_s,
         slo=row.slo,
+        router=row.router or "least-load",
         deleting=row.deleting,
         created_s=row.created_at,
     )

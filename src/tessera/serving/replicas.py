@@ -42,6 +42,7 @@ class DeployedModel:
     idle_timeout_s: float
     slo: str
     deleting: bool = False
+    router: str = "least-load"  # how the gateway picks a replica (serving.policies.router)
     created_s: float = 0.0
 
     @property

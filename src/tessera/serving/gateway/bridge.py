@@ -79,7 +79,7 @@ def route_of(model: DeployedModel, health: ModelHealth | None = None, now_s: flo
     slo = SloClass.parse(model.slo)
     concurrency = math.ceil(DEFAULT_TARGETS.get(model.engine, 0.0))
     return ModelRoute(
-        model.name, model.tenant, slo, "least-load", int(model.created_s), failing, retry_after_s, concurrency
+        model.name, model.tenant, slo, model.router, int(model.created_s), failing, retry_after_s, concurrency
     )
 
 
