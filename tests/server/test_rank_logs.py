@@ -102,3 +102,14 @@ def test_tessera_logs_rank_prints_that_ranks_log_and_names_rank_in_its_error(
     refused = CliRunner().invoke(app, ["logs", str(wid), "--rank", "5"])
     assert refused.exit_code == 2 and refused.stdout == "", refused.output
     assert refused.stderr == f"error: rank: workload {wid} has no rank 5 (it has no log)\n"
+
+
+def test_another_tenant_cannot_learn_whether_a_rank_exists(make_harness: MakeHarness) -> None:
+    """The workload is checked first: another tenant gets 404 for every rank, existing or not, never the 422 that
+    would tell it which ranks have logs."""
+    h = make_harness("1xA100-80GB")
+    wid = started_gang(h)
+    other = h.http.post("/v1/tokens", json={"tenant": "intruder"}, headers=h.as_(ADMIN)).json()["token"]
+    for rank in (0, 1, 2):
+        answer = h.http.get(f"/v1/workloads/{wid}/logs", params={"rank": rank}, headers=h.as_(other))
+        assert answer.status_code == 404 and "rank 1 says" not in answer.text, answer.text

@@ -19,6 +19,7 @@ from typing import Any
 from tessera.core.decisions import QueueDiscipline
 from tessera.core.errors import InvalidRequestError
 from tessera.core.presets import Preset
+from tessera.core.queueing.las import check_thresholds
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +51,12 @@ def _thresholds(text: str) -> tuple[float, ...]:
         values = tuple(float(part) for part in text.split(","))
     except ValueError:
         raise ValueError(f"{text!r} is not GPU-seconds separated by commas (e.g. 3600,36000)") from None
-    if not all(math.isfinite(v) and v > 0 for v in values) or list(values) != sorted(set(values)):
+    if not all(math.isfinite(v) for v in values):
         raise ValueError(f"{text!r}: thresholds must be finite, positive and increasing")
+    try:
+        check_thresholds(values)  # the preset's own rule
+    except InvalidRequestError:
+        raise ValueError(f"{text!r}: thresholds must be finite, positive and increasing") from None
     return values
 
 

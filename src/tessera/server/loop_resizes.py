@@ -62,7 +62,8 @@ class Resizes:
             return
         row = entry.row
         settled = (row.gpu_s_settled, row.cpu_s_settled, row.settled_at)
-        resize = TickResize(decision, before, entry.placements, entry.admission, entry.stop_sent, settled)
+        text = resize_text(decision, before, books_entry)
+        resize = TickResize(decision, before, entry.placements, entry.admission, entry.stop_sent, settled, text)
         self._tick.resizes.append(resize)
         settle(entry, self._now)
         entry.placements = books_entry.placements
@@ -70,7 +71,7 @@ class Resizes:
         if isinstance(decision, Shrink):
             self.intake.offer.released()
         if entry.stop_sent is None:  # one already stopping (cancelled, over its walltime) ends as that stop says
-            entry.stop_sent = StopReason.resize(resize_text(decision, before, books_entry))
+            entry.stop_sent = StopReason.resize(text)
 
     def _resize_writes(self, tick: TickDecisions) -> tuple[list[WorkloadChange], list[Event]]:
         """What the store records of the tick's resizes: each workload's placement, charge and stop, and an event."""
@@ -80,14 +81,13 @@ class Resizes:
             entry = self.running[int(resize.decision.workload_id)]
             placement = [placement_record(p, self.pool) for p in entry.placements]
             row = entry.row
-            at = row.settled_at if row.settled_at is not None else entry.started_s
+            at = row.settled_at if row.settled_at is not None else self._now  # settled by _resized
             admission = admission_record(entry.admission)
             changes.append(ResizeChange(row.id, placement, admission, row.gpu_s_settled, row.cpu_s_settled, at))
             if entry.stop_sent is not None:
-                changes.append(StopChange(entry.row.id, entry.stop_sent))
+                changes.append(StopChange(row.id, entry.stop_sent))
             kind = "shrunk" if isinstance(resize.decision, Shrink) else "grown"
-            detail = entry.stop_sent.detail if entry.stop_sent is not None else ""
-            events.append(Event(entry.row.id, kind, detail or resize_text(resize.decision, resize.before, None)))
+            events.append(Event(row.id, kind, resize.text))
         return changes, events
 
     def _carry_out_resizes(self, tick: TickDecisions) -> None:
@@ -147,11 +147,9 @@ def settle(entry: RunningEntry, now: float) -> None:
     row.settled_at = now
 
 
-def resize_text(decision: Shrink | Grow, before: RunningWorkload, after: RunningWorkload | None) -> str:
+def resize_text(decision: Shrink | Grow, before: RunningWorkload, after: RunningWorkload) -> str:
     """One line: how many workers before and after, and why."""
-    old = len(before.placements)
-    changed = len(decision.placements)
-    new = len(after.placements) if after is not None else old + (changed if isinstance(decision, Grow) else -changed)
+    old, new, changed = len(before.placements), len(after.placements), len(decision.placements)
     if isinstance(decision, Grow):
         return f"{old} -> {new} workers: grown into idle GPUs"
     return f"{old} -> {new} workers: gave {changed} back for workload {decision.preemptor}"

@@ -87,6 +87,7 @@ class TickResize:
     admission: Admission | None
     stop: StopReason | None
     settled: tuple[float, float, float | None]  # the row's gpu_s_settled, cpu_s_settled and settled_at before
+    text: str  # how many workers before and after, and why (its event)
 
 
 @dataclass(slots=True)
