@@ -238,10 +238,7 @@ class Launcher:
 
     def _node_of(self, entry: RunningEntry) -> str | None:
         """The host of a GPU-less workload's first placement (as its GPUs would name it), None when unplaced."""
-        if not entry.placements:
-            return None
-        devices = self.pool.devices[entry.placements[0].node]
-        return devices[0].node if devices else self.pool.nodes[entry.placements[0].node].name
+        return self._host(entry.placements[0].node) if entry.placements else None
 
     def log_path(self, workload_id: int) -> Path:
         return self._logs_dir / f"{workload_id}.log"

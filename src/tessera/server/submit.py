@@ -140,8 +140,8 @@ def gang_never_fits(request: Request, workers: int, pool: Pool) -> tuple[str, st
         return None
     empty = ClusterState(pool.nodes)
     slots = np.minimum(
-        empty.cpu_cap_milli // max(request.cpu_milli, 1) if request.cpu_milli else workers,
-        empty.mem_cap_mib // max(request.mem_mib, 1) if request.mem_mib else workers,
+        empty.cpu_cap_milli // request.cpu_milli if request.cpu_milli else workers,
+        empty.mem_cap_mib // request.mem_mib if request.mem_mib else workers,
     )
     if request.num_gpus:
         need = empty.milli_by_model(request)[empty.model_idx]
