@@ -31,10 +31,10 @@ import pstats
 import time
 from pathlib import Path
 
+from tessera.serving.setups import SETUP_NAMES, serving_setup
 from tessera.sim.serving.config import StudyConfig, parse_gpu_cluster
 from tessera.sim.serving.perf_choice import describe, make_perf_factory
 from tessera.sim.serving.result import PolicyRun
-from tessera.sim.serving.setups import POLICY_NAMES, policy_setup
 from tessera.sim.serving.study import DEFAULT_GPUS, nodes_for, run_study
 from tessera.sim.serving.twin import Twin, TwinInputs
 from tessera.sim.serving.workload import Workload, build_workload
@@ -62,7 +62,7 @@ def replay(config: StudyConfig, workload: Workload, policy: str, gpus: int | Non
     inputs = TwinInputs(
         workload.requests, {m.name: m.spec for m in workload.models}, workload.duration_s, nodes, make_perf_factory()
     )
-    twin = Twin(inputs, policy_setup(policy), config.seeds[0])
+    twin = Twin(inputs, serving_setup(policy), config.seeds[0])
     if profile is None:
         return twin.run()
     profiler = cProfile.Profile()
@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=32)
     parser.add_argument("--load", type=float, default=5.0)
     parser.add_argument("--zipf", type=float, default=0.9)
-    parser.add_argument("--policy", default="tessera", choices=POLICY_NAMES)
+    parser.add_argument("--policy", default="tessera", choices=SETUP_NAMES)
     parser.add_argument("--gpus", type=int, default=None, help="H100-80GB GPUs (not static)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", type=Path, default=None, help="write cProfile stats of the replay here")

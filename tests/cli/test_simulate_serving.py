@@ -84,10 +84,18 @@ def test_a_wrong_header_and_a_missing_file_are_one_line(tmp_path: Path) -> None:
     assert_one_line_error(_serve("--trace", str(missing), "--out", str(tmp_path / "o")), str(missing))
 
 
-def test_an_unknown_policy_is_one_line_naming_the_known_ones(tmp_path: Path) -> None:
+@pytest.mark.parametrize("option", ["--setup", "--policies"])  # --policies: the older name, still taken
+def test_an_unknown_setup_is_one_line_naming_the_known_ones(tmp_path: Path, option: str) -> None:
     out = tmp_path / "o"
-    result = _serve("--trace", str(_trace(tmp_path)), "--policies", "static,ray-serve", "--out", str(out))
-    assert_one_line_error(result, "--policies", "'ray-serve'", "static, static-autoscale, tessera")
+    result = _serve("--trace", str(_trace(tmp_path)), option, "static,ray-serve", "--out", str(out))
+    assert_one_line_error(result, "--setup", "'ray-serve'", "static, static-autoscale, tessera")
+    assert not out.exists()
+
+
+def test_a_bad_knob_is_one_line_naming_set(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    result = _serve("--trace", str(_trace(tmp_path)), "--set", "router=fastest", "--out", str(out))
+    assert_one_line_error(result, "--set", "router", "'fastest'")
     assert not out.exists()
 
 

@@ -12,7 +12,7 @@ from tessera.core.errors import InvalidRequestError
 from tessera.core.invariants import check_cluster
 from tessera.core.placement import (
     HETERO_POLICIES,
-    POLICY_NAMES,
+    SETUP_NAMES,
     HeteroPolicy,
     Placer,
     TieBreak,
@@ -124,7 +124,7 @@ def test_bad_tolerance_names_the_field() -> None:
 
 def test_make_policy_builds_hetero_without_listing_it_in_policy_names() -> None:
     assert HETERO_POLICIES == ("hetero",)
-    assert "hetero" not in POLICY_NAMES
+    assert "hetero" not in SETUP_NAMES
     policy = make_policy("hetero", throughput=THROUGHPUT, job_type_of=job_type_by_queue)
     assert isinstance(policy, HeteroPolicy) and policy.node_local
     assert decide(mixed_cluster(), policy, RESNET) == 1

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tessera.core.cluster import ClusterState, NodeSpec
 from tessera.core.fragmentation import typical_pods
 from tessera.core.invariants import check_cluster
-from tessera.core.placement import POLICY_NAMES, Placer, TieBreak, make_policy
+from tessera.core.placement import SETUP_NAMES, Placer, TieBreak, make_policy
 from tessera.core.workload import Placement, Request
 
 MODELS = ("T4", "V100M32", "A100-80GB")
@@ -47,7 +47,7 @@ def requests_strategy(draw: st.DrawFn) -> Request:
 @given(
     shapes=nodes_strategy,
     requests=st.lists(requests_strategy(), min_size=1, max_size=40),
-    policy=st.sampled_from(POLICY_NAMES),
+    policy=st.sampled_from(SETUP_NAMES),
     tie_break=st.sampled_from(list(TieBreak)),
 )
 def test_placements_fit_respect_types_and_release_restores_the_start(

@@ -46,8 +46,19 @@ def simulate_serving(
         float, typer.Option("--load", parser=finite_float, help="Multiple of the trace's arrival rate (0 < X <= 100).")
     ] = 1.0,
     policies: Annotated[
-        str, typer.Option("--policies", help="Comma-separated: static, static-autoscale, tessera.")
+        str,
+        typer.Option(
+            "--setup", "--policies", help="Serving setups, comma-separated: static, static-autoscale, tessera."
+        ),
     ] = DEFAULT_POLICIES,
+    knobs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="A knob of every setup, KEY=VALUE (repeat): router, autoscaler, admission, engine_priority, "
+            "late_binding, tick_s, max_hold_s (as tessera up --serving-set).",
+        ),
+    ] = None,
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds: a range 0-2, a list 0,1,5 or one.")] = "0",
     gpus: Annotated[
         str | None,
@@ -109,6 +120,7 @@ def simulate_serving(
             model_mix=None if model_mix is None else parse_model_mix(model_mix),
             model_configs=tuple(_named(parse_named_path(t, "--model-config")) for t in model_config or ()),
             model_profiles=tuple(parse_named_path(t, "--model-profile", False) for t in model_profile or ()),
+            knobs=tuple(knobs or ()),
         )
         book = config.model_book()  # a bad config.json or profile fails here, naming the file and the key
         requests = config.load_trace()  # a bad trace fails here, before anything is written or run

@@ -25,9 +25,9 @@ from tessera.sim.serving.config import (
         ({"zipf": float("nan")}, "--zipf", ">= 0"),
         ({"load": 0.0}, "--load", "> 0"),
         ({"load": 100.5}, "--load", "<= 100"),
-        ({"policies": ("static", "fifo")}, "--policies", "static, static-autoscale, tessera"),
-        ({"policies": ()}, "--policies", "no policy"),
-        ({"policies": ("tessera", "tessera")}, "--policies", "twice"),
+        ({"policies": ("static", "fifo")}, "--setup", "static, static-autoscale, tessera"),
+        ({"policies": ()}, "--setup", "no setup"),
+        ({"policies": ("tessera", "tessera")}, "--setup", "twice"),
         ({"seeds": ()}, "--seeds", "at least one"),
         ({"seeds": (1, 1)}, "--seeds", "distinct"),
         ({"seeds": (-1,)}, "--seeds", ">= 0"),
@@ -63,7 +63,7 @@ def test_a_gpu_cluster_is_split_into_nodes_of_eight() -> None:
 
 def test_policy_names_are_parsed_from_a_comma_list() -> None:
     assert parse_policy_names(" Static, tessera ,") == ("static", "tessera")
-    with pytest.raises(InvalidRequestError, match="unknown policy 'ray'"):
+    with pytest.raises(InvalidRequestError, match="unknown serving setup 'ray'"):
         parse_policy_names("static,ray")
 
 
@@ -122,3 +122,15 @@ def test_a_named_path_and_a_mix_parse(tmp_path: Path) -> None:
     assert parse_model_mix(" llama3-8b, mine") == ("llama3-8b", "mine")
     with pytest.raises(InvalidRequestError, match="separated by commas"):
         parse_model_mix("llama3-8b,,mine")
+
+
+def test_knobs_change_every_setup_studied_and_a_bad_one_names_set() -> None:
+    config = StudyConfig(policies=("static", "tessera"), knobs=("router=least-load", "late_binding=false"))
+    for name in ("static", "tessera"):
+        setup = config.setup(name)
+        assert (setup.router, setup.late_binding) == ("least-load", False)
+    assert config.setup("tessera").autoscaler == "tessera"  # what no knob names stays the setup's own
+    for knob, words in (("routr=x", "unknown serving knob 'routr'"), ("router=nope", "router:"), ("tick_s=-1", "> 0")):
+        with pytest.raises(InvalidRequestError) as caught:
+            StudyConfig(knobs=(knob,))
+        assert caught.value.field == "--set" and words in caught.value.message

@@ -16,10 +16,10 @@ from tessera.serving.models import CATALOG, GIB, MIB, ModelSpec
 from tessera.serving.policies.engine import Engine
 from tessera.serving.policies.engine_parts import EngineConfig
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass
+from tessera.serving.setups import serving_setup
 from tessera.sim.serving.fleet import Fleet, Replica
 from tessera.sim.serving.interference import StepDemand
 from tessera.sim.serving.result import PolicyRun
-from tessera.sim.serving.setups import policy_setup
 from tessera.sim.serving.sizing import replica_shape
 from tessera.sim.serving.twin import PerfFactory, Twin, TwinInputs
 
@@ -55,7 +55,7 @@ def test_static_holds_its_whole_gpus_for_the_whole_horizon(perf: PerfFactory) ->
     fixed = {"small": 2, "mid": 1, "large": 1}
     horizon = 600.0
     requests = spread(list(specs), 20, horizon - 20.0, output=1500)  # the last ones finish after the horizon
-    twin = Twin(TwinInputs(requests, specs, horizon, nodes(2), perf, fixed_replicas=fixed), policy_setup("static"))
+    twin = Twin(TwinInputs(requests, specs, horizon, nodes(2), perf, fixed_replicas=fixed), serving_setup("static"))
     run = twin.run()
     gpus = sum(fixed[name] * spec.tensor_parallel for name, spec in specs.items())
     assert run.gpu_hours == pytest.approx(gpus * horizon / 3600.0)
@@ -72,8 +72,8 @@ def test_tessera_packs_several_small_models_onto_one_gpu(perf: PerfFactory) -> N
     specs = {f"m{i}": CATALOG["llama3-8b"] for i in range(4)}
     requests = spread(list(specs), 10, 300.0)
     inputs = TwinInputs(requests, specs, 300.0, nodes(1), perf)
-    tessera = Twin(inputs, policy_setup("tessera")).run()
-    static = Twin(inputs, policy_setup("static")).run()
+    tessera = Twin(inputs, serving_setup("tessera")).run()
+    static = Twin(inputs, serving_setup("static")).run()
     assert tessera.peak_gpus < len(specs) == static.peak_gpus
     assert tessera.gpu_hours < static.gpu_hours
     assert tessera.dropped == 0 and tessera.worst_model_slo_attainment_pct == 100.0
@@ -91,7 +91,7 @@ def test_a_busy_neighbour_on_a_shared_gpu_slows_both_replicas(perf: PerfFactory,
     """Time-slicing: two busy replicas each run at half speed. MPS: two equal replicas are each slowed by the sum of
     their intensities (their saturating times added up, over one step; when over 1). An idle neighbour costs nothing
     either way."""
-    setup = dataclasses.replace(policy_setup("tessera"), sharing=sharing)
+    setup = dataclasses.replace(serving_setup("tessera"), sharing=sharing)
     alone = Twin(two_models_one_request_each(perf, 100.0, gpus=1), setup)
     alone_run = alone.run()
     together = Twin(two_models_one_request_each(perf, 0.0, gpus=1), setup)
@@ -114,8 +114,8 @@ def test_a_busy_neighbour_on_a_shared_gpu_slows_both_replicas(perf: PerfFactory,
 
 
 def test_replicas_on_separate_gpus_do_not_slow_each_other(perf: PerfFactory) -> None:
-    alone = Twin(two_models_one_request_each(perf, 100.0, gpus=2), policy_setup("static")).run()
-    together = Twin(two_models_one_request_each(perf, 0.0, gpus=2), policy_setup("static")).run()
+    alone = Twin(two_models_one_request_each(perf, 100.0, gpus=2), serving_setup("static")).run()
+    together = Twin(two_models_one_request_each(perf, 0.0, gpus=2), serving_setup("static")).run()
     for name in ("a", "b"):
         assert model_outcome(together, name)[0] == pytest.approx(model_outcome(alone, name)[0])
 
@@ -176,7 +176,7 @@ def test_a_gang_needs_as_many_gpus_with_room_as_it_has_shards() -> None:
 
 
 def test_a_shared_tensor_parallel_replica_reserves_a_one_gpu_replicas_kv_per_gpu() -> None:
-    sizing = policy_setup("tessera").sizing
+    sizing = serving_setup("tessera").sizing
     small = replica_shape(CATALOG["llama3-8b"], GPU, sizing)
     for name in ("codellama-34b", "llama2-70b"):
         spec = CATALOG[name]

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tessera.serving.setups import serving_setup
 from tessera.sim.serving.config import StudyConfig, parse_gpu_cluster
 from tessera.sim.serving.perf_choice import make_perf_factory
 from tessera.sim.serving.result import PolicyRun
-from tessera.sim.serving.setups import policy_setup
 from tessera.sim.serving.study import SLO_PCT, nodes_for, run_study
 from tessera.sim.serving.twin import Twin, TwinInputs
 from tessera.sim.serving.workload import build_workload
@@ -87,7 +87,7 @@ def test_gpus_for_slo_finds_the_smallest_cluster_that_meets_the_slos() -> None:
     smaller = nodes_for(run.gpus - 1, parse_gpu_cluster(CLUSTER))
     inputs = TwinInputs(workload.requests, specs, workload.duration_s, smaller, make_perf_factory())
     try:
-        fewer = Twin(inputs, policy_setup("tessera"), 0).run()
+        fewer = Twin(inputs, serving_setup("tessera"), 0).run()
     except ValueError:  # the initial replicas do not fit
         return
     assert not fewer.meets_slo(SLO_PCT)

@@ -27,10 +27,10 @@ from tessera.serving.policies.engine import Engine
 from tessera.serving.policies.engine_parts import Completion, EngineConfig, IterationTimes
 from tessera.serving.policies.model_cache import Tier, ready_time_s
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass, SloTarget
+from tessera.serving.setups import SETUP_NAMES, PolicySetup, serving_setup
 from tessera.sim.serving.fleet import Fleet, Replica
 from tessera.sim.serving.outcomes import Outcomes
 from tessera.sim.serving.result import PolicyRun
-from tessera.sim.serving.setups import POLICY_NAMES, PolicySetup, policy_setup
 from tessera.sim.serving.twin import PerfFactory, Twin, TwinInputs
 
 GPUS_PER_NODE = 8
@@ -253,14 +253,14 @@ def workloads(draw: st.DrawFn, perf: PerfFactory) -> TwinInputs:
 
 
 def replay(inputs: TwinInputs, policy: str | PolicySetup, seed: int = 0) -> CheckedTwin:
-    twin = CheckedTwin(inputs, policy_setup(policy) if isinstance(policy, str) else policy, seed)
+    twin = CheckedTwin(inputs, serving_setup(policy) if isinstance(policy, str) else policy, seed)
     twin.result = twin.run()
     twin.check_kv()
     return twin
 
 
 PROPERTY = settings(max_examples=25)
-policies = pytest.mark.parametrize("policy", POLICY_NAMES)
+policies = pytest.mark.parametrize("policy", SETUP_NAMES)
 
 
 # ------------------------------------------------------------------------------------------------- properties
@@ -303,10 +303,10 @@ def test_kv_blocks_are_never_over_allocated(policy: str, perf: PerfFactory, data
 
 # tessera's gateway keeps engine queues short, so its engines rarely choose between classes; without late binding
 # every request goes straight to an engine and the engine's priority order does the work
-EARLY_BINDING = dataclasses.replace(policy_setup("tessera"), name="tessera-early-binding", late_binding=False)
+EARLY_BINDING = dataclasses.replace(serving_setup("tessera"), name="tessera-early-binding", late_binding=False)
 
 
-@pytest.mark.parametrize("setup", [policy_setup("tessera"), EARLY_BINDING], ids=lambda s: s.name)
+@pytest.mark.parametrize("setup", [serving_setup("tessera"), EARLY_BINDING], ids=lambda s: s.name)
 @PROPERTY
 @given(data=st.data())
 def test_tessera_never_serves_a_lower_class_ahead_of_a_higher_one(
@@ -476,7 +476,7 @@ def test_a_held_request_is_rejected_after_max_hold_when_no_replica_can_start(
     assert twin.start_failures > 0
     (refused,) = [(r, reason, t) for r, reason, t in twin.ledger.drops if r.model == "a"]
     request_a, reason, when = refused
-    max_hold = policy_setup(policy).max_hold_s
+    max_hold = serving_setup(policy).max_hold_s
     assert request_a.arrival_s == 100.0
     assert reason.startswith("held:") and "no ready replica" in reason and "'a'" in reason
-    assert 100.0 + max_hold <= when <= 100.0 + max_hold + policy_setup(policy).tick_s
+    assert 100.0 + max_hold <= when <= 100.0 + max_hold + serving_setup(policy).tick_s

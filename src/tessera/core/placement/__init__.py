@@ -29,8 +29,8 @@ from tessera.core.workload import Request
 FGD_STUDY_POLICIES: tuple[str, ...] = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd")
 # Tessera's own policy, given the workload's typical pods, and its online variant that learns them from arrivals.
 TESSERA_POLICIES: tuple[str, ...] = ("tessera", "tessera-online")
-POLICY_NAMES: tuple[str, ...] = FGD_STUDY_POLICIES + TESSERA_POLICIES
-# Heterogeneity-aware placement (needs job types); kept out of POLICY_NAMES, which the FGD-study sweep validates.
+SETUP_NAMES: tuple[str, ...] = FGD_STUDY_POLICIES + TESSERA_POLICIES
+# Heterogeneity-aware placement (needs job types); kept out of SETUP_NAMES, which the FGD-study sweep validates.
 HETERO_POLICIES: tuple[str, ...] = ("hetero",)
 
 
@@ -134,7 +134,7 @@ __all__ = [
     "PlacementInputs",
     "HETERO_POLICIES",
     "HeteroPolicy",
-    "POLICY_NAMES",
+    "SETUP_NAMES",
     "TESSERA_POLICIES",
     "TesseraParams",
     "NodeScores",

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from tessera.core.cluster import NodeSpec
 from tessera.core.errors import InvalidRequestError
-from tessera.core.placement import POLICY_NAMES
+from tessera.core.placement import SETUP_NAMES
 from tessera.core.workload import Request
 from tessera.sim.placement_study.inflation import BucketCurves, RunSamples, bucketize, run_inflation
 
@@ -54,8 +54,8 @@ def parse_policies(text: str, option: str = "--policies") -> list[str]:
     if not names:
         raise InvalidRequestError(option, "no policy given")
     for name in names:
-        if name not in POLICY_NAMES:
-            raise InvalidRequestError(option, f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")
+        if name not in SETUP_NAMES:
+            raise InvalidRequestError(option, f"unknown policy {name!r} (known: {', '.join(SETUP_NAMES)})")
     if len(set(names)) != len(names):
         raise InvalidRequestError(option, f"a policy is named twice in {text!r}")
     return names

@@ -28,11 +28,12 @@ from pathlib import Path
 from tessera.core.catalog import GpuModel, resolve_model
 from tessera.core.errors import InvalidRequestError, UnknownGpuModelError
 from tessera.serving.model_book import CONFIG_OPTION, PROFILE_OPTION, ModelBook, build_model_book
+from tessera.serving.setups import SETUP_NAMES, PolicySetup, serving_setup, with_setup_knobs
 from tessera.sim.serving.synthetic_trace import SYNTHETIC_TRACE_NAME, synthetic_llm_trace
 from tessera.sim.serving.trace import TraceArrays, read_llm_trace
 from tessera.sim.serving.workload import DEFAULT_SIZE_PATTERN
 
-KNOWN_POLICIES: tuple[str, ...] = ("static", "static-autoscale", "tessera")
+KNOWN_POLICIES: tuple[str, ...] = SETUP_NAMES
 MAX_MODELS = 256
 MAX_LOAD = 100.0
 GPUS_PER_NODE = 8
@@ -73,19 +74,19 @@ def parse_gpu_cluster(text: str, option: str = "--gpus") -> GpuCluster:
     return GpuCluster(count, model)
 
 
-def parse_policy_names(text: str, option: str = "--policies") -> tuple[str, ...]:
+def parse_policy_names(text: str, option: str = "--setup") -> tuple[str, ...]:
     """Policy names from ``"static,tessera"``; raises ``InvalidRequestError`` for an unknown or repeated name."""
     return _check_policies(tuple(part.strip().lower() for part in text.split(",") if part.strip()), option)
 
 
-def _check_policies(names: tuple[str, ...], option: str = "--policies") -> tuple[str, ...]:
+def _check_policies(names: tuple[str, ...], option: str = "--setup") -> tuple[str, ...]:
     if not names:
-        raise InvalidRequestError(option, f"no policy given (known: {', '.join(KNOWN_POLICIES)})")
+        raise InvalidRequestError(option, f"no setup given (known: {', '.join(KNOWN_POLICIES)})")
     for name in names:
         if name not in KNOWN_POLICIES:
-            raise InvalidRequestError(option, f"unknown policy {name!r} (known: {', '.join(KNOWN_POLICIES)})")
+            raise InvalidRequestError(option, f"unknown serving setup {name!r} (known: {', '.join(KNOWN_POLICIES)})")
     if len(set(names)) != len(names):
-        raise InvalidRequestError(option, f"a policy is named twice in {','.join(names)!r}")
+        raise InvalidRequestError(option, f"a setup is named twice in {','.join(names)!r}")
     return names
 
 
@@ -130,6 +131,7 @@ class StudyConfig:
     model_mix: tuple[str, ...] | None = None  # models by popularity rank, repeated; None: the default pattern
     model_configs: tuple[tuple[str, Path], ...] = ()  # --model-config NAME=config.json
     model_profiles: tuple[tuple[str | None, Path], ...] = ()  # --model-profile [NAME=]PATH
+    knobs: tuple[str, ...] = ()  # --set KEY=VALUE, applied to every setup studied (serving.setups)
 
     def __post_init__(self) -> None:
         if isinstance(self.models, bool) or not 1 <= self.models <= MAX_MODELS:
@@ -147,6 +149,8 @@ class StudyConfig:
             raise InvalidRequestError("--gpus", "give either --gpus (a fixed cluster) or --gpus-for-slo, not both")
         if self.gpus is not None:
             parse_gpu_cluster(self.gpus)
+        for policy in self.policies:
+            self.setup(policy)  # an unknown knob or a bad value: InvalidRequestError naming --set
         if self.perf_profile is not None and not self.perf_profile.is_file():
             raise InvalidRequestError("--perf-profile", f"no such file: {self.perf_profile}")
 
@@ -163,6 +167,10 @@ class StudyConfig:
                 mix = ("" if self.model_mix is not None else "the default ") + f"--model-mix ({','.join(self.mix)})"
                 raise InvalidRequestError(option, f"{name} is not in {mix}: name it there")
         return book
+
+    def setup(self, name: str) -> PolicySetup:
+        """The setup ``name`` with this study's knobs (``--set``)."""
+        return with_setup_knobs(serving_setup(name, "--setup"), self.knobs, "--set")
 
     @property
     def mix(self) -> tuple[str, ...]:

@@ -45,10 +45,10 @@ from tessera.serving.perf_model import SplitwiseCompatPerf, calibrated_perf_for
 from tessera.serving.policies.engine import Engine
 from tessera.serving.policies.engine_parts import Completion, EngineConfig, IterationTimes
 from tessera.serving.policies.requests import InferenceRequest, SloClass, SloTarget
+from tessera.serving.setups import PolicySetup, ReplicaSizing
 from tessera.sim.serving.fleet import Replica
 from tessera.sim.serving.outcomes import Outcomes
 from tessera.sim.serving.runtime import ModelRuntime
-from tessera.sim.serving.setups import PolicySetup, ReplicaSizing
 from tessera.sim.serving.trace import TraceArrays
 from tessera.sim.serving.twin import Twin, TwinInputs
 

@@ -8,9 +8,9 @@ from tessera.serving.models import ModelSpec
 from tessera.serving.policies.admission import RequestHeap
 from tessera.serving.policies.engine_parts import IterationTimes
 from tessera.serving.policies.router import RouterState, make_router
+from tessera.serving.setups import ReplicaSizing
 from tessera.sim.serving.fleet import Replica, ReplicaState
 from tessera.sim.serving.interference import StepDemand
-from tessera.sim.serving.setups import ReplicaSizing
 from tessera.sim.serving.sizing import ReplicaShape, concurrency_target
 
 FOOTPRINT_ALPHA = 0.01  # the weight of one arrival in the footprint average

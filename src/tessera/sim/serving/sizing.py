@@ -23,7 +23,7 @@ from tessera.core.catalog import resolve_model
 from tessera.core.errors import InvalidRequestError
 from tessera.core.workload import MILLI_PER_GPU, Request
 from tessera.serving.models import GIB, MIB, ModelSpec
-from tessera.sim.serving.setups import ReplicaSizing
+from tessera.serving.setups import ReplicaSizing
 
 BLOCK_TOKENS = 16
 

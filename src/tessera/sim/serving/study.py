@@ -22,10 +22,10 @@ import math
 from collections.abc import Callable
 
 from tessera.core.cluster import NodeSpec
+from tessera.serving.setups import PolicySetup, serving_setup
 from tessera.sim.serving.config import GpuCluster, StudyConfig, parse_gpu_cluster
 from tessera.sim.serving.perf_choice import make_perf_factory
 from tessera.sim.serving.result import PolicyRun
-from tessera.sim.serving.setups import policy_setup
 from tessera.sim.serving.sizing import replica_shapes
 from tessera.sim.serving.twin import PerfFactory, ProvisioningError, Twin, TwinInputs
 from tessera.sim.serving.workload import Workload, assign_models, build_workload
@@ -50,7 +50,7 @@ def check_models_fit(config: StudyConfig) -> None:
     kind = parse_gpu_cluster(config.gpus or DEFAULT_GPUS)
     for served in assign_models(config.models, config.zipf, config.mix, config.model_book().specs):
         for policy in config.policies:
-            replica_shapes(served.spec, kind.model.name, policy_setup(policy).sizing)
+            replica_shapes(served.spec, kind.model.name, config.setup(policy).sizing)
 
 
 def run_study(config: StudyConfig, progress: Progress | None = None) -> list[PolicyRun]:
@@ -66,7 +66,7 @@ def run_study(config: StudyConfig, progress: Progress | None = None) -> list[Pol
         workload = build_workload(
             trace, config.models, config.zipf, config.load, seed, model_sizes=config.mix, known=book.specs
         )
-        study = _SeedStudy(workload, perf, kind, seed, progress, shown=frozenset(config.policies))
+        study = _SeedStudy(workload, perf, kind, seed, progress, frozenset(config.policies), config.setup)
         for policy in config.policies:
             if policy == "static":
                 runs[(policy, seed)] = study.static()
@@ -88,8 +88,10 @@ class _SeedStudy:
         seed: int,
         progress: Progress | None,
         shown: frozenset[str],
+        setup: Callable[[str], PolicySetup] = serving_setup,
     ) -> None:
         self.workload = workload
+        self.setup = setup  # a setup by name, with the study's knobs
         self.perf = perf
         self.kind = kind
         self.seed = seed
@@ -112,7 +114,7 @@ class _SeedStudy:
 
     def run(self, policy: str, nodes: list[NodeSpec], fraction: tuple[float, float] = (0.0, 1.0)) -> PolicyRun:
         lo, hi = fraction
-        twin = Twin(self.inputs(nodes), policy_setup(policy), self.seed)
+        twin = Twin(self.inputs(nodes), self.setup(policy), self.seed)
         return twin.run(lambda f: self.report(policy, lo + (hi - lo) * f))
 
     # ---------------------------------------------------------------------------------------------- static
@@ -131,7 +133,7 @@ class _SeedStudy:
 
     def _meets_alone(self, model: str, replicas: int, tp: int) -> bool:
         nodes = nodes_for(replicas * tp, self.kind)
-        twin = Twin(self.inputs(nodes, {model: replicas}, only=model), policy_setup("static"), self.seed)
+        twin = Twin(self.inputs(nodes, {model: replicas}, only=model), self.setup("static"), self.seed)
         return twin.run().meets_slo(SLO_PCT)
 
     def _replicas_for_peak(self, model: str, tp: int) -> int:
@@ -157,7 +159,7 @@ class _SeedStudy:
             nodes = nodes_for(gpus, self.kind)
             while True:  # tensor-parallel replicas may leave holes a node short: add nodes until all fit
                 try:
-                    twin = Twin(self.inputs(nodes, sizes), policy_setup("static"), self.seed)
+                    twin = Twin(self.inputs(nodes, sizes), self.setup("static"), self.seed)
                     self._static_run = twin.run(lambda f: self.report("static", 0.5 + 0.5 * f))
                     break
                 except ProvisioningError:
