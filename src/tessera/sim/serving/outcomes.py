@@ -6,21 +6,17 @@ target; a dropped (refused or shed) request misses it. Attainment is the share o
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
 from tessera.serving.policies.engine_parts import Completion
 from tessera.serving.policies.requests import InferenceRequest, SloClass, SloTarget
+from tessera.serving.policies.slo_feedback import RecentLatency
 from tessera.sim.serving.fleet import Fleet
 from tessera.sim.serving.result import ModelOutcome, PolicyRun
 
-RECENT = 50  # completions the autoscaler's latency feedback looks at...
-RECENT_S = 20.0  # ...if they finished this recently
-
 
 class ModelStats:
-    __slots__ = ("model", "requests", "dropped", "met", "ttft", "tpot", "drop_reasons", "recent")
+    __slots__ = ("model", "requests", "dropped", "met", "ttft", "tpot", "drop_reasons")
 
     def __init__(self, model: str) -> None:
         self.model = model
@@ -30,7 +26,6 @@ class ModelStats:
         self.ttft: list[float] = []
         self.tpot: list[float] = []
         self.drop_reasons: dict[str, int] = {}
-        self.recent: deque[tuple[float, float, float]] = deque(maxlen=RECENT)  # finish, TTFT and TPOT / targets
 
     def outcome(self) -> ModelOutcome:
         return ModelOutcome(
@@ -48,6 +43,7 @@ class Outcomes:
     def __init__(self, models: list[str], targets: dict[SloClass, SloTarget]) -> None:
         self.stats = {m: ModelStats(m) for m in models}
         self.targets = targets
+        self.latency = RecentLatency(targets)  # the autoscaler's SLO feedback, as the live gateway keeps it
 
     def arrived(self, request: InferenceRequest) -> None:
         self.stats[request.model].requests += 1
@@ -63,27 +59,13 @@ class Outcomes:
         target = self.targets[c.request.slo]
         if ttft <= target.ttft_s and tpot <= target.tpot_s:
             stats.met += 1
-        stats.recent.append((c.finish_s, ttft / target.ttft_s, tpot / target.tpot_s))
+        self.latency.served(c.request.model, c.finish_s, c.request.slo, ttft, tpot)
 
     def dropped(self, request: InferenceRequest, reason: str) -> None:
         stats = self.stats[request.model]
         stats.dropped += 1
         key = reason.split(":")[0]
         stats.drop_reasons[key] = stats.drop_reasons.get(key, 0) + 1
-
-    def recent_latency(self, model: str, target: SloTarget, now_s: float) -> tuple[float | None, float | None]:
-        """The 90th percentile of the model's last ``RECENT`` TTFTs and TPOTs finished within ``RECENT_S`` of
-        ``now_s``, each relative to its own class's target and expressed on ``target``'s scale (so a batch
-        request's long TTFT does not look like an interactive miss); None without any."""
-        since = now_s - RECENT_S
-        recent = self.stats[model].recent
-        ttft = sorted(t for finish, t, _ in recent if finish >= since)
-        if not ttft:
-            return None, None
-        tpot = sorted(p for finish, _, p in recent if finish >= since)
-        k = (len(ttft) * 9) // 10  # the 90th percentile, nearest rank
-        k = min(k, len(ttft) - 1)
-        return ttft[k] * target.ttft_s, tpot[k] * target.tpot_s
 
     def policy_run(
         self,

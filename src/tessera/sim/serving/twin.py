@@ -345,7 +345,7 @@ class Twin:
         active = m.active()
         m.choose_size(self.setup.sizing, self.now)
         current = [r for r in active if r.size == m.size]
-        ttft, tpot = self.outcomes.recent_latency(m.name, self.inputs.targets[SloClass.INTERACTIVE], self.now)
+        ttft, tpot = self.outcomes.latency.recent(m.name, self.now)
         desired = self.scaler.desired(m, current, active, self.hold, self.now, ttft, tpot)
         for _ in range(desired - len(current)):
             if self._start(m) is None:
