@@ -29,6 +29,7 @@ def test_whole_gpus_are_named_by_uuid_without_memory_caps() -> None:
         "TESSERA_WORKLOAD_ID": "w1",
         "TESSERA_GPU_MILLI": "1000",
         "TESSERA_GPU_MEM_MIB": "81920",
+        "TESSERA_GPU_MODEL": "A100-80GB",  # what a sim engine times itself on
     }
 
 

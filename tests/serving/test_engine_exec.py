@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 import tessera
 from tessera.serving.engine_exec import engine_argv, engine_env, memory_fraction, name_link
 from tessera.serving.replicas import DeployedModel, replica_command
@@ -90,3 +92,30 @@ def test_transformers_serve_loads_the_folder_under_the_deployed_name(tmp_path: P
     other.mkdir()
     assert name_link("chat", str(other), env) == links and (links / "chat").resolve() == other  # replaced
     assert sorted(p.name for p in links.iterdir()) == ["chat"]
+
+
+def test_a_sim_replica_is_timed_and_sized_as_the_twin_sizes_its_replica() -> None:
+    """Placed on an H100 share of 20 GiB, a sim replica of a catalog model times itself on an H100, keeps the KV
+    cache the share leaves beside its weights, and loads its weights as a warm start before it listens; the twin's
+    shared replica of the same request has the same KV cache."""
+    from tessera.serving.engines.sim_server import build_engine, parse_options
+    from tessera.serving.models import model_spec
+    from tessera.serving.setups import serving_setup
+    from tessera.sim.serving.sizing import replica_shape
+
+    spec = model_spec("llama3-8b")
+    shape = replica_shape(spec, "H100-80GB", serving_setup("tessera").sizing)
+    share = str(shape.request.gpu_mem_mib)
+    env = {
+        "CUDA_VISIBLE_DEVICES": "SIM-0", "TESSERA_GPU_SIMULATED": "1", "TESSERA_GPU_MODEL": "H100-80GB",
+        "TESSERA_GPU_MEM_MIB": share, "TESSERA_GPU_MEM_FRACTION": "0.25",
+    }  # fmt: skip
+    argv = engine_argv("sim", "chat", 8001, "llama3-8b", env)
+    assert argv[argv.index("--perf") + 1] == "llama3-8b@H100-80GB"
+    assert argv[argv.index("--gpu-mem-mib") + 1] == share and argv[argv.index("--load-s") + 1] == "auto"
+    options = parse_options(argv[3:])
+    assert options.load_s > 0  # the warm start of 16 GB of weights takes a moment
+    assert build_engine(options).engine.config.kv_blocks == pytest.approx(shape.kv_blocks, abs=1)
+    whole = {k: v for k, v in env.items() if k != "TESSERA_GPU_MEM_FRACTION"}  # a whole GPU: no share to fit in
+    assert "--gpu-mem-mib" not in engine_argv("sim", "chat", 8001, "llama3-8b", whole)
+    assert "--perf" not in engine_argv("sim", "chat", 8001, None, env)  # no catalog model: the sim's own default

@@ -111,6 +111,8 @@ def isolation_env(
         "TESSERA_GPU_MILLI": str(share_milli),
         "TESSERA_GPU_MEM_MIB": str(allowance_mib),
     }
+    if devices:
+        env["TESSERA_GPU_MODEL"] = devices[0].model
     if any(d.simulated for d in devices):
         env["TESSERA_GPU_SIMULATED"] = "1"
     if devices and share_milli < MILLI_PER_GPU:

@@ -38,6 +38,7 @@ from pathlib import Path
 from tessera.serving import engine_bridge
 
 SIM_GPU = "A100-80GB"
+GPU_MODEL_ENV = "TESSERA_GPU_MODEL"  # the placed GPUs' catalog model, set by the backend (``gpu.isolation``)
 ENGINE_PYTHON = "TESSERA_ENGINE_PYTHON"
 CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
 CPU_KV_DEFAULT_GIB = 1
@@ -115,9 +116,16 @@ def engine_argv(
     if uds is not None and engine not in LISTENS_ON_UNIX:
         raise ValueError(f"{engine} cannot listen on a Unix socket itself")
     fraction = memory_fraction(env)
-    if engine == "sim":  # the timing of a catalog model (on the sim engine's default GPU type)
-        perf = ["--perf", f"{weights}@{SIM_GPU}"] if weights else []
-        return [sys.executable, "-m", "tessera.serving.engines.sim_server", "--model", name, *perf, *host]
+    if engine == "sim":
+        return [
+            sys.executable,
+            "-m",
+            "tessera.serving.engines.sim_server",
+            "--model",
+            name,
+            *sim_args(weights, env),
+            *host,
+        ]
     python = engine_python(env)
     if engine == "vllm":
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", weights or name]
@@ -140,6 +148,19 @@ def engine_argv(
     if engine == "transformers":  # `transformers serve NAME`: loads it at start (``name_link``), serves only it
         return transformers_argv(name, port, env)
     raise SystemExit(f"engine_exec: unknown engine {engine!r}")
+
+
+def sim_args(weights: str | None, env: Mapping[str, str]) -> list[str]:
+    """The sim engine's timing and memory: a catalog model (``weights``) on the GPU type it was placed on
+    (``TESSERA_GPU_MODEL``; the sim's default without one), its KV cache what the share leaves (a shared GPU), and
+    its weights' load time from host memory before it listens, as the twin times a warm start."""
+    if not weights:
+        return []
+    args = ["--perf", f"{weights}@{env.get(GPU_MODEL_ENV) or SIM_GPU}", "--load-s", "auto"]
+    share = env.get("TESSERA_GPU_MEM_MIB", "")
+    if memory_fraction(env) is not None and share.isdigit():
+        args += ["--gpu-mem-mib", share]
+    return args
 
 
 def transformers_argv(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tessera.serving.engines.metrics import parse_metrics
 
 VLLM = """# HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -43,3 +45,14 @@ def test_malformed_lines_and_nan_are_skipped() -> None:
 
 def test_an_empty_page_is_an_idle_engine() -> None:
     assert parse_metrics("").running == 0
+
+
+def test_the_kv_cache_size_comes_from_vllms_cache_config_labels() -> None:
+    """vLLM exports its KV cache's size only as labels of an info gauge: 182 blocks of 128 tokens here (a recorded
+    vLLM 0.x CPU page; its kv_cache_size_tokens label says 23,296 too); the sim engine exports the same."""
+    recorded = Path(__file__).parents[1] / "vllm_recorded" / "metrics.prom"
+    assert parse_metrics(recorded.read_text()).kv_capacity_tokens == 182 * 128
+    page = 'vllm:cache_config_info{block_size="16",note="a, b",num_gpu_blocks="10"} 1.0\n'
+    assert parse_metrics(page).kv_capacity_tokens == 160
+    assert parse_metrics('vllm:cache_config_info{block_size="16"} 1.0\n').kv_capacity_tokens == 0
+    assert parse_metrics("").kv_capacity_tokens == 0

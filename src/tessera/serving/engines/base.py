@@ -49,6 +49,7 @@ class EngineStats:
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
     sleeping: bool = False
+    kv_capacity_tokens: int = 0  # vllm:cache_config_info's num_gpu_blocks x block_size; 0: not exported
 
 
 class ProcessRunner(Protocol):

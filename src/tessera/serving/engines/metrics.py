@@ -1,7 +1,7 @@
 """Reading an engine's Prometheus ``/metrics`` text into ``EngineStats``.
 
 The names are vLLM's (the sim exports the same), with SGLang's equivalents and vLLM's older cache gauge as
-aliases. Series of one name with several label sets (one per model name, say) are summed; the cache usage, a
+aliases; the KV cache's size in tokens from vLLM's ``cache_config_info`` labels. Series of one name with several label sets (one per model name, say) are summed; the cache usage, a
 fraction, is averaged. Unknown names and malformed lines are skipped: an engine upgrade that adds metrics must
 not blind the router.
 """
@@ -9,6 +9,7 @@ not blind the router.
 from __future__ import annotations
 
 import math
+import re
 
 from tessera.serving.engines.base import EngineStats
 
@@ -34,8 +35,12 @@ def parse_metrics(text: str) -> EngineStats:
     """The stats in a Prometheus text exposition (see the module docstring)."""
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
+    capacity = 0
     for line in text.splitlines():
         if not line or line[0] == "#":
+            continue
+        if line.startswith(CACHE_INFO):
+            capacity += _kv_capacity_tokens(line)
             continue
         brace = line.find("{")
         space = line.find(" ")
@@ -66,7 +71,21 @@ def parse_metrics(text: str) -> EngineStats:
         prompt_tokens_total=int(sums.get("prompt_tokens_total", 0)),
         generation_tokens_total=int(sums.get("generation_tokens_total", 0)),
         sleeping=sums.get("sleeping", 0.0) > 0,
+        kv_capacity_tokens=capacity,
     )
+
+
+CACHE_INFO = "vllm:cache_config_info{"
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def _kv_capacity_tokens(line: str) -> int:
+    """``num_gpu_blocks`` x ``block_size`` from vLLM's ``cache_config_info`` labels; 0 when either is missing."""
+    labels = dict(_LABEL.findall(line))
+    try:
+        return max(0, int(labels["num_gpu_blocks"]) * int(labels["block_size"]))
+    except (KeyError, ValueError):
+        return 0
 
 
 def vllm_asleep(text: str) -> bool:

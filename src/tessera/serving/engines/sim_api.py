@@ -292,7 +292,11 @@ class SimApi:
         running, waiting, usage = self.live.stats()
         counters = self.live.counters
         label = f"{{model_name={self._model_json}}}"
+        config = self.live.engine.config
+        cache = f'{{block_size="{config.block_tokens}",num_gpu_blocks="{config.kv_blocks}"}}'
         lines = [
+            "# TYPE vllm:cache_config_info gauge",
+            f"vllm:cache_config_info{cache} 1",
             "# TYPE vllm:num_requests_running gauge",
             f"vllm:num_requests_running{label} {running}",
             "# TYPE vllm:num_requests_waiting gauge",

@@ -23,12 +23,17 @@ from tessera.serving.engines.http_lite import serve, serve_unix
 from tessera.serving.engines.sim_api import SimApi, SimSettings
 from tessera.serving.engines.sim_live import LiveEngine
 from tessera.serving.gpus import gpu_spec
-from tessera.serving.models import model_spec
+from tessera.serving.models import GIB, MIB, model_spec
 from tessera.serving.perf_model import default_perf, shared_calibration_csv
 from tessera.serving.policies.engine_parts import EngineConfig
+from tessera.serving.policies.model_cache import Tier, ready_time_s
+from tessera.serving.setups import ReplicaSizing
 
 DEFAULT_PERF = "llama3-8b@A100-80GB"
-GPU_MEMORY_UTILIZATION = 0.9  # of the GPU's memory, weights plus KV cache (vLLM's default)
+# As the twin sizes a replica: the share of the GPU's memory an engine uses (weights plus KV cache, vLLM's default),
+# and what activations, the CUDA context and graphs take of it.
+GPU_MEMORY_UTILIZATION = ReplicaSizing(shared=True).gpu_memory_utilization
+OVERHEAD_GIB = ReplicaSizing(shared=True).overhead_gib
 BLOCK_TOKENS = 16
 READY_LINE = "tessera-sim listening on"
 
@@ -44,6 +49,8 @@ class SimOptions:
     max_model_len: int = 8192
     default_output_tokens: int = 16
     uds: str | None = None  # listen on this Unix socket instead of host:port
+    gpu_mem_mib: int = 0  # the memory its share of the GPU holds (0: the whole GPU)
+    load_s: float = 0.0  # seconds it takes to load the weights before it listens
 
 
 class OptionError(ValueError):
@@ -62,8 +69,11 @@ def build_engine(options: SimOptions) -> LiveEngine:
     if options.speedup <= 0:
         raise OptionError("--speedup", f"must be > 0, got {options.speedup}")
     kv_blocks = options.kv_blocks
-    if kv_blocks <= 0:
-        free = gpu.memory_bytes * GPU_MEMORY_UTILIZATION - spec.weights_bytes / spec.tensor_parallel
+    if kv_blocks <= 0:  # what the weights, activations and CUDA context leave, as the twin sizes a replica
+        usable = gpu.memory_bytes * GPU_MEMORY_UTILIZATION
+        if options.gpu_mem_mib > 0:
+            usable = min(usable, options.gpu_mem_mib * MIB)
+        free = usable - spec.weights_bytes / spec.tensor_parallel - OVERHEAD_GIB * GIB
         kv_blocks = int(free * spec.tensor_parallel // spec.kv_bytes_per_token) // BLOCK_TOKENS
         if kv_blocks < 1:
             raise OptionError("--perf", f"{spec.name} leaves no KV cache on {gpu.name}")
@@ -83,17 +93,43 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
     parser.add_argument("--kv-blocks", type=int, default=0, help="KV cache blocks of 16 tokens (0: from the GPU)")
     parser.add_argument("--max-model-len", type=int, default=8192)
     parser.add_argument("--default-output-tokens", type=int, default=16)
+    parser.add_argument("--gpu-mem-mib", type=int, default=0, help="memory of its GPU share (0: the whole GPU)")
+    parser.add_argument(
+        "--load-s", default="0", help="seconds to load the weights before listening; auto: from the model's size"
+    )
     ns = parser.parse_args(list(argv))
     if ns.port is not None and not 0 <= ns.port <= 65535:
         parser.exit(2, f"--port: must be in 0..65535, got {ns.port}\n")
+    if ns.gpu_mem_mib < 0:
+        parser.exit(2, f"--gpu-mem-mib: must be >= 0, got {ns.gpu_mem_mib}\n")
     return SimOptions(
         ns.model, ns.port or 0, ns.host, ns.perf, ns.speedup, ns.kv_blocks, ns.max_model_len,
-        ns.default_output_tokens, ns.uds,
+        ns.default_output_tokens, ns.uds, ns.gpu_mem_mib, _load_s(parser, ns.load_s, ns.perf, ns.speedup),
     )  # fmt: skip
+
+
+def _load_s(parser: argparse.ArgumentParser, text: str, perf: str, speedup: float) -> float:
+    """``--load-s``: seconds, or ``auto``: the time the twin gives a start from host memory (``model_cache``),
+    sped up as the rest."""
+    if text.strip().lower() == "auto":
+        try:
+            spec = model_spec(perf.partition("@")[0])
+        except (ValueError, KeyError) as exc:
+            parser.exit(2, f"--perf: {exc}\n")
+        return ready_time_s(spec.weights_bytes, Tier.WARM, gpus=spec.tensor_parallel) / max(speedup, 1e-9)
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (0 <= value < 3600):
+        parser.exit(2, f"--load-s: give seconds in [0, 3600) or auto, got {text!r}\n")
+    return value
 
 
 async def run(options: SimOptions) -> None:
     live = build_engine(options)
+    if options.load_s > 0:  # the weights load before the engine listens, as a real engine's do
+        await asyncio.sleep(options.load_s)
     settings = SimSettings(options.model, options.max_model_len, options.default_output_tokens)
     api = SimApi(settings, live)
     if options.uds is not None:
