@@ -40,6 +40,7 @@ def test_only_the_last_requests_count_and_unknown_tpot_is_left_out() -> None:
     window.served("m", 0.0, SloClass.INTERACTIVE, 30.0, 3.0)  # pushed out by the RECENT after it
     for _ in range(RECENT):
         window.served("m", 1.0, SloClass.INTERACTIVE, 0.5, None)
-    assert window.recent("m", 1.0) == (pytest.approx(0.5), None)
+    ttft, tpot = window.recent("m", 1.0)
+    assert ttft == pytest.approx(0.5) and tpot is None
     window.forget("m")
     assert window.recent("m", 1.0) == (None, None)
