@@ -53,11 +53,11 @@ from tessera.serving.models import GIB, ModelSpec
 from tessera.serving.policies.engine_parts import EngineConfig, IterationTimes
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, SloClass
 from tessera.serving.setups import ReplicaSizing
+from tessera.serving.sizing import BLOCK_TOKENS, replica_shape
 from tessera.sim.placement_study.sweep import parse_seeds
 from tessera.sim.serving.config import StudyConfig
 from tessera.sim.serving.interference import intensity
 from tessera.sim.serving.perf_choice import make_perf_factory
-from tessera.sim.serving.sizing import BLOCK_TOKENS, replica_shape
 from tessera.sim.serving.study import run_study
 from tessera.sim.serving.trace import read_llm_trace
 from tessera.sim.serving.workload import Workload, build_workload

@@ -184,9 +184,13 @@ def test_each_model_is_routed_by_its_own_router(make_harness: MakeHarness) -> No
     assert deploy(h, name="chat", engine="sim", gpu_fraction=0.25, router="prefix-affinity")["router"] == (
         "prefix-affinity"
     )
-    assert deploy(h, name="plain", engine="sim", gpu_fraction=0.25)["router"] == "least-load"
-    rows = {name: served.model(h.server.ctx.store, name) for name in ("chat", "plain")}
-    routes = {name: route_of(deployed(row)) for name, row in rows.items() if row is not None}
-    assert routes["chat"].router == "prefix-affinity" and routes["plain"].router == "least-load"
+    plain = deploy(h, name="plain", engine="sim", gpu_fraction=0.25)  # no router: the serving setup's
+    assert (plain["router"], plain["serving_setup"], plain["autoscaler"]) == ("prefix-affinity", "tessera", "tessera")
+    assert deploy(h, name="lean", engine="sim", gpu_fraction=0.25, router="least-load")["router"] == "least-load"
+    rows = {name: served.model(h.server.ctx.store, name) for name in ("chat", "plain", "lean")}
+    setup = h.server.ctx.serving_setup
+    routes = {name: route_of(deployed(row), setup) for name, row in rows.items() if row is not None}
+    assert [routes[n].router for n in ("chat", "plain", "lean")] == ["prefix-affinity", "prefix-affinity", "least-load"]
     schema = h.http.get("/openapi.json").json()["components"]["schemas"]["ModelDeploy"]["properties"]["router"]
-    assert tuple(schema["enum"]) == ROUTER_NAMES  # the wire type lists exactly the routers the gateway knows
+    named = next(choice for choice in schema["anyOf"] if "enum" in choice)  # the other choice: null (the setup's)
+    assert tuple(named["enum"]) == ROUTER_NAMES  # the wire type lists exactly the routers the gateway knows

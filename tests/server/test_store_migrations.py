@@ -175,3 +175,23 @@ def test_revision_0007_keeps_older_models_on_least_load(db_url: str) -> None:
     downgrade(store.engine, "0006")
     with store.engine.connect() as connection:
         assert "router" not in set(connection.execute(text("SELECT * FROM served_models")).keys())
+
+
+def test_revision_0008_lets_a_model_follow_the_setup_and_keeps_what_older_ones_had(db_url: str) -> None:
+    store = Store(open_engine(db_url))  # newest
+    with store.engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO served_models (name, tenant, queue, engine, weights, num_gpus, gpu_milli, gpu_mem_mib,"
+                " min_replicas, max_replicas, idle_timeout_s, slo, router, desired_replicas, deleting, created_at)"
+                " VALUES ('new', 't', 'default', 'sim', '', 1, 250, 0, 1, 1, 30.0, 'standard', NULL, 1, :no, 1.0)"
+            ),
+            {"no": False},
+        )
+    with store.engine.connect() as connection:
+        row = connection.execute(text("SELECT router, autoscaler FROM served_models")).one()
+    assert tuple(row) == (None, None)  # both the server's serving setup's
+    downgrade(store.engine, "0007")  # a model that followed the setup gets the router every model had then
+    with store.engine.connect() as connection:
+        assert connection.execute(text("SELECT router FROM served_models")).scalar_one() == "least-load"
+        assert "autoscaler" not in set(connection.execute(text("SELECT * FROM served_models")).keys())

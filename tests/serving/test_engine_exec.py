@@ -101,7 +101,7 @@ def test_a_sim_replica_is_timed_and_sized_as_the_twin_sizes_its_replica() -> Non
     from tessera.serving.engines.sim_server import build_engine, parse_options
     from tessera.serving.models import model_spec
     from tessera.serving.setups import serving_setup
-    from tessera.sim.serving.sizing import replica_shape
+    from tessera.serving.sizing import replica_shape
 
     spec = model_spec("llama3-8b")
     shape = replica_shape(spec, "H100-80GB", serving_setup("tessera").sizing)

@@ -282,6 +282,22 @@ class Health(BaseModel):
     placement: str = Field("", description="the placement policy it runs (the preset's own, or --placement)")
 
 
+class ServingSetupOut(BaseModel):
+    """The serving setup in force, as ``tessera simulate serving --setup NAME --set KEY=VALUE`` replays it."""
+
+    name: str = Field(description="the setup (tessera simulate serving --setup NAME runs the same)")
+    router: str = Field(description="the router of a model deployed without --router")
+    autoscaler: str = Field(description="the autoscaler of a model deployed without --autoscaler (none: fixed)")
+    admission: bool = Field(description="batch requests are shed under overload")
+    engine_priority: bool = Field(description="SLO classes order the engines' queues where engines take a priority")
+    late_binding: bool = Field(description="the gateway holds requests until a replica has room")
+    tick_s: float = Field(description="the serving controller's period")
+    max_hold_s: float = Field(description="a request held for a replica is refused after this long")
+    knobs: list[str] = Field(default_factory=list, description="what this server changed (--serving-set KEY=VALUE)")
+    knob_names: dict[str, str] = Field(default_factory=dict, description="every knob --serving-set takes")
+    setups: list[str] = Field(default_factory=list, description="every setup (tessera up --serving-setup)")
+
+
 class SchedulingOut(BaseModel):
     """``GET /v1/config``: the scheduler this server runs, as ``tessera simulate`` would name and configure it (any
     token may read it)."""
@@ -308,4 +324,7 @@ class SchedulingOut(BaseModel):
     )
     job_types: list[str] = Field(
         default_factory=list, description="the job types its throughput model knows (tessera submit --job-type)"
+    )
+    serving: ServingSetupOut | None = Field(
+        None, description="the serving setup its gateway and controller run (tessera up --serving-setup)"
     )

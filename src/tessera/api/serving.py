@@ -16,6 +16,7 @@ Weights = Annotated[Text, Field(min_length=1, max_length=1000)]
 EngineName = Literal["vllm", "sglang", "transformers", "sim"]
 SloName = Literal["interactive", "standard", "batch"]
 # serving.policies.router.ROUTER_NAMES (the wire types import nothing of serving; tests keep the two equal)
+AutoscalerName = Literal["tessera", "knative", "none"]
 RouterName = Literal["round-robin", "least-load", "power-of-two", "prefix-affinity", "session-affinity", "token-jsq"]
 ModelState = Literal["deploying", "ready", "failing", "stopping", "scaled-to-zero", "deleting"]
 CacheTier = Literal["hot", "warm", "cold"]
@@ -39,11 +40,16 @@ class ModelDeploy(BaseModel):
     max_replicas: StrictInt | None = Field(None, ge=1, le=64, description="default: max(1, min_replicas)")
     idle_timeout: Duration = Field("30s", description="idle time before scaling to zero (min_replicas 0)")
     slo: SloName = Field("standard", description="the SLO class of its requests (a header may override it)")
-    router: RouterName = Field(
-        "least-load",
+    router: RouterName | None = Field(
+        None,
         description="how the gateway picks a replica: least-load, prefix-affinity (requests sharing a prompt prefix "
         "go where it is cached), power-of-two, round-robin, session-affinity or token-jsq, as the serving twin names "
-        "them",
+        "them; default: the server's serving setup's",
+    )
+    autoscaler: AutoscalerName | None = Field(
+        None,
+        description="how its replicas are scaled: tessera (SLO feedback, targets sized by the KV cache), knative, or "
+        "none (min_replicas replicas, at least one); default: the server's serving setup's",
     )
     queue: QueueName | None = Field(None, description="default: the tenant's queue; replicas count against it")
 
@@ -65,6 +71,8 @@ class ModelOut(BaseModel):
     idle_timeout_s: float
     slo: str
     router: str = Field("least-load", description="how the gateway picks a replica for each request")
+    autoscaler: str = Field("tessera", description="how its replicas are scaled (none: a fixed number)")
+    serving_setup: str = Field("tessera", description="the server's serving setup, which gives what was not set")
     gpus: int
     gpu_milli: int
     gpu_mem_mib: int

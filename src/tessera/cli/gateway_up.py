@@ -127,7 +127,7 @@ def serving_front(ctx: ServerContext) -> ServingFront:
 
     def lookup(name: str) -> ModelRoute | None:
         row = served.model(ctx.store, name)
-        return route_of(deployed(row)) if row is not None and not row.deleting else None
+        return route_of(deployed(row), ctx.serving_setup) if row is not None and not row.deleting else None
 
     registry = LiveRegistry(lookup)
     wake = threading.Event()
@@ -140,7 +140,12 @@ def serving_front(ctx: ServerContext) -> ServingFront:
     )
     gateway = Gateway(registry, TokenAuth(ctx), config, metrics=metrics)
     bridge = GatewayBridge(
-        registry, gateway, wake, lambda workload_id, pid: replica_owns(ctx, workload_id, pid), ctx.model_health.get
+        registry,
+        gateway,
+        wake,
+        lambda workload_id, pid: replica_owns(ctx, workload_id, pid),
+        ctx.model_health.get,
+        ctx.serving_setup,
     )
     return ServingFront(
         wrap=lambda app: with_gateway(app, gateway, bridge), demand=bridge, sinks=[bridge], wake=wake,

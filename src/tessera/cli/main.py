@@ -277,6 +277,21 @@ def up(
             "--set", help="A knob of the policy, KEY=VALUE (repeat; GET /v1/config lists them), e.g. elastic=false."
         ),
     ] = None,
+    serving_setup: Annotated[
+        str,
+        typer.Option(
+            "--serving-setup",
+            help="The serving setup the gateway and controller run: tessera, static-autoscale or static (as tessera "
+            "simulate serving --setup).",
+        ),
+    ] = "tessera",
+    serving_knobs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--serving-set",
+            help="A knob of the serving setup, KEY=VALUE (repeat; as simulate serving --set), e.g. router=least-load.",
+        ),
+    ] = None,
     gavel: Annotated[
         Path | None,
         typer.Option(
@@ -326,7 +341,10 @@ def up(
         users = tenant_users(tenant_user or [])
         if demo and run_as == "auto":  # the demo's workloads run this interpreter, which tenant users may not reach
             run_as = "server"
-        config = UpConfig(host, port, data_dir, url, gpus, token, loop, run_as, users, homes_dir, backend, ray_address)
+        config = UpConfig(
+            host, port, data_dir, url, gpus, token, loop, run_as, users, homes_dir, backend, ray_address,
+            serving_setup, tuple(serving_knobs or ()),
+        )  # fmt: skip
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for chatty in ("httpx", "alembic"):
             logging.getLogger(chatty).setLevel(logging.WARNING)

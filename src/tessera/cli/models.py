@@ -72,7 +72,14 @@ def deploy(
     slo: Annotated[str, typer.Option("--slo", help="interactive, standard or batch.")] = "standard",
     router: Annotated[
         str | None,
-        typer.Option("--router", help="least-load (default), prefix-affinity, power-of-two, ... (as the twin)."),
+        typer.Option(
+            "--router",
+            help="prefix-affinity, least-load, power-of-two, ... (as the twin; default: the server's setup).",
+        ),
+    ] = None,
+    autoscaler: Annotated[
+        str | None,
+        typer.Option("--autoscaler", help="tessera, knative or none (fixed); default: the server's serving setup's."),
     ] = None,
     queue: Annotated[str | None, typer.Option("--queue", help="Queue (default: your tenant's).")] = None,
     as_json: JsonOption = False,
@@ -92,6 +99,7 @@ def deploy(
         "idle_timeout": idle_timeout,
         "slo": slo,
         "router": router,
+        "autoscaler": autoscaler,
         "queue": queue,
     }
     with one_line_errors(), client_for(url, token) as client:
@@ -99,7 +107,10 @@ def deploy(
     if as_json:
         typer.echo(json.dumps(out, indent=2))
         return
-    typer.echo(f"model {out['name']} deployed ({out['engine']}, {out['min_replicas']}-{out['max_replicas']} replicas)")
+    typer.echo(
+        f"model {out['name']} deployed ({out['engine']}, {out['min_replicas']}-{out['max_replicas']} replicas; "
+        f"router {out['router']}, autoscaler {out['autoscaler']}: setup {out['serving_setup']})"
+    )
     typer.echo(f"OpenAI base URL: {out['openai_base_url']}  (API key: your Tessera token)")
 
 

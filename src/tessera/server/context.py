@@ -13,6 +13,7 @@ from tessera.server.pool import Pool
 from tessera.server.store.store import Store
 from tessera.server.usage_history import UsageHistory
 from tessera.serving.replica_health import ModelHealth
+from tessera.serving.setups import DEFAULT_SETUP, PolicySetup, serving_setup
 
 
 @dataclass
@@ -37,3 +38,7 @@ class ServerContext:
     replica_ready: Callable[[int, int], bool] | None = None
     # Each queue's GPU usage over time (``GET /v1/queues/usage``), sampled after every step (``up.build_server``).
     usage: UsageHistory = field(default_factory=UsageHistory)
+    # The serving setup the gateway and the controller run (``tessera up --serving-setup``, with ``--serving-set``
+    # knobs applied, listed in ``serving_knobs``).
+    serving_setup: PolicySetup = field(default_factory=lambda: serving_setup(DEFAULT_SETUP))
+    serving_knobs: tuple[str, ...] = ()

@@ -24,6 +24,7 @@ from tessera.serving import weights_cache
 from tessera.serving.models import CATALOG
 from tessera.serving.replica_health import ModelHealth
 from tessera.serving.replicas import DeployedModel
+from tessera.serving.setups import DEFAULT_SETUP, PolicySetup, model_autoscaler, serving_setup
 
 NEEDS_WEIGHTS = ("vllm", "sglang")
 CHECK_PORT = 1  # a placeholder port: validation only builds the replica's workload, it never starts it
@@ -72,6 +73,7 @@ def model_row(body: ModelDeploy, caller: Principal, ctx: ServerContext, now_s: f
         idle_timeout_s=parse_duration_s(body.idle_timeout, "idle_timeout"),
         slo=body.slo,
         router=body.router,
+        autoscaler=body.autoscaler,
         desired_replicas=body.min_replicas,
         deleting=False,
         created_at=now_s,
@@ -92,7 +94,9 @@ def model_out(
     tier: str | None = None,
     health: ModelHealth | None = None,
     readiness: served.Readiness | None = None,
+    setup: PolicySetup | None = None,
 ) -> ModelOut:
+    setup = setup or serving_setup(DEFAULT_SETUP)
     live = [r for r in replicas if not r.cancel_requested]
     running = served.ready_replicas(live, readiness)
     failing = health is not None and health.failures > 0
@@ -109,7 +113,9 @@ def model_out(
         max_replicas=row.max_replicas,
         idle_timeout_s=row.idle_timeout_s,
         slo=row.slo,
-        router=row.router or "least-load",
+        router=row.router or setup.router,
+        autoscaler=model_autoscaler(setup, row.autoscaler) or "none",
+        serving_setup=setup.name,
         gpus=row.num_gpus,
         gpu_milli=row.gpu_milli,
         gpu_mem_mib=row.gpu_mem_mib,

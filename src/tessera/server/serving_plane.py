@@ -26,6 +26,7 @@ from tessera.serving.controller import Controller, ControlPlane, DemandSource, R
 from tessera.serving.engine_exec import SOCKET_NAME
 from tessera.serving.replica_health import ModelHealth, ReplicaEnd
 from tessera.serving.replicas import PORT_ENV, DeployedModel, ReplicaRunner, replica_command
+from tessera.serving.setups import PolicySetup
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,8 @@ def deployed(row: ServedModelRow) -> DeployedModel:
         max_replicas=row.max_replicas,
         idle_timeout_s=row.idle_timeout_s,
         slo=row.slo,
-        router=row.router or "least-load",
+        router=row.router,
+        autoscaler=row.autoscaler,
         deleting=row.deleting,
         created_s=row.created_at,
     )
@@ -192,10 +194,14 @@ def start_controller(
     tick_s: float = 1.0,
     plane: ServingPlane | None = None,
     readiness: Callable[[int, int], bool] | None = None,
+    setup: PolicySetup | None = None,
 ) -> tuple[Controller, threading.Thread]:
     """Run a serving controller every ``tick_s`` (or at once when ``wake`` is set: a request waits for a model
     with no replica) until ``stopping()``; ``readiness``: which replicas the gateway proved ready."""
-    controller = Controller(plane or ServingPlane(ctx), tick_s=tick_s, sinks=list(sinks), readiness=readiness)
+    controller = Controller(
+        plane or ServingPlane(ctx), tick_s=tick_s, sinks=list(sinks), readiness=readiness,
+        setup=setup or ctx.serving_setup,
+    )  # fmt: skip
     if demand is not None:
         controller.demand = demand
     event = wake if wake is not None else threading.Event()

@@ -60,6 +60,7 @@ from tessera.server.store.store import Store
 from tessera.server.submit import DEFAULT_QUEUE
 from tessera.serving.controller import DemandSource, ReplicaSink
 from tessera.serving.replica_health import ModelHealth
+from tessera.serving.setups import DEFAULT_SETUP, PolicySetup, serving_setup, with_setup_knobs
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,8 @@ class UpConfig:
     homes_dir: Path | None = None  # the tenant users' homes; None: data_dir/homes
     backend: str = "local"  # BACKENDS: where workloads run
     ray_address: str | None = None  # --backend ray: the cluster to join; None: start a local one (server.ray_up)
+    serving_setup: str = DEFAULT_SETUP  # the serving setup (serving.setups) its gateway and controller run...
+    serving_knobs: tuple[str, ...] = ()  # ...with these KEY=VALUE knobs (--serving-set)
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -89,6 +92,13 @@ class UpConfig:
             raise InvalidRequestError("--backend", f"must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.ray_address is not None and self.backend != "ray":
             raise InvalidRequestError("--ray-address", "only with --backend ray")
+        self.setup()  # an unknown setup or knob: one line naming the option
+
+    def setup(self) -> PolicySetup:
+        """The serving setup with its knobs."""
+        return with_setup_knobs(
+            serving_setup(self.serving_setup, "--serving-setup"), self.serving_knobs, "--serving-set"
+        )
 
     @property
     def url(self) -> str:
@@ -143,6 +153,7 @@ def build_server(
     if not pool.simulated:
         metrics.register(GpuUsageCollector(probe))
     ctx = ServerContext(store, loop, pool, metrics, clock, LogFiles(loop.log_path))
+    ctx.serving_setup, ctx.serving_knobs = config.setup(), config.serving_knobs
     ctx.model_health = model_health
 
     def on_step(report: StepReport) -> None:
@@ -247,6 +258,12 @@ def serve(
     announce(
         f"scheduling: policy {loop.preset.name}{knobs}, placement {loop.placement} (GET /v1/config has every knob)"
     )
+    setup = server.ctx.serving_setup
+    serving_knobs = f" with {', '.join(config.serving_knobs)}" if config.serving_knobs else ""
+    announce(
+        f"serving: setup {setup.name}{serving_knobs}: router {setup.router}, autoscaler {setup.autoscaler or 'none'}"
+        f", late binding {'on' if setup.late_binding else 'off'}, admission {'on' if setup.admission else 'off'}"
+    )
     if server.notice:
         announce(f"backend: Ray; {server.notice}")
     for line in (admin_token_notice(secret, config.admin_token), pool.split_notice()):
@@ -262,8 +279,8 @@ def serve(
     server.ctx.metrics.register(keeper.collector())
     plane = ServingPlane(server.ctx, EngineRunner(check_unprivileged=mode == "tenant-users"))
     start_controller(
-        server.ctx, server.stopping.is_set, front.demand, [*front.sinks, keeper], front.wake, plane=plane,
-        readiness=front.readiness,
+        server.ctx, server.stopping.is_set, front.demand, [*front.sinks, keeper], front.wake, tick_s=setup.tick_s,
+        plane=plane, readiness=front.readiness, setup=setup,
     )  # fmt: skip
     if demo:
         token, _ = create_tenant_token(server.ctx.store, DEMO_TENANT, "demo", server.ctx.clock())

@@ -4,8 +4,10 @@ Once per tick, for every model, ``Controller.tick``:
 
 1. reads the model's replicas (pending and running workloads) and its demand as the gateway sees it (requests in
    flight, requests held for want of a replica, arrivals, the last request's time);
-2. asks the part-1 autoscaler (``serving.policies.autoscaler.decide``, the very object the digital twin replays)
-   for the replicas it wants, within the model's bounds;
+2. asks the model's autoscaler (its own, else the serving setup's: ``serving.setups``; the decision is
+   ``serving.policies.autoscaler.decide``, the very object the digital twin replays, configured as the twin configures
+   it) for the replicas it wants, within the model's bounds, on the gateway's signals: in flight, held, queued in
+   the engines, the recent TTFT and TPOT (``policies.slo_feedback``), the KV cache a replica holds;
 3. submits the missing replicas through the control plane (so the core scheduler places them, they count against
    the tenant's quota and a crash loses nothing) and cancels the surplus, pending ones first, then the newest.
 
@@ -24,14 +26,25 @@ The seams: ``ControlPlane`` (the server's store and scheduler, ``server.serving_
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tessera.serving.policies.autoscaler import AutoscalerConfig, AutoscalerState, ModelSignals, decide
+from tessera.serving.policies.autoscaler import (
+    AutoscalerConfig,
+    AutoscalerState,
+    ModelSignals,
+    decide,
+    knative_defaults,
+    tessera_defaults,
+)
+from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, SloClass
 from tessera.serving.replica_health import HealthTracker, ModelHealth, ReplicaEnd
 from tessera.serving.replicas import DeployedModel
+from tessera.serving.setups import DEFAULT_SETUP, PolicySetup, model_autoscaler, serving_setup
+from tessera.serving.sizing import sequences_held
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +68,11 @@ class Demand:
     held: int = 0  # waiting at the gateway for a replica
     arrivals: int = 0  # since the previous call
     last_request_s: float | None = None  # None: no request seen yet
+    queued: int = 0  # waiting inside the replicas' engines (their last scrape)
+    ttft_recent_s: float | None = None  # the SLO feedback's latency (``policies.slo_feedback``); None: no data
+    tpot_recent_s: float | None = None
+    tokens_per_sequence: float | None = None  # the mean KV footprint of its requests (``updated_footprint``)
+    kv_tokens_per_replica: int = 0  # the smallest KV cache of its replicas, as their engines export it; 0: unknown
 
 
 class ControlPlane(Protocol):
@@ -103,7 +121,10 @@ class Controller:
     sinks: list[ReplicaSink] = field(default_factory=list)
     # (workload id, attempt) -> whether the gateway has proven that replica ready; None: no gateway, running is ready
     readiness: Callable[[int, int], bool] | None = None
+    setup: PolicySetup = field(default_factory=lambda: serving_setup(DEFAULT_SETUP))  # its autoscaler, by default
     _states: dict[int, AutoscalerState] = field(default_factory=dict)
+    _starts: dict[int, float] = field(default_factory=dict)  # replica workload id -> when it was asked for
+    _start_s: dict[int, float] = field(default_factory=dict)  # model id -> how long its last replica took to serve
     _health: dict[int, HealthTracker] = field(default_factory=dict)
 
     def tick(self, now_s: float) -> None:
@@ -136,12 +157,15 @@ class Controller:
             return
         ready = self._ready(replicas)
         health.ready(sum(r.running for r in replicas) if ready is None else ready)
+        self._time_starts(model, replicas, now_s)
         desired = self.desired(model, replicas, now_s)
         for _ in range(desired - len(replicas)):
             if not health.may_start(now_s):
                 break  # backing off after failures
             try:
-                health.known.add(self.plane.start_replica(model))
+                started = self.plane.start_replica(model)
+                health.known.add(started)
+                self._starts[started] = now_s
             except Exception as exc:  # e.g. no interpreter the tenant's user may run: a failure, said once
                 log.warning("model %s: cannot start a replica: %s", model.key, exc)
                 health.failed(f"cannot start a replica: {exc}", now_s)
@@ -163,35 +187,71 @@ class Controller:
             return None
         return sum(self.readiness(r.workload_id, r.attempt) for r in replicas if r.running)
 
+    def _time_starts(self, model: DeployedModel, replicas: list[ReplicaView], now_s: float) -> None:
+        """How long the model's replicas take from being asked for to serving (the gateway's proof, or running
+        without a gateway): whether it may scale to zero (``zero_ok``)."""
+        for r in replicas:
+            asked_s = self._starts.get(r.workload_id)
+            if asked_s is None or not r.running:
+                continue
+            if self.readiness is None or self.readiness(r.workload_id, r.attempt):
+                self._start_s[model.id] = now_s - self._starts.pop(r.workload_id)
+        if len(self._starts) > 10_000:  # replicas that never served (cancelled, failed): forget the oldest
+            for workload_id in sorted(self._starts)[:5_000]:
+                del self._starts[workload_id]
+
     def desired(self, model: DeployedModel, replicas: list[ReplicaView], now_s: float) -> int:
-        """The autoscaler's decision for ``model`` now (``serving.policies.autoscaler``)."""
+        """The autoscaler's decision for ``model`` now (``serving.policies.autoscaler``, as the twin's ``Scaler``
+        asks it): a fixed number (at least one) for a model without one."""
         demand = self.demand.take_demand(model.key)
+        name = model_autoscaler(self.setup, model.autoscaler)
+        if name is None:
+            return max(model.min_replicas, 1)
         ready = sum(r.running for r in replicas)
         idle_s = now_s - demand.last_request_s if demand.last_request_s is not None else model.idle_timeout_s + 1
+        start_s = self._start_s.get(model.id)
         signals = ModelSignals(
             model=model.key,
             now_s=now_s,
             arrivals=demand.arrivals,
-            queued=demand.held,
+            queued=demand.queued + demand.held,
             in_flight=demand.in_flight + demand.held,
             ready=ready,
             starting=len(replicas) - ready,
+            ttft_recent_s=demand.ttft_recent_s,
+            tpot_recent_s=demand.tpot_recent_s,
             idle_s=idle_s,
-            zero_ok=True,
+            # as the twin judges it, on the start last measured (none yet: it may)
+            zero_ok=start_s is None or start_s <= self.zero_budget_s,
         )
         state = self._states.setdefault(model.id, AutoscalerState())
-        decision, self._states[model.id] = decide(signals, state, self.config(model))
+        decision, self._states[model.id] = decide(signals, state, self.config(model, name, demand))
         return decision.desired
 
-    def config(self, model: DeployedModel) -> AutoscalerConfig:
-        """Knative's windows (60 s stable, 6 s panic), shortened for a model with a short idle timeout: the stable
-        window is twice the timeout (10 s to 60 s), since nothing scales down while a burst's panic lasts (a
-        stable window), and a model told to sleep after 3 s idle should not wait a minute after every burst."""
-        stable_s = min(60.0, max(10.0, 2 * model.idle_timeout_s))
-        return AutoscalerConfig(
-            target_concurrency=self.targets.get(model.engine, 8.0),
-            stable_window_s=stable_s,
-            panic_window_s=min(6.0, stable_s / 2),
+    @property
+    def zero_budget_s(self) -> float:
+        """A model may scale to zero only when a replica comes back within half the interactive TTFT target (the
+        other half is left for queueing and prefill), as in the twin."""
+        return DEFAULT_SLO_TARGETS[SloClass.INTERACTIVE].ttft_s / 2
+
+    def config(self, model: DeployedModel, name: str = "tessera", demand: Demand | None = None) -> AutoscalerConfig:
+        """The autoscaler ``name``'s configuration (``serving.setups``; as ``sim.serving.scaling.autoscaler_config``)
+        for ``model``: its bounds, its idle timeout as the grace before zero, this controller's tick. ``tessera``
+        aims at the sequences a replica's KV cache holds at the model's mean footprint (``concurrency_target``, as
+        the twin; the engine's default target while its replicas export no KV cache size); ``knative`` keeps its
+        own target."""
+        demand = demand or Demand()
+        if name == "knative":
+            config = knative_defaults()
+        else:
+            interactive = DEFAULT_SLO_TARGETS[SloClass.INTERACTIVE]
+            target = self.targets.get(model.engine, 8.0)
+            if demand.kv_tokens_per_replica > 0:
+                held = sequences_held(demand.kv_tokens_per_replica, self.setup.sizing, demand.tokens_per_sequence)
+                target = float(round(held)) or 1.0
+            config = tessera_defaults(interactive.ttft_s, interactive.tpot_s, target_concurrency=target)
+        return dataclasses.replace(
+            config,
             scale_to_zero_grace_s=model.idle_timeout_s,
             min_replicas=model.min_replicas,
             max_replicas=max(model.max_replicas, model.min_replicas, 1),

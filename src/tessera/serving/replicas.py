@@ -42,7 +42,8 @@ class DeployedModel:
     idle_timeout_s: float
     slo: str
     deleting: bool = False
-    router: str = "least-load"  # how the gateway picks a replica (serving.policies.router)
+    router: str | None = None  # how the gateway picks a replica (serving.policies.router); None: the setup's
+    autoscaler: str | None = None  # "knative", "tessera" or "none" (a fixed number); None: the setup's
     created_s: float = 0.0
 
     @property

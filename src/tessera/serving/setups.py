@@ -103,6 +103,13 @@ def serving_setup(name: str, option: str = "--setup") -> PolicySetup:
     raise InvalidRequestError(option, f"unknown serving setup {name!r} (known: {', '.join(SETUP_NAMES)})")
 
 
+def model_autoscaler(setup: PolicySetup, chosen: str | None) -> str | None:
+    """A model's autoscaler: its own (``models deploy --autoscaler``; "none": a fixed number of replicas), else the
+    setup's; None for a fixed number."""
+    name = chosen if chosen is not None else setup.autoscaler
+    return None if name in (None, "none") else name
+
+
 # ------------------------------------------------------------------------------------------------------------ knobs
 def _flag(text: str) -> bool:
     value = text.strip().lower()

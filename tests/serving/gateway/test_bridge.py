@@ -13,6 +13,7 @@ from tessera.serving.controller import ReplicaView
 from tessera.serving.gateway.app import Gateway
 from tessera.serving.gateway.bridge import GatewayBridge, LiveRegistry, route_of
 from tessera.serving.replicas import DeployedModel
+from tessera.serving.setups import serving_setup, with_setup_knobs
 
 MODEL = DeployedModel(
     id=1, name="chat", tenant="t", queue="t", engine="sim", weights="", gpus=1, gpu_milli=250, gpu_mem_mib=0,
@@ -77,6 +78,17 @@ def test_only_proven_replicas_are_registered_and_a_hanging_one_blocks_nothing(tm
 
 
 def test_a_route_caps_a_replicas_requests_at_the_autoscalers_target_for_its_engine() -> None:
-    assert route_of(MODEL).replica_concurrency == 32  # sim: the controller's DEFAULT_TARGETS
-    assert route_of(replace(MODEL, engine="transformers")).replica_concurrency == 4
-    assert route_of(replace(MODEL, engine="unknown")).replica_concurrency == 0  # none: the gateway's default
+    setup = serving_setup("tessera")
+    assert route_of(MODEL, setup).replica_concurrency == 32  # sim: the controller's DEFAULT_TARGETS
+    assert route_of(replace(MODEL, engine="transformers"), setup).replica_concurrency == 4
+    assert route_of(replace(MODEL, engine="unknown"), setup).replica_concurrency == 0  # none: the gateway's default
+
+
+def test_a_route_follows_the_serving_setup_where_its_model_sets_nothing() -> None:
+    """The twin's tessera setup: the model's router unless it chose one, late binding by KV room, batch admission.
+    The old live gateway (least-load, no queue): no cap, no KV room, every request admitted."""
+    tessera = route_of(MODEL, serving_setup("tessera"))
+    assert (tessera.router, tessera.kv_room, tessera.admission) == ("prefix-affinity", True, True)
+    assert route_of(replace(MODEL, router="round-robin"), serving_setup("tessera")).router == "round-robin"
+    old = route_of(MODEL, with_setup_knobs(serving_setup("static"), ["router=least-load"]))
+    assert (old.router, old.replica_concurrency, old.kv_room, old.admission) == ("least-load", 0, False, False)

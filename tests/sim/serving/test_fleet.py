@@ -17,10 +17,10 @@ from tessera.serving.policies.engine import Engine
 from tessera.serving.policies.engine_parts import EngineConfig
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass
 from tessera.serving.setups import serving_setup
+from tessera.serving.sizing import replica_shape
 from tessera.sim.serving.fleet import Fleet, Replica
 from tessera.sim.serving.interference import StepDemand
 from tessera.sim.serving.result import PolicyRun
-from tessera.sim.serving.sizing import replica_shape
 from tessera.sim.serving.twin import PerfFactory, Twin, TwinInputs
 
 GPU = "H100-80GB"

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from tessera.api import SchedulingOut
+from tessera.api import SchedulingOut, ServingSetupOut
 from tessera.core.placement import PLACEMENTS
 from tessera.core.preset_knobs import KNOBS
 from tessera.core.presets import PRESET_NAMES
 from tessera.server.api.routes import Caller
 from tessera.server.context import ServerContext
+from tessera.serving.setups import SETUP_KNOBS, SETUP_NAMES
 
 
 def scheduling_out(ctx: ServerContext) -> SchedulingOut:
@@ -35,6 +36,24 @@ def scheduling_out(ctx: ServerContext) -> SchedulingOut:
         job_types=list(ctx.loop.job_types),
         knobs=list(ctx.loop.config.knobs),
         knob_names={name: knob.summary for name, knob in KNOBS.items()},
+        serving=serving_out(ctx),
+    )
+
+
+def serving_out(ctx: ServerContext) -> ServingSetupOut:
+    setup = ctx.serving_setup
+    return ServingSetupOut(
+        name=setup.name,
+        router=setup.router,
+        autoscaler=setup.autoscaler or "none",
+        admission=setup.admission,
+        engine_priority=setup.engine_priority,
+        late_binding=setup.late_binding,
+        tick_s=setup.tick_s,
+        max_hold_s=setup.max_hold_s,
+        knobs=list(ctx.serving_knobs),
+        knob_names={name: summary for name, (summary, _) in SETUP_KNOBS.items()},
+        setups=list(SETUP_NAMES),
     )
 
 

@@ -31,7 +31,8 @@ def router(ctx: ServerContext) -> APIRouter:
         base = str(request.base_url)
         tiers, health = ctx.model_tiers, ctx.model_health
         ready = ctx.replica_ready
-        return [model_out(r, replicas[r.id], base, tiers.get(r.id), health.get(r.id), ready) for r in rows]
+        setup = ctx.serving_setup
+        return [model_out(r, replicas[r.id], base, tiers.get(r.id), health.get(r.id), ready, setup) for r in rows]
 
     def visible(name: str, caller: Principal) -> ServedModelRow:
         row = served.model(ctx.store, name)

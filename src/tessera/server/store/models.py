@@ -140,8 +140,10 @@ class ServedModelRow(Base):
     max_replicas: Mapped[int] = mapped_column(Integer, default=1)
     idle_timeout_s: Mapped[float] = mapped_column(Float, default=30.0)
     slo: Mapped[str] = mapped_column(String(20), default="standard")
-    # How the gateway picks a replica for each request (serving.policies.router; revision 0007).
-    router: Mapped[str] = mapped_column(String(30), default="least-load", server_default="least-load")
+    # How the gateway picks a replica for each request (serving.policies.router; revision 0007) and how its replicas
+    # are scaled (serving.setups.AUTOSCALER_NAMES or "none"; revision 0008); None: the server's serving setup's.
+    router: Mapped[str | None] = mapped_column(String(30), nullable=True, default=None)
+    autoscaler: Mapped[str | None] = mapped_column(String(20), nullable=True, default=None)
     desired_replicas: Mapped[int] = mapped_column(Integer, default=1)  # the controller's last decision
     deleting: Mapped[bool] = mapped_column(Boolean, default=False)  # replicas are being stopped, then the row goes
     created_at: Mapped[float] = mapped_column(Float)

@@ -1,9 +1,9 @@
 """Reading an engine's Prometheus ``/metrics`` text into ``EngineStats``.
 
 The names are vLLM's (the sim exports the same), with SGLang's equivalents and vLLM's older cache gauge as
-aliases; the KV cache's size in tokens from vLLM's ``cache_config_info`` labels. Series of one name with several label sets (one per model name, say) are summed; the cache usage, a
-fraction, is averaged. Unknown names and malformed lines are skipped: an engine upgrade that adds metrics must
-not blind the router.
+aliases; the KV cache's size in tokens comes from the labels of vLLM's ``cache_config_info``. Series of one name
+with several label sets (one per model name, say) are summed; the cache usage, a fraction, is averaged. Unknown
+names and malformed lines are skipped: an engine upgrade that adds metrics must not blind the router.
 """
 
 from __future__ import annotations

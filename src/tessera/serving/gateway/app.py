@@ -25,6 +25,7 @@ import contextlib
 import gc
 import itertools
 import json
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,15 +41,18 @@ from tessera.serving.engines.openai_wire import (
 )
 from tessera.serving.gateway.auth import Authenticator, OpenAccess, visible
 from tessera.serving.gateway.binding import Binder, Refusal, not_found, unreachable
-from tessera.serving.gateway.forward import DisconnectWatch, Message, Receive, Scope, Send, forward, send_json
+from tessera.serving.gateway.forward import DisconnectWatch, Receive, Scope, Send, forward, send_json
 from tessera.serving.gateway.hold import HoldArea
-from tessera.serving.gateway.metrics import GatewayMetrics
+from tessera.serving.gateway.metrics import AnswerWatch, GatewayMetrics
 from tessera.serving.gateway.registry import ModelRoute, ReplicaRegistry
 from tessera.serving.gateway.replicas import LiveReplicas, ReplicaLoad, prefix_hashes
 from tessera.serving.gateway.upstream import RawUpstream, Upstream
+from tessera.serving.policies.admission import AdmissionConfig, AdmissionSignals, Shed, admit
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass
+from tessera.serving.policies.slo_feedback import RecentLatency, updated_footprint
 
 SLO_HEADER = b"x-tessera-slo"
+ADMISSION = AdmissionConfig()  # the twin's
 SESSION_HEADER = b"x-session-id"
 _ROUTES: dict[str, type[OpenAIRequest]] = {
     "/v1/chat/completions": ChatRequest,
@@ -114,6 +118,8 @@ class Gateway:
         self._scraper: asyncio.Task[None] | None = None
         self._urls: dict[str, set[str]] = {}  # each model's replicas' addresses, to drop the connections of gone ones
         self._ids = itertools.count()
+        self.latency = RecentLatency()  # the autoscaler's SLO feedback (streamed answers; ``policies.slo_feedback``)
+        self.footprints: dict[str, float] = {}  # each model's mean KV footprint (``updated_footprint``)
         registry.subscribe(self._on_change)
 
     # ------------------------------------------------------------------------------------------------ lifecycle
@@ -284,6 +290,13 @@ class Gateway:
     ) -> None:  # fmt: skip
         loop = asyncio.get_running_loop()
         binder = self.binder
+        predicted = self.config.predicted_output_tokens  # as the twin, whatever max_tokens says
+        self.footprints[route.name] = updated_footprint(
+            self.footprints.get(route.name), request.prompt_tokens, predicted
+        )
+        if route.admission and request.slo is SloClass.BATCH and (shed := self._shed(request)) is not None:
+            await self._refuse(request, shed, send)
+            return
         avoid: frozenset[int] = frozenset()  # replicas found gone for this request
         expires_s = request.arrival_s + self.config.max_hold_s
         while True:
@@ -298,6 +311,17 @@ class Gateway:
             if loop.time() >= expires_s:
                 await self._refuse(request, unreachable(request.model, len(avoid), "before its deadline"), send)
                 return
+
+    def _shed(self, request: InferenceRequest) -> Refusal | None:
+        """Admission (``policies.admission``, as the twin's): a batch request is refused (429) when its model is
+        overloaded: too many requests wait per ready replica, held here or queued in the engines."""
+        loads = self.replicas.loads(request.model)
+        queued = self.hold.held(request.model) + sum(load.scraped.waiting for load in loads)
+        verdict = admit(request, AdmissionSignals(len(loads), queued, 0.0), ADMISSION)
+        if not isinstance(verdict, Shed):
+            return None
+        retry = [(b"retry-after", str(self.config.retry_after_s).encode())]
+        return Refusal(429, error_body(verdict.reason, "rate_limit_error", "shed"), retry)
 
     async def _refuse(self, request: InferenceRequest, refusal: Refusal, send: Send) -> None:
         await send_json(send, refusal.status, refusal.body, refusal.headers)
@@ -314,7 +338,7 @@ class Gateway:
         loop = asyncio.get_running_loop()
         metrics = self.metrics
         if metrics is not None:
-            sent_s, answer = loop.time(), _AnswerWatch(send, loop)
+            sent_s, answer = loop.time(), AnswerWatch(send, loop)
             send = answer.send
         reached = True  # an attempt that reached no replica is not an answer: the request is bound again
         try:
@@ -323,30 +347,16 @@ class Gateway:
         finally:
             self.binder.unreserve(load, request)
             if metrics is not None and reached:
+                end_s = loop.time()
                 metrics.answered(
                     request.model, request.slo.name.lower(), answer.status, request.arrival_s, sent_s, answer.first_s,
-                    loop.time(), answer.chunks,
+                    end_s, answer.chunks,
                 )  # fmt: skip
-
-
-class _AnswerWatch:
-    """Passes an answer on to the client, noting its status, when its first bytes went and how many chunks."""
-
-    __slots__ = ("_send", "_loop", "status", "first_s", "chunks")
-
-    def __init__(self, send: Send, loop: asyncio.AbstractEventLoop) -> None:
-        self._send, self._loop = send, loop
-        self.status, self.chunks = 0, 0
-        self.first_s: float | None = None
-
-    async def send(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self.status = message["status"]
-        elif message.get("body"):
-            self.chunks += 1
-            if self.first_s is None:
-                self.first_s = self._loop.time()
-        await self._send(message)
+                if stream and answer.status == 200 and answer.first_s is not None:  # a plain answer has no TTFT
+                    tpot = (end_s - answer.first_s) / (answer.chunks - 1) if answer.chunks > 1 else None
+                    self.latency.served(
+                        request.model, time.time(), request.slo, answer.first_s - request.arrival_s, tpot
+                    )
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:

@@ -143,7 +143,7 @@ class Binder:
             load = self._pick(held.request, route, now, held.avoid)
             if load is None:
                 skipped.append(held)
-                if not held.avoid or not self.replicas.any_takes(model, now, cap):
+                if not held.avoid or not self.replicas.any_takes(model, now, cap, need_tokens(route, held.request)):
                     break
                 continue  # only the replicas it found gone take requests: a less urgent one may go
             self.reserve(load, held.request)
@@ -165,12 +165,18 @@ class Binder:
     def _pick(
         self, request: InferenceRequest, route: ModelRoute, now_s: float, avoid: frozenset[int]
     ) -> ReplicaLoad | None:
+        need = need_tokens(route, request)
         if self.metrics is None:
-            return self.replicas.pick(request, route.router, now_s, self.cap(route), avoid)
+            return self.replicas.pick(request, route.router, now_s, self.cap(route), avoid, need)
         picked_at = time.perf_counter()
-        load = self.replicas.pick(request, route.router, now_s, self.cap(route), avoid)
+        load = self.replicas.pick(request, route.router, now_s, self.cap(route), avoid, need)
         self.metrics.decision.observe(time.perf_counter() - picked_at)
         return load
+
+
+def need_tokens(route: ModelRoute, request: InferenceRequest) -> int:
+    """The KV cache ``request`` needs of a replica that takes it under the route's late binding (0: not asked)."""
+    return request.prompt_tokens + request.output_tokens if route.kv_room else 0
 
 
 def not_found(model: str) -> Refusal:

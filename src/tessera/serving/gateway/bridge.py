@@ -30,6 +30,7 @@ from tessera.serving.gateway.replica_probe import prove_replica
 from tessera.serving.policies.requests import SloClass
 from tessera.serving.replica_health import ModelHealth
 from tessera.serving.replicas import DeployedModel
+from tessera.serving.setups import DEFAULT_SETUP, PolicySetup, serving_setup
 
 log = logging.getLogger(__name__)
 
@@ -68,19 +69,25 @@ class LiveRegistry(InMemoryRegistry):
         return found
 
 
-def route_of(model: DeployedModel, health: ModelHealth | None = None, now_s: float = 0.0) -> ModelRoute:
-    """The gateway's route of ``model``: failing (answered 503 at once) while its replicas keep failing. A replica
-    takes as many requests at once as the autoscaler aims at per replica of its engine (``DEFAULT_TARGETS``); more
-    wait at the gateway for room, or for the replicas the autoscaler starts meanwhile."""
+def route_of(
+    model: DeployedModel, setup: PolicySetup, health: ModelHealth | None = None, now_s: float = 0.0
+) -> ModelRoute:
+    """The gateway's route of ``model`` under the serving ``setup``: its router (its own, else the setup's);
+    failing (answered 503 at once) while its replicas keep failing; admission as the setup says. With the setup's
+    late binding a replica takes a request while its KV cache has room for it, and at most as many at once as the
+    autoscaler aims at per replica of its engine (``DEFAULT_TARGETS``); more wait at the gateway for room, or for
+    the replicas the autoscaler starts meanwhile. Without it, requests wait only while no replica is ready."""
     failing = health.last_error or "no replica is ready" if health is not None and health.failing else ""
     retry_after_s = 0
     if failing and health is not None and health.retry_at_s is not None:
         retry_after_s = max(1, math.ceil(health.retry_at_s - now_s))
     slo = SloClass.parse(model.slo)
-    concurrency = math.ceil(DEFAULT_TARGETS.get(model.engine, 0.0))
+    concurrency = math.ceil(DEFAULT_TARGETS.get(model.engine, 0.0)) if setup.late_binding else 0
+    router = model.router or setup.router
     return ModelRoute(
-        model.name, model.tenant, slo, model.router, int(model.created_s), failing, retry_after_s, concurrency
-    )
+        model.name, model.tenant, slo, router, int(model.created_s), failing, retry_after_s, concurrency,
+        kv_room=setup.late_binding, admission=setup.admission,
+    )  # fmt: skip
 
 
 class GatewayBridge:
@@ -94,7 +101,9 @@ class GatewayBridge:
         wake: threading.Event,
         owns: Callable[[int, int], bool],
         health: Callable[[int], ModelHealth | None] = lambda model_id: None,
+        setup: PolicySetup | None = None,
     ) -> None:
+        self.setup = setup or serving_setup(DEFAULT_SETUP)
         self.registry = registry
         self.gateway = gateway
         self.wake = wake  # set when a request waits for a model with no replica
@@ -111,12 +120,19 @@ class GatewayBridge:
     # ------------------------------------------------------------------------------------ the demand source
     def take_demand(self, model_key: str) -> Demand:
         name = model_key.partition("/")[2] or model_key
-        in_flight = sum(load.inflight for load in self.gateway.replicas.loads(name))
+        loads = self.gateway.replicas.loads(name)
+        in_flight = sum(load.inflight for load in loads)
         held = self.gateway.hold.held(name)
         now = time.time()
         if in_flight or held:
             self._last_busy[name] = now
-        return Demand(in_flight=in_flight, held=held, last_request_s=self._last_busy.get(name))
+        ttft, tpot = self.gateway.latency.recent(name, now)
+        capacities = [load.scraped.kv_capacity_tokens for load in loads if load.scraped.kv_capacity_tokens > 0]
+        return Demand(
+            in_flight=in_flight, held=held, last_request_s=self._last_busy.get(name),
+            queued=sum(load.scraped.waiting for load in loads), ttft_recent_s=ttft, tpot_recent_s=tpot,
+            tokens_per_sequence=self.gateway.footprints.get(name), kv_tokens_per_replica=min(capacities, default=0),
+        )  # fmt: skip
 
     def ready(self, workload_id: int, attempt: int) -> bool:
         """Whether that replica was proven and registered (the controller's ``readiness``)."""
@@ -133,7 +149,7 @@ class GatewayBridge:
         for m in models:
             if m.deleting:
                 continue
-            routes.append(route_of(m, self.health(m.id), now_s))
+            routes.append(route_of(m, self.setup, self.health(m.id), now_s))
             wanted[m.name] = {
                 (r.workload_id, r.attempt): r.address
                 for r in replicas.get(m.id, [])

@@ -12,12 +12,17 @@ metrics (``tessera up``: its ``/metrics``, where the ``served_model`` label is f
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 _TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2)
 _DECISION_BUCKETS = (1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3)
 LABELS = ("served_model", "slo")
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]  # an ASGI send
 
 
 class GatewayMetrics:
@@ -83,3 +88,23 @@ class GatewayMetrics:
             ttft.observe(first_s - arrival_s)
             if chunks > 1:
                 tpot.observe((end_s - first_s) / (chunks - 1))
+
+
+class AnswerWatch:
+    """Passes an answer on to the client, noting its status, when its first bytes went and how many chunks."""
+
+    __slots__ = ("_send", "_loop", "status", "first_s", "chunks")
+
+    def __init__(self, send: Send, loop: asyncio.AbstractEventLoop) -> None:
+        self._send, self._loop = send, loop
+        self.status, self.chunks = 0, 0
+        self.first_s: float | None = None
+
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        elif message.get("body"):
+            self.chunks += 1
+            if self.first_s is None:
+                self.first_s = self._loop.time()
+        await self._send(message)

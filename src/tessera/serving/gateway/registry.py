@@ -31,6 +31,10 @@ class ModelRoute:
     # Requests in flight per replica before more wait at the gateway for room (late binding, ``binding``);
     # 0: the gateway's default (``GatewayConfig.replica_concurrency``, itself 0: no cap).
     replica_concurrency: int = 0
+    # Late binding as the twin's (``setups.PolicySetup.late_binding``): a replica that serves some request takes
+    # another only while its KV cache (as its engine exports it) has room for it beside what is in flight there.
+    kv_room: bool = False
+    admission: bool = False  # batch requests are shed under overload (``policies.admission``)
 
 
 @dataclass(frozen=True, slots=True)

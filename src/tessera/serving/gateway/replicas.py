@@ -32,6 +32,7 @@ from tessera.serving.policies.router import ReplicaView, Router, RouterState, ma
 
 log = logging.getLogger(__name__)
 
+ROOM_KV_FREE = 0.05  # late binding leaves this share of a replica's KV cache free (as the twin's)
 PREFIX_BLOCK_CHARS = 64  # ~16 tokens, the engines' KV block
 MAX_PREFIX_BLOCKS = 64
 
@@ -47,12 +48,25 @@ class ReplicaLoad:
     unreachable_until_s: float = 0.0  # loop time before which it gets no request (a connection to it failed)
     scrape_failures: int = 0  # in a row
 
-    def takes(self, now_s: float, cap: int = 0) -> bool:
-        """Whether it may be sent a request now: awake, not left alone after a failed connection, and (``cap`` > 0)
-        fewer than ``cap`` of this gateway's requests in flight there."""
-        return not self.scraped.sleeping and now_s >= self.unreachable_until_s and (cap <= 0 or self.inflight < cap)
+    def takes(self, now_s: float, cap: int = 0, need_tokens: int = 0) -> bool:
+        """Whether it may be sent a request now: awake, not left alone after a failed connection, (``cap`` > 0)
+        fewer than ``cap`` of this gateway's requests in flight there, and (``need_tokens`` > 0) room in its KV
+        cache (``has_room``)."""
+        if self.scraped.sleeping or now_s < self.unreachable_until_s or (cap > 0 and self.inflight >= cap):
+            return False
+        return need_tokens <= 0 or self.has_room(need_tokens)
 
-    def view(self, now_s: float = 0.0, cap: int = 0) -> ReplicaView:
+    def has_room(self, need_tokens: int) -> bool:
+        """The twin's late-binding rule (``sim.serving.fleet.has_room``) on what the gateway knows: idle, or its KV
+        cache (the engine's exported size) holds ``need_tokens`` more beside the prompt and output tokens of the
+        requests in flight there, with ``ROOM_KV_FREE`` of it to spare. An engine that exports no size: room."""
+        capacity = self.scraped.kv_capacity_tokens
+        if capacity <= 0 or self.inflight == 0:
+            return True
+        free = capacity - self.inflight_tokens
+        return free >= need_tokens and free >= ROOM_KV_FREE * capacity
+
+    def view(self, now_s: float = 0.0, cap: int = 0, need_tokens: int = 0) -> ReplicaView:
         """Its own requests counted now, others' as of the last scrape: the engine's requests then, less this
         gateway's then (taking the scraped counts alone would herd every request onto the replica that looked
         idlest until the next scrape). Accepting as ``takes`` says."""
@@ -64,7 +78,7 @@ class ReplicaLoad:
             running=max(0, self.inflight + others - stats.waiting),
             predicted_tokens=self.inflight_tokens,
             kv_free_frac=1.0 - stats.kv_cache_usage,
-            accepting=self.takes(now_s, cap),
+            accepting=self.takes(now_s, cap, need_tokens),
             prefill_tokens=self.inflight_prompt_tokens,
         )
 
@@ -122,10 +136,10 @@ class LiveReplicas:
 
     def pick(
         self, request: InferenceRequest, router_name: str, now_s: float, cap: int = 0,
-        avoid: frozenset[int] = frozenset(),
+        avoid: frozenset[int] = frozenset(), need_tokens: int = 0,
     ) -> ReplicaLoad | None:  # fmt: skip
         """The replica the model's router chooses among those that take a request now (``ReplicaLoad.takes`` with
-        ``cap``) and are not in ``avoid`` (replica ids), or None when there is none."""
+        ``cap`` and ``need_tokens``) and are not in ``avoid`` (replica ids), or None when there is none."""
         loads = self.loads(request.model)
         if not loads:
             return None
@@ -133,7 +147,7 @@ class LiveReplicas:
         if routing is None or routing.router.name != router_name:
             router = make_router(router_name, max_prefix_entries=self.max_prefix_entries)
             routing = self._routing[request.model] = _ModelRouting(router, router.initial_state())
-        views = [load.view(now_s, cap) for load in loads]
+        views = [load.view(now_s, cap, need_tokens) for load in loads]
         if avoid:
             views = [replace(v, accepting=False) if v.replica in avoid else v for v in views]
         decision, _ = routing.router.route(request, views, routing.state, now_s, self._rng)
@@ -144,9 +158,9 @@ class LiveReplicas:
                 return load
         return None
 
-    def any_takes(self, model: str, now_s: float, cap: int = 0) -> bool:
+    def any_takes(self, model: str, now_s: float, cap: int = 0, need_tokens: int = 0) -> bool:
         """Whether some ready replica of ``model`` takes a request now (``ReplicaLoad.takes``)."""
-        return any(load.takes(now_s, cap) for load in self.loads(model))
+        return any(load.takes(now_s, cap, need_tokens) for load in self.loads(model))
 
     def prefix_entries(self) -> int:
         """Entries in the prefix indexes of all models (each capped at ``max_prefix_entries``)."""

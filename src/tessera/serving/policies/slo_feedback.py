@@ -66,3 +66,14 @@ class RecentLatency:
 
 def _p90(ordered: list[float]) -> float:
     return ordered[min((len(ordered) * 9) // 10, len(ordered) - 1)]
+
+
+FOOTPRINT_ALPHA = 0.01  # the weight of one arrival in a model's mean footprint
+
+
+def updated_footprint(mean: float | None, prompt_tokens: int, predicted_output_tokens: int) -> float:
+    """A model's mean KV footprint per sequence (prompt + half a predicted answer), averaged over about its last
+    hundred arrivals, after one more arrival: what the autoscaler's per-replica target divides a replica's KV cache
+    by (``sizing.concurrency_target``), in the twin and live alike."""
+    footprint = prompt_tokens + predicted_output_tokens / 2
+    return footprint if mean is None else mean + FOOTPRINT_ALPHA * (footprint - mean)

@@ -8,12 +8,12 @@ from tessera.serving.models import ModelSpec
 from tessera.serving.policies.admission import RequestHeap
 from tessera.serving.policies.engine_parts import IterationTimes
 from tessera.serving.policies.router import RouterState, make_router
+from tessera.serving.policies.slo_feedback import updated_footprint
 from tessera.serving.setups import ReplicaSizing
+from tessera.serving.sizing import ReplicaShape, concurrency_target
 from tessera.sim.serving.fleet import Replica, ReplicaState
 from tessera.sim.serving.interference import StepDemand
-from tessera.sim.serving.sizing import ReplicaShape, concurrency_target
 
-FOOTPRINT_ALPHA = 0.01  # the weight of one arrival in the footprint average
 BUSY_GROW = 0.9  # replicas busy this share of the time (with a fair load) get a GPU of their own...
 BUSY_SHRINK = 0.6  # ...until they are busy less than this
 
@@ -50,11 +50,7 @@ class ModelRuntime:
     def observe(self, prompt_tokens: int, predicted_output_tokens: int) -> None:
         """Learn the KV footprint of the model's requests (prompt + half a predicted answer), averaged over about
         the last hundred arrivals: replica targets follow what this model's traffic actually holds."""
-        footprint = prompt_tokens + predicted_output_tokens / 2
-        if self.tokens_per_sequence is None:
-            self.tokens_per_sequence = footprint
-        else:
-            self.tokens_per_sequence += FOOTPRINT_ALPHA * (footprint - self.tokens_per_sequence)
+        self.tokens_per_sequence = updated_footprint(self.tokens_per_sequence, prompt_tokens, predicted_output_tokens)
 
     @property
     def shape(self) -> ReplicaShape:

@@ -23,9 +23,9 @@ from tessera.serving.policies.autoscaler import (
 from tessera.serving.policies.model_cache import Tier, ready_time_s
 from tessera.serving.policies.requests import SloClass, SloTarget
 from tessera.serving.setups import PolicySetup
+from tessera.serving.sizing import concurrency_target
 from tessera.sim.serving.fleet import Replica, ReplicaState
 from tessera.sim.serving.runtime import ModelRuntime
-from tessera.sim.serving.sizing import concurrency_target
 
 
 def autoscaler_config(setup: PolicySetup, targets: dict[SloClass, SloTarget]) -> AutoscalerConfig:

@@ -23,10 +23,10 @@ from collections.abc import Callable
 
 from tessera.core.cluster import NodeSpec
 from tessera.serving.setups import PolicySetup, serving_setup
+from tessera.serving.sizing import replica_shapes
 from tessera.sim.serving.config import GpuCluster, StudyConfig, parse_gpu_cluster
 from tessera.sim.serving.perf_choice import make_perf_factory
 from tessera.sim.serving.result import PolicyRun
-from tessera.sim.serving.sizing import replica_shapes
 from tessera.sim.serving.twin import PerfFactory, ProvisioningError, Twin, TwinInputs
 from tessera.sim.serving.workload import Workload, assign_models, build_workload
 

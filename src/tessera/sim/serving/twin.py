@@ -45,13 +45,13 @@ from tessera.serving.policies.model_cache import (
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass, SloTarget
 from tessera.serving.policies.router import ReplicaView
 from tessera.serving.setups import PolicySetup
+from tessera.serving.sizing import concurrency_target, replica_shapes
 from tessera.sim.serving.fleet import Fleet, Replica, ReplicaState, has_room
 from tessera.sim.serving.interference import step_demand
 from tessera.sim.serving.outcomes import Outcomes
 from tessera.sim.serving.result import PolicyRun
 from tessera.sim.serving.runtime import ModelRuntime
 from tessera.sim.serving.scaling import Scaler
-from tessera.sim.serving.sizing import concurrency_target, replica_shapes
 
 PerfFactory = Callable[[ModelSpec, str, int], IterationTimes]
 _ENGINE, _READY, _TICK = 0, 1, 2

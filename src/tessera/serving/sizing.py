@@ -73,8 +73,14 @@ def replica_shape(spec: ModelSpec, gpu_model: str, sizing: ReplicaSizing) -> Rep
 def concurrency_target(shape: ReplicaShape, sizing: ReplicaSizing, tokens_per_sequence: float | None = None) -> float:
     """Sequences one replica can hold in its KV cache at the mean footprint (``tokens_per_sequence``, by default the
     sizing's): the autoscaler's per-replica target."""
+    return sequences_held(shape.kv_blocks * BLOCK_TOKENS, sizing, tokens_per_sequence)
+
+
+def sequences_held(kv_tokens: int, sizing: ReplicaSizing, tokens_per_sequence: float | None = None) -> float:
+    """Sequences a KV cache of ``kv_tokens`` holds at the mean footprint (at least two); the live controller's
+    per-replica target, from the KV cache size its replicas' engines export."""
     per_sequence = tokens_per_sequence if tokens_per_sequence is not None else sizing.tokens_per_sequence
-    return max(2.0, shape.kv_blocks * BLOCK_TOKENS / max(per_sequence, 1.0))
+    return max(2.0, kv_tokens / max(per_sequence, 1.0))
 
 
 def replica_shapes(spec: ModelSpec, gpu_model: str, sizing: ReplicaSizing) -> tuple[ReplicaShape, ...]:
