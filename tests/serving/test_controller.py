@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from tessera.serving.controller import Controller, Demand, ReplicaView
+from tessera.serving.controller import DEFAULT_TARGETS, Controller, Demand, ReplicaView
+from tessera.serving.policies.autoscaler import knative_defaults
 from tessera.serving.replica_health import BACKOFF_CAP_S, ModelHealth, ReplicaEnd
 from tessera.serving.replicas import DeployedModel, replica_command
+from tessera.serving.setups import serving_setup
 
 MODEL = DeployedModel(
     id=1, name="chat", tenant="t", queue="t", engine="sim", weights="", gpus=1, gpu_milli=250, gpu_mem_mib=0,
@@ -188,3 +190,56 @@ def test_a_replica_that_cannot_even_be_submitted_is_a_failure_too() -> None:
         c.tick(float(t))
     assert plane.health[1].failing and "cannot start a replica: the store is down" in plane.health[1].last_error
     assert plane.health[1].failures < 10  # backing off, not one try per tick
+
+
+def test_the_autoscaler_is_the_models_own_else_the_setups_and_none_keeps_a_fixed_number() -> None:
+    fixed = replace(MODEL, id=2, name="fixed", min_replicas=2, autoscaler="none")
+    plane, traffic = Plane(MODEL, fixed), Traffic()
+    c = Controller(plane, traffic, setup=serving_setup("static"))  # static: no autoscaler for anyone
+    for t in range(5):
+        traffic.demand["t/chat"] = traffic.demand["t/fixed"] = Demand(in_flight=500, last_request_s=float(t))
+        c.tick(float(t))
+        plane.run_all()
+    assert (plane.desired[1], plane.desired[2]) == (1, 2)  # fixed: min_replicas (at least one), whatever the load
+    knative = replace(MODEL, autoscaler="knative")
+    assert c.config(knative, "knative").target_concurrency == knative_defaults().target_concurrency
+    assert c.config(knative, "knative").scale_to_zero_grace_s == knative.idle_timeout_s  # the model's own
+
+
+def test_tessera_aims_at_the_sequences_a_replicas_kv_cache_holds_as_the_twin_does() -> None:
+    """The twin's target: a replica's KV tokens over the model's mean footprint (``concurrency_target``); without a
+    KV size from the engines, the engine's default target."""
+    c = make(Plane(MODEL))
+    sizing = serving_setup("tessera").sizing
+    held = Demand(kv_tokens_per_replica=24_576, tokens_per_sequence=800.0)
+    assert c.config(MODEL, "tessera", held).target_concurrency == round(24_576 / 800)
+    assert c.config(MODEL, "tessera", Demand(kv_tokens_per_replica=24_576)).target_concurrency == round(
+        24_576 / sizing.tokens_per_sequence
+    )
+    assert c.config(MODEL, "tessera", Demand()).target_concurrency == DEFAULT_TARGETS["sim"]
+    config = c.config(MODEL, "tessera", held)
+    assert (config.ttft_target_s, config.tpot_target_s) == (2.0, 0.2)  # the interactive class's, as the twin
+
+
+def test_slow_first_tokens_add_a_replica_and_a_slow_start_keeps_the_model_off_zero() -> None:
+    model = replace(MODEL, min_replicas=0, max_replicas=4, idle_timeout_s=5.0, slo="interactive")
+    plane, traffic = Plane(model), Traffic()
+    c = Controller(plane, traffic, readiness=lambda workload_id, attempt: True)
+    traffic.demand["t/chat"] = Demand(in_flight=1, last_request_s=0.0)
+    c.tick(0.0)  # scale from zero: one replica asked for at t=0
+    plane.run_all()
+    c.tick(3.0)  # it serves 3 s later: longer than half the interactive TTFT target
+    traffic.demand["t/chat"] = Demand(in_flight=2, queued=1, last_request_s=3.0, ttft_recent_s=1.9)
+    c.tick(4.0)
+    assert plane.desired[1] == 2  # SLO feedback: one more than the load alone asks
+    traffic.demand["t/chat"] = Demand(last_request_s=4.0)
+    plane.run_all()
+    c.tick(7.0)  # the second replica too serves 3 s after it was asked for
+    for t in range(8, 200):
+        c.tick(float(t))
+    assert plane.desired[1] >= 1  # a replica takes 3 s to serve: zero would miss the 2 s TTFT target
+    quick = Controller(Plane(replace(model, slo="standard")), Traffic(), readiness=lambda w, a: True)
+    quick.plane.reps[1] = [ReplicaView(7, True, "unix:/r/7")]  # type: ignore[attr-defined]
+    for t in range(0, 200):
+        quick.tick(float(t))
+    assert quick.plane.desired[1] == 0  # type: ignore[attr-defined]  # no start measured: it may go to zero

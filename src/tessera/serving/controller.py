@@ -222,17 +222,11 @@ class Controller:
             tpot_recent_s=demand.tpot_recent_s,
             idle_s=idle_s,
             # as the twin judges it, on the start last measured (none yet: it may)
-            zero_ok=start_s is None or start_s <= self.zero_budget_s,
+            zero_ok=start_s is None or start_s <= zero_budget_s(model),
         )
         state = self._states.setdefault(model.id, AutoscalerState())
         decision, self._states[model.id] = decide(signals, state, self.config(model, name, demand))
         return decision.desired
-
-    @property
-    def zero_budget_s(self) -> float:
-        """A model may scale to zero only when a replica comes back within half the interactive TTFT target (the
-        other half is left for queueing and prefill), as in the twin."""
-        return DEFAULT_SLO_TARGETS[SloClass.INTERACTIVE].ttft_s / 2
 
     def config(self, model: DeployedModel, name: str = "tessera", demand: Demand | None = None) -> AutoscalerConfig:
         """The autoscaler ``name``'s configuration (``serving.setups``; as ``sim.serving.scaling.autoscaler_config``)
@@ -257,3 +251,9 @@ class Controller:
             max_replicas=max(model.max_replicas, model.min_replicas, 1),
             metrics_interval_s=self.tick_s,
         )
+
+
+def zero_budget_s(model: DeployedModel) -> float:
+    """A model may scale to zero only when a replica comes back within half its class's TTFT target (the other half
+    is left for queueing and prefill), as in the twin (whose requests are judged on the interactive class's)."""
+    return DEFAULT_SLO_TARGETS[SloClass.parse(model.slo)].ttft_s / 2
