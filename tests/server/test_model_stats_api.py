@@ -81,3 +81,17 @@ def test_a_server_without_a_gateway_has_no_request_window_and_no_replica_history
     deploy(h, name="chat", engine="sim", gpu_fraction=0.25)
     out = stats(h, "chat")
     assert out["window"] is None and out["replicas"] == [] and out["targets"] == {"ttft_s": 10.0, "tpot_s": 0.5}
+
+
+def test_the_replicas_gauge_counts_the_ready_ones_apart_from_the_running(make_harness: MakeHarness) -> None:
+    h = make_harness("1xA100-80GB")
+    deploy(h, name="chat", engine="sim", gpu_fraction=0.25, min_replicas=2, max_replicas=2)
+    controller, _ = serve(h)
+    controller.tick(h.clock())
+    h.step()
+    first = min(w["id"] for w in h.http.get("/v1/workloads", headers=h.as_(ADMIN)).json())
+    h.server.ctx.metrics.states.replica_ready = lambda workload_id, attempt: workload_id == first  # one proven
+    scrape = h.http.get("/metrics", headers=h.as_(ADMIN)).text
+    assert 'tessera_model_replicas{kind="running",served_model="chat"} 2.0' in scrape
+    assert 'tessera_model_replicas{kind="ready",served_model="chat"} 1.0' in scrape
+    assert 'tessera_model_replicas{kind="desired",served_model="chat"} 2.0' in scrape

@@ -149,8 +149,9 @@ class _StateCollector(Collector):
         the controller's target; its lifecycle state (1 for the state it is in, 0 for the others); and how often its
         replicas were evicted."""
         family = GaugeMetricFamily(
-            "tessera_model_replicas", "Replicas of a served model: running, ready, desired", labels=["served_model", "kind"]
-        )
+            "tessera_model_replicas", "Replicas of a served model: running, ready, desired",
+            labels=["served_model", "kind"],
+        )  # fmt: skip
         state = GaugeMetricFamily(
             "tessera_model_state", "1 for the lifecycle state a served model is in", labels=["served_model", "state"]
         )
