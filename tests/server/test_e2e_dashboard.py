@@ -325,6 +325,12 @@ def test_the_models_view_shows_each_models_requests_against_its_slo_and_its_repl
         stats = admin.model_stats("chat")
     assert stats["window"]["requests"] - (before["window"] or {"requests": 0})["requests"] == 6
     assert stats["window"]["tpot_p50_s"] is not None and stats["targets"] == {"ttft_s": 10.0, "tpot_s": 0.5}
+    env = {**os.environ, "TESSERA_URL": cluster.server.url, "TESSERA_TOKEN": ADMIN}
+    printed = subprocess.run(
+        [sys.executable, "-m", "tessera.cli", "models", "stats", "chat"], capture_output=True, text=True, env=env,
+        timeout=60,
+    )  # fmt: skip
+    assert printed.returncode == 0 and "req/s" in printed.stdout and "1 ready" in printed.stdout, printed
     page = sign_in(browsing, cluster, hash_="#/models")
     row = page.locator('tr[data-model-stats="chat"]')
     expect(row).to_have_attribute("data-ready", "1")

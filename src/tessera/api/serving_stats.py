@@ -13,7 +13,7 @@ class SloTargetOut(BaseModel):
 
 
 class RequestWindowOut(BaseModel):
-    """The gateway's answers for the model over the last ``window_s`` (docs/serving.md, "Watching a model")."""
+    """The gateway's answers for the model over the last ``window_s`` (docs/dashboard.md, "How each model serves")."""
 
     window_s: float = Field(description="how far back the figures look")
     span_s: float = Field(description="the time the counts cover (less than window_s on a server younger than it)")
