@@ -157,10 +157,6 @@ class ModelWindow:
         series = self._series[model] = _Series(self._buckets, self.config.max_samples)
         return series
 
-    def forget(self, model: str) -> None:
-        with self._lock:
-            self._series.pop(model, None)
-
     def summary(self, model: str) -> WindowSummary:
         """``model``'s figures over the window, now (all zero and None for a model with no answer in it)."""
         config, now = self.config, self.clock()
