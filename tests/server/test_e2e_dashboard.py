@@ -22,9 +22,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import openai
 import pytest
 from live_server import ADMIN, LiveServer, free_port, wait_for
 from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
@@ -304,6 +306,45 @@ def test_the_models_and_queues_views(browsing: Browsing, cluster: Cluster) -> No
         b.submit({"name": "nudge", "command": ["true"]})  # an event: the view is fetched again, a point appended
     wait_for(lambda: int(spark.get_attribute("data-points") or 0) > drawn, timeout_s=10)
     written(browsing.shot("queues"))
+
+
+def test_the_models_view_shows_each_models_requests_against_its_slo_and_its_replicas_over_time(
+    browsing: Browsing, cluster: Cluster
+) -> None:
+    """Requests sent through the gateway (/openai) to the sim model show in the models view: a rate above zero, the
+    TTFT and TPOT percentiles next to the SLO class's targets, the replica count and its line over time, the setup."""
+    with cluster.server.client() as admin:
+        before = admin.model_stats("chat")
+    ai = openai.OpenAI(base_url=f"{cluster.server.url}/openai/v1", api_key=ADMIN, max_retries=0, timeout=60)
+    messages: Any = [{"role": "user", "content": "how are the replicas doing?"}]
+    for _ in range(3):
+        stream = ai.chat.completions.create(model="chat", messages=messages, max_tokens=8, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert ai.chat.completions.create(model="chat", messages=messages, max_tokens=8).choices[0].message.content
+    with cluster.server.client() as admin:
+        stats = admin.model_stats("chat")
+    assert stats["window"]["requests"] - (before["window"] or {"requests": 0})["requests"] == 6
+    assert stats["window"]["tpot_p50_s"] is not None and stats["targets"] == {"ttft_s": 10.0, "tpot_s": 0.5}
+    env = {**os.environ, "TESSERA_URL": cluster.server.url, "TESSERA_TOKEN": ADMIN}
+    printed = subprocess.run(
+        [sys.executable, "-m", "tessera.cli", "models", "stats", "chat"], capture_output=True, text=True, env=env,
+        timeout=60,
+    )  # fmt: skip
+    assert printed.returncode == 0 and "req/s" in printed.stdout and "1 ready" in printed.stdout, printed
+    page = sign_in(browsing, cluster, hash_="#/models")
+    row = page.locator('tr[data-model-stats="chat"]')
+    expect(row).to_have_attribute("data-ready", "1")
+    assert float(row.get_attribute("data-rate") or 0) > 0
+    assert int(row.get_attribute("data-requests") or 0) >= 6
+    expect(row.locator("td.rate")).to_contain_text("req/s")
+    expect(row.locator("td.ttft")).to_contain_text("target 10 s")
+    expect(row.locator("td.tpot")).to_contain_text("target 500 ms")
+    expect(row.locator("td.replicas")).to_contain_text("1 ready / 1 desired")
+    expect(row.locator("td.setup")).to_contain_text("router least-load")
+    spark = row.locator("svg.spark")
+    assert int(spark.get_attribute("data-points") or 0) >= 1
+    assert spark.locator("polyline.used").get_attribute("points")
+    written(browsing.shot("models-serving"))
 
 
 def test_the_api_docs_load_offline_and_authorize_sends_the_token(browsing: Browsing, cluster: Cluster) -> None:

@@ -34,7 +34,7 @@ RUN_LOCAL = DEPLOY / "prometheus" / "run-local.sh"
 # Series Prometheus makes itself, not an exporter.
 PROMETHEUS_OWN = frozenset({"up"})
 # Grafana's variables, as a query sees them once Grafana has put their values in.
-GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$queue": ".*"}
+GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$queue": ".*", "$served_model": ".*"}
 
 needs_promtool = pytest.mark.skipif(
     shutil.which("promtool") is None, reason="promtool missing (Debian package prometheus; scripts/test-packages.sh)"
@@ -183,7 +183,8 @@ def test_the_local_prometheus_configuration_is_valid(tmp_path: Path) -> None:
 
 def _exported_by_a_server_with_nvml(tmp_path: Path) -> str:
     """The admin's /metrics of a server on a (fake) NVML GPU with a running workload whose process uses the GPU, a
-    failed workload, a preemption and a queue with a quota: every family has samples."""
+    failed workload, a preemption and a queue with a quota, and the gateway's series (as ``tessera up`` registers
+    them) after one answer: every family has samples."""
     from tessera.api import WorkloadSpec
     from tessera.backends.fake import FakeBackend, fake_pid
     from tessera.gpu.fakes import FakeGpu, FakeNvml
@@ -193,6 +194,7 @@ def _exported_by_a_server_with_nvml(tmp_path: Path) -> str:
     from tessera.server.store.store import Event
     from tessera.server.submit import Principal, workload_row
     from tessera.server.up import UpConfig, build_server
+    from tessera.serving.gateway.metrics import GatewayMetrics
 
     gpu = FakeGpu("NVIDIA A100-SXM4-80GB", 81920, "GPU-real-0", util_pct=40, power_mw=200_000)
     nvml = FakeNvml([gpu])
@@ -202,6 +204,9 @@ def _exported_by_a_server_with_nvml(tmp_path: Path) -> str:
     server = build_server(config, probe=NvmlProbe(nvml), backend=backend, host=HOST, clock=clock)
     store, loop = server.ctx.store, server.ctx.loop
     ensure_admin_token(store, ADMIN, clock())
+    gateway = GatewayMetrics()
+    server.ctx.metrics.register(gateway.registry)
+    gateway.answered("chat", "standard", 200, 10.0, 10.0, 10.2, 11.0, 5)  # a stream of five chunks
     from fastapi.testclient import TestClient
 
     with TestClient(server.app) as http:

@@ -10,7 +10,8 @@ module (the CLI layer, above both) composes them through ``server.up.ServingFron
   (``Store.revocations``), so a revoked token stops working at once.
 - ``serving_front``: the gateway, its registry (``gateway.bridge.LiveRegistry``, which looks models up in the
   store) and its ``GatewayBridge`` to the serving controller (demand, replicas proven before they are registered,
-  which replicas are ready), wired to this server's store, loop and backend.
+  which replicas are ready), wired to this server's store, loop and backend; and the window of each model's recent
+  requests that the gateway's metrics record (``serving.model_stats``, read by ``GET /v1/models/NAME/stats``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tessera.serving.gateway.auth import ANY_TENANT
 from tessera.serving.gateway.bridge import GatewayBridge, LiveRegistry, route_of
 from tessera.serving.gateway.metrics import GatewayMetrics
 from tessera.serving.gateway.registry import ModelRoute
+from tessera.serving.model_stats import WINDOW_S, ModelWindow, WindowConfig
 
 PREFIX = "/openai"
 Scope = MutableMapping[str, Any]
@@ -106,6 +108,7 @@ async def _lifespan(
 
 MAX_HOLD_ENV = "TESSERA_GATEWAY_MAX_HOLD_S"
 CHUNK_GAP_ENV = "TESSERA_GATEWAY_CHUNK_GAP_S"
+STATS_WINDOW_ENV = "TESSERA_MODEL_STATS_WINDOW_S"
 DEFAULTS = GatewayConfig()
 
 
@@ -113,7 +116,8 @@ def env_seconds(env: Mapping[str, str], name: str, default: float) -> float:
     """A positive number of seconds from the environment variable ``name``, else ``default``. The gateway's waits:
     ``TESSERA_GATEWAY_MAX_HOLD_S``, how long a request waits for a replica of its model (a real engine's cold start,
     e.g. vLLM's on a busy CPU, can take minutes); ``TESSERA_GATEWAY_CHUNK_GAP_S``, how long a streamed answer that
-    has begun may stay silent before it is ended with an error event (a stalled replica)."""
+    has begun may stay silent before it is ended with an error event (a stalled replica);
+    ``TESSERA_MODEL_STATS_WINDOW_S``, how far back the models' request statistics look (``serving.model_stats``)."""
     try:
         value = float(env.get(name, ""))
     except ValueError:
@@ -131,7 +135,8 @@ def serving_front(ctx: ServerContext) -> ServingFront:
 
     registry = LiveRegistry(lookup)
     wake = threading.Event()
-    metrics = GatewayMetrics()
+    window = ModelWindow(WindowConfig.over(env_seconds(os.environ, STATS_WINDOW_ENV, WINDOW_S)))
+    metrics = GatewayMetrics(window=window)
     config = GatewayConfig(
         on_demand=lambda model: wake.set(),
         max_hold_s=env_seconds(os.environ, MAX_HOLD_ENV, DEFAULTS.max_hold_s),
@@ -149,5 +154,5 @@ def serving_front(ctx: ServerContext) -> ServingFront:
     )
     return ServingFront(
         wrap=lambda app: with_gateway(app, gateway, bridge), demand=bridge, sinks=[bridge], wake=wake,
-        collectors=[metrics.registry], readiness=bridge.ready,
+        collectors=[metrics.registry], readiness=bridge.ready, window=window,
     )  # fmt: skip

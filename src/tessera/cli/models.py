@@ -1,6 +1,6 @@
-"""``tessera models`` (list), ``tessera models deploy NAME`` and ``tessera models delete NAME``: models served on
-the shared pool behind the OpenAI-compatible gateway. Registered on the main typer app by ``tessera.cli.main``;
-every failure is one ``error:`` line, exit 2.
+"""``tessera models`` (list), ``tessera models deploy NAME``, ``tessera models stats NAME`` and ``tessera models
+delete NAME``: models served on the shared pool behind the OpenAI-compatible gateway. Registered on the main typer
+app by ``tessera.cli.main``; every failure is one ``error:`` line, exit 2.
 """
 
 from __future__ import annotations
@@ -124,6 +124,26 @@ def delete(
     with one_line_errors(), client_for(url, token) as client:
         out = client.delete_model(name)
     typer.echo(f"model {out['name']}: deleting ({len(out['replica_workloads'])} replicas stopping)")
+
+
+@models_app.command("stats")
+def stats(
+    name: Annotated[str, typer.Argument(help="The model.")],
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """A model's requests over the last few minutes (rate, TTFT and TPOT percentiles against its SLO, errors), its
+    replicas and its setup."""
+    from tessera.cli.model_stats import stats_lines
+
+    with one_line_errors(), client_for(url, token) as client:
+        out = client.model_stats(name)
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+        return
+    for line in stats_lines(out):
+        typer.echo(line)
 
 
 def _share(m: dict[str, Any]) -> str:

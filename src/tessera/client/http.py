@@ -280,6 +280,12 @@ class TesseraClient:
         result: dict[str, Any] = self._call("GET", f"/v1/models/{name}")
         return result
 
+    def model_stats(self, name: str) -> dict[str, Any]:
+        """A model's recent requests against its SLO, its replicas over time and its setup (``GET
+        /v1/models/NAME/stats``; ``tessera.api.serving_stats.ModelStatsOut``)."""
+        result: dict[str, Any] = self._call("GET", f"/v1/models/{name}/stats")
+        return result
+
     def delete_model(self, name: str) -> dict[str, Any]:
         """Delete a model: its replicas stop, then it is gone."""
         result: dict[str, Any] = self._call("DELETE", f"/v1/models/{name}")

@@ -10,8 +10,10 @@ from tessera.server.logfiles import LogFiles
 from tessera.server.loop import SchedulerLoop
 from tessera.server.metrics import ServerMetrics
 from tessera.server.pool import Pool
+from tessera.server.replica_history import ReplicaHistory
 from tessera.server.store.store import Store
 from tessera.server.usage_history import UsageHistory
+from tessera.serving.model_stats import ModelWindow
 from tessera.serving.replica_health import ModelHealth
 from tessera.serving.setups import DEFAULT_SETUP, PolicySetup, serving_setup
 
@@ -36,6 +38,11 @@ class ServerContext:
     # (workload id, attempt) -> whether the gateway serves that replica now (proven); None: no gateway, running is
     # ready. Set by ``tessera up`` from its serving front.
     replica_ready: Callable[[int, int], bool] | None = None
+    # Each served model's recent requests (rate, latency percentiles, SLO attainment), recorded by the gateway; None:
+    # no gateway. Set by ``tessera up`` from its serving front.
+    model_window: ModelWindow | None = None
+    # Each served model's replicas over time, told by the serving controller each tick (``up.serve``); None: none.
+    replica_history: ReplicaHistory | None = None
     # Each queue's GPU usage over time (``GET /v1/queues/usage``), sampled after every step (``up.build_server``).
     usage: UsageHistory = field(default_factory=UsageHistory)
     # The serving setup the gateway and the controller run (``tessera up --serving-setup``, with ``--serving-set``

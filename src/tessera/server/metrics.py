@@ -145,11 +145,13 @@ class _StateCollector(Collector):
         yield from self._models()
 
     def _models(self) -> Iterator[Metric]:
-        """Per served model: replicas running now (serving or starting) and the controller's target, its lifecycle
-        state (1 for the state it is in, 0 for the others), and how often its replicas were evicted."""
+        """Per served model: replicas running now (serving or starting), those of them the gateway serves (ready) and
+        the controller's target; its lifecycle state (1 for the state it is in, 0 for the others); and how often its
+        replicas were evicted."""
         family = GaugeMetricFamily(
-            "tessera_model_replicas", "Replicas of a served model, running and desired", labels=["served_model", "kind"]
-        )
+            "tessera_model_replicas", "Replicas of a served model: running, ready, desired",
+            labels=["served_model", "kind"],
+        )  # fmt: skip
         state = GaugeMetricFamily(
             "tessera_model_state", "1 for the lifecycle state a served model is in", labels=["served_model", "state"]
         )
@@ -164,6 +166,7 @@ class _StateCollector(Collector):
         for m in models:
             running = sum(r.state == "running" and not r.cancel_requested for r in replicas[m.id])
             family.add_metric([m.name, "running"], running)
+            family.add_metric([m.name, "ready"], served.ready_replicas(replicas[m.id], self.replica_ready))
             family.add_metric([m.name, "desired"], m.desired_replicas)
             now = served.model_state(m, replicas[m.id], self.model_health.get(m.id), self.replica_ready)
             for name in served.MODEL_STATES:

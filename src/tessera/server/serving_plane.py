@@ -122,6 +122,7 @@ class ServingPlane(ControlPlane):
         self.runner = runner or EngineRunner(check_unprivileged=False)
         # Replicas listen on their runtime directory's socket where the backend makes one (any id tells).
         self.sockets = ctx.loop.backend.runtime_dir("0") is not None
+        self.desired: dict[int, int] = {}  # model id -> the autoscaler's target at the last tick (replica history)
 
     def address(self, row: WorkloadRow) -> str | None:
         """Where replica ``row`` listens: its port's URL, or its private socket."""
@@ -162,10 +163,12 @@ class ServingPlane(ControlPlane):
 
     def record_desired(self, model: DeployedModel, desired: int) -> None:
         served.set_desired(self.ctx.store, model.id, desired)
+        self.desired[model.id] = desired
 
     def forget(self, model: DeployedModel) -> None:
         served.forget(self.ctx.store, model.id)
         self.ctx.model_health.pop(model.id, None)
+        self.desired.pop(model.id, None)
         log.info("model %s deleted", model.key)
 
     def replica_end(self, workload_id: int) -> ReplicaEnd | None:

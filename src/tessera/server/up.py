@@ -53,12 +53,14 @@ from tessera.server.node_sync import NodeFollower
 from tessera.server.pool import HostResources, Pool, detect_host
 from tessera.server.ray_up import connect as connect_ray
 from tessera.server.records import unlimited_queue
+from tessera.server.replica_history import ReplicaHistory
 from tessera.server.serving_plane import ServingPlane, start_controller
 from tessera.server.store import served
 from tessera.server.store.db import open_engine
 from tessera.server.store.store import Store
 from tessera.server.submit import DEFAULT_QUEUE
 from tessera.serving.controller import DemandSource, ReplicaSink
+from tessera.serving.model_stats import ModelWindow
 from tessera.serving.replica_health import ModelHealth
 from tessera.serving.setups import DEFAULT_SETUP, PolicySetup, serving_setup, with_setup_knobs
 
@@ -225,6 +227,7 @@ class ServingFront:
     collectors: Sequence[Collector] = ()  # its metrics, served at /metrics
     # (workload id, attempt) -> whether the gateway proved that replica ready; None: running counts as ready
     readiness: Callable[[int, int], bool] | None = None
+    window: ModelWindow | None = None  # each model's recent requests, as the gateway answered them
 
 
 def serve(
@@ -278,9 +281,11 @@ def serve(
     server.ctx.model_tiers = keeper.tiers
     server.ctx.metrics.register(keeper.collector())
     plane = ServingPlane(server.ctx, EngineRunner(check_unprivileged=mode == "tenant-users"))
+    server.ctx.model_window = front.window
+    history = server.ctx.replica_history = ReplicaHistory(server.ctx.clock, plane.desired.get, front.readiness)
     start_controller(
-        server.ctx, server.stopping.is_set, front.demand, [*front.sinks, keeper], front.wake, tick_s=setup.tick_s,
-        plane=plane, readiness=front.readiness, setup=setup,
+        server.ctx, server.stopping.is_set, front.demand, [*front.sinks, keeper, history], front.wake,
+        tick_s=setup.tick_s, plane=plane, readiness=front.readiness, setup=setup,
     )  # fmt: skip
     if demo:
         token, _ = create_tenant_token(server.ctx.store, DEMO_TENANT, "demo", server.ctx.clock())

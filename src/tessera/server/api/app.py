@@ -22,7 +22,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tessera.api import API_VERSION, ErrorOut, Health
 from tessera.errors import InvalidRequestError
-from tessera.server.api import config_routes, history_routes, models_routes, routes, stream_routes, web
+from tessera.server.api import (
+    config_routes,
+    history_routes,
+    model_stats_routes,
+    models_routes,
+    routes,
+    stream_routes,
+    web,
+)
 from tessera.server.api.errors import CatchAll, invalid_body, json_safe
 from tessera.server.api.limits import BodyLimit
 from tessera.server.auth import principal_for
@@ -83,6 +91,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
     }
     app.include_router(routes.router(ctx), prefix="/v1", responses=errors)
     app.include_router(models_routes.router(ctx), prefix="/v1", responses=errors)
+    app.include_router(model_stats_routes.router(ctx), prefix="/v1", responses=errors)
     app.include_router(history_routes.router(ctx), prefix="/v1", responses=errors)
     app.include_router(stream_routes.router(ctx), prefix="/v1", responses=errors)
     app.include_router(config_routes.router(ctx), prefix="/v1", responses=errors)

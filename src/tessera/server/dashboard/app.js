@@ -8,6 +8,8 @@
 //   since a tenant's stream does not tell it about other tenants' work that changes the GPUs' allocation.
 // - Queue usage over time: the server's samples of the last hour (GET /v1/queues/usage), fetched when the queue
 //   view opens, then the usage each refresh of the view reads appended (on the server's clock).
+// - Models: GET /v1/models, then each model's GET /v1/models/NAME/stats (its requests over the last few minutes
+//   against its SLO class's targets, its replicas over the last hour, its setup), read again at each refresh.
 // - Live logs: /v1/workloads/ID/logs polled with the byte offset the previous answer returned.
 // - Everything shown is built with textContent (never innerHTML), so names and logs cannot inject markup.
 "use strict";
@@ -383,18 +385,28 @@
 
   // A step line of GPU in use over the last `span` seconds (and the nominal quota, dashed), on a shared time axis.
   function sparkline(series, now, span) {
+    const points = series.points;
+    const top = Math.max(1000, ...points.map((p) => Math.max(p.gpu, p.nominal || 0)));
+    const peak = Math.max(0, ...points.map((p) => p.gpu));
+    const title = `GPU in use over the last ${spanText(span)}: peak ${gpusOf(peak)}, now ${gpusOf(points.length ? points[points.length - 1].gpu : 0)} (${series.fromServer} samples from the server)`;
+    const svg = stepChart(points, now, span, top, title, [["nominal", (p) => p.nominal], ["used", (p) => p.gpu]]);
+    svg.dataset.serverPoints = String(series.fromServer);
+    return svg;
+  }
+
+  // Step lines over the last `span` seconds: `lines` is [[class, point => value or null]], drawn in that order on a
+  // 0..top scale; each point's value holds until the next point (the last one until `now`).
+  function stepChart(points, now, span, top, title, lines) {
     const width = 160;
     const height = 24;
-    const points = series.points;
     const start = now - span;
-    const top = Math.max(1000, ...points.map((p) => Math.max(p.gpu, p.nominal || 0)));
     const x = (at) => ((Math.max(0, at - start) / span) * width).toFixed(1);
     const y = (v) => (height - 1 - (v / top) * (height - 2)).toFixed(1);
     const steps = (value) => {
       const out = [];
       points.forEach((p, i) => {
         const v = value(p);
-        if (v === null) return;
+        if (v === null || v === undefined) return;
         const end = i + 1 < points.length ? points[i + 1].at : now;
         out.push(`${x(p.at)},${y(v)}`, `${x(end)},${y(v)}`);
       });
@@ -405,13 +417,11 @@
     svg.setAttribute("width", width);
     svg.setAttribute("height", height);
     svg.dataset.points = String(points.length);
-    svg.dataset.serverPoints = String(series.fromServer);
     if (points.length) svg.dataset.firstAt = String(points[0].at);
-    const peak = Math.max(0, ...points.map((p) => p.gpu));
-    const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
-    title.textContent = `GPU in use over the last ${spanText(span)}: peak ${gpusOf(peak)}, now ${gpusOf(points.length ? points[points.length - 1].gpu : 0)} (${series.fromServer} samples from the server)`;
-    svg.append(title);
-    for (const [cls, value] of [["nominal", (p) => p.nominal], ["used", (p) => p.gpu]]) {
+    const caption = document.createElementNS("http://www.w3.org/2000/svg", "title");
+    caption.textContent = title;
+    svg.append(caption);
+    for (const [cls, value] of lines) {
       const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
       line.setAttribute("class", cls);
       line.setAttribute("points", steps(value));
@@ -422,6 +432,9 @@
 
   async function modelsView() {
     const models = await api("/v1/models");
+    // Each model's requests, replicas over time and setup (GET /v1/models/NAME/stats); one that fails (a model
+    // deleted meanwhile) leaves its row without figures rather than the view without a table.
+    const stats = await Promise.all(models.map((m) => api(`/v1/models/${encodeURIComponent(m.name)}/stats`).catch(() => null)));
     const rows = models.map((m) =>
       h(
         "tr",
@@ -437,6 +450,8 @@
         h("td", {}, `${m.tenant} / ${m.queue}`),
       ),
     );
+    const windows = stats.filter((st) => st && st.window);
+    const windowText = windows.length ? spanText(windows[0].window.window_s) : "5 min";
     return [
       h("h2", {}, `Models (${models.length})`),
       h("p.muted", {}, "Point an OpenAI client at the base URL, with a tenant token as the API key."),
@@ -446,7 +461,76 @@
         h("thead", {}, h("tr", {}, ["model", "state", "replicas", "engine", "per replica", "SLO", "OpenAI base URL", "replica workloads", "tenant / queue"].map((t) => h("th", {}, t)))),
         h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 9 }, h("span.muted", {}, "no model deployed")))),
       ),
+      models.length ? servingTable(models, stats, windowText) : null,
     ];
+  }
+
+  const seconds = (v) => (v === null || v === undefined ? "–" : v < 1 ? `${Math.round(v * 1000)} ms` : `${Number(v.toFixed(2))} s`);
+  const rateText = (r) => (r >= 10 ? r.toFixed(0) : r >= 1 ? r.toFixed(1) : r.toFixed(2));
+  const SLO_GOAL_PCT = 99; // attainment below this is shown as a miss (the serving twin's acceptance level)
+
+  // A latency pair "p50 / p99" against a target: each figure over it is marked (class "over").
+  function latency(cls, p50, p99, target) {
+    const figure = (v) => h(`span${v !== null && v !== undefined && v > target ? ".over" : ""}`, {}, seconds(v));
+    return h(`td.${cls}`, {}, figure(p50), " / ", figure(p99), h("div.muted", {}, `target ${seconds(target)}`));
+  }
+
+  // The models' requests over the last few minutes against their SLO, their replicas over the last hour, and the
+  // setup they are served with.
+  function servingTable(models, stats, windowText) {
+    const rows = models.map((m, i) => {
+      const st = stats[i];
+      if (!st) return h("tr", { "data-model-stats": m.name }, h("td", {}, h("strong", {}, m.name)), h("td", { colspan: 7 }, h("span.muted", {}, "no figures")));
+      const w = st.window;
+      const last = st.replicas.length ? st.replicas[st.replicas.length - 1] : null;
+      const attainment = w && w.slo_attainment_pct !== null ? w.slo_attainment_pct : null;
+      const setup = [
+        st.setup.serving_setup ? `setup ${st.setup.serving_setup}` : null,
+        `router ${st.setup.router}`,
+        st.setup.autoscaler ? `autoscaler ${st.setup.autoscaler}` : null,
+        `SLO ${st.setup.slo}`,
+        st.setup.replica_concurrency ? `${st.setup.replica_concurrency} at once per replica` : null,
+      ].filter(Boolean);
+      return h(
+        "tr",
+        { "data-model-stats": m.name, "data-rate": w ? w.rate_per_s : "", "data-requests": w ? w.requests : "", "data-ready": last ? last.ready : "" },
+        h("td", {}, h("strong", {}, m.name)),
+        h("td.rate", {}, w ? `${rateText(w.rate_per_s)} req/s` : h("span.muted", {}, "no gateway"), w ? h("div.muted", {}, `${w.requests} answered`) : null),
+        w ? latency("ttft", w.ttft_p50_s, w.ttft_p99_s, st.targets.ttft_s) : h("td", {}, "–"),
+        w ? latency("tpot", w.tpot_p50_s, w.tpot_p99_s, st.targets.tpot_s) : h("td", {}, "–"),
+        h("td.slo", {}, attainment === null ? "–" : h(`span${attainment < SLO_GOAL_PCT ? ".over" : ""}`, {}, `${attainment.toFixed(1)}%`)),
+        h("td.errors", {}, w ? h(`span${w.errors ? ".over" : ""}`, {}, String(w.errors)) : "–"),
+        h("td.replicas", {}, replicaChart(st, m), " ", last ? `${last.ready} ready / ${last.desired} desired` : h("span.muted", {}, "none yet")),
+        h("td.setup", {}, setup.join(", ")),
+      );
+    });
+    return [
+      h("h3", {}, `Requests (last ${windowText}) and replicas (last hour)`),
+      h(
+        "table#model-stats",
+        {},
+        h("thead", {}, h("tr", {}, ["model", "rate", "TTFT p50 / p99", "TPOT p50 / p99", "SLO met", "errors", "replicas over time", "setup"].map((t) => h("th", {}, t)))),
+        h("tbody", {}, rows),
+      ),
+      h(
+        "p.muted",
+        {},
+        "As the gateway answered them: TTFT from arrival to the first bytes (a plain answer's is the whole answer), TPOT between a stream's tokens. ",
+        "Red: over the model's SLO class's target, or under ",
+        `${SLO_GOAL_PCT}% of the requests within it. Replicas: ready, solid; desired, dashed.`,
+      ),
+    ];
+  }
+
+  // The model's replicas over the last hour (from its first point when that is later): ready and desired.
+  function replicaChart(st, m) {
+    const points = st.replicas;
+    const earliest = points.length ? points[0].at : st.now;
+    const span = Math.min(st.replicas_window_s, Math.max(10, st.now - earliest));
+    const top = Math.max(1, m.max_replicas, ...points.map((p) => Math.max(p.ready, p.running, p.desired)));
+    const peak = Math.max(0, ...points.map((p) => p.ready));
+    const title = `replicas over the last ${spanText(span)}: ready now ${points.length ? points[points.length - 1].ready : 0}, peak ${peak}`;
+    return stepChart(points, st.now, span, top, title, [["nominal", (p) => p.desired], ["used", (p) => p.ready]]);
   }
 
   // ---------------------------------------------------------------------------------------------- logs

@@ -1,13 +1,17 @@
 """The gateway's Prometheus series, per served model and SLO class (``served_model``, ``slo``), observed as requests
 end: time to first token, time per output token, time queued at the gateway (held for a replica, then routed),
-end-to-end latency, requests by HTTP status, the requests bound again because their replica was gone before the
-first byte of the answer (``retries``), and the router's decision time.
+end-to-end latency, requests by HTTP status, the requests that met their class's SLO (``model_stats.meets_slo``),
+the requests bound again because their replica was gone before the first byte of the answer (``retries``), and the
+router's decision time; and, unlabelled by model, each SLO class's targets (``tessera_gateway_slo_target_seconds``,
+for dashboards to draw the percentiles against).
 
 Time to first token is the time from the request's arrival at the gateway to the first body bytes passed back; for
 a streamed answer that is the first token, for a plain one the whole answer. Time per output token is the time
 between the first and the last chunk over the chunks after the first (one SSE event per token for vLLM and the sim
 engine); it is observed only for answers of two chunks or more. The caller registers ``registry`` where it serves
 metrics (``tessera up``: its ``/metrics``, where the ``served_model`` label is for admins only).
+
+``window`` (``tessera up``'s dashboard): each answer is also recorded in a ``model_stats.ModelWindow``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from tessera.serving.model_stats import ModelWindow, meets_slo
+from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, SloTarget
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 _TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2)
@@ -26,8 +33,16 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]  # an ASGI send
 
 
 class GatewayMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        window: ModelWindow | None = None,
+        targets: dict[str, SloTarget] | None = None,
+    ) -> None:
+        """``targets``: each SLO class's (by its label), default ``DEFAULT_SLO_TARGETS``."""
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.window = window
+        self.targets = targets if targets is not None else {c.label: t for c, t in DEFAULT_SLO_TARGETS.items()}
         r = self.registry
         self.ttft = Histogram(
             "tessera_gateway_time_to_first_token_seconds", "From arrival to the first bytes of the answer",
@@ -48,6 +63,17 @@ class GatewayMetrics:
         self.requests = Counter(
             "tessera_gateway_requests", "Requests answered, by HTTP status", (*LABELS, "code"), registry=r
         )
+        self.slo_met = Counter(
+            "tessera_gateway_slo_met", "Requests answered within their SLO class's TTFT and TPOT targets", LABELS,
+            registry=r,
+        )  # fmt: skip
+        target = Gauge(
+            "tessera_gateway_slo_target_seconds", "Each SLO class's target: time to first token, time per output token",
+            ("slo", "signal"), registry=r,
+        )  # fmt: skip
+        for slo, t in self.targets.items():
+            target.labels(slo, "ttft").set(t.ttft_s)
+            target.labels(slo, "tpot").set(t.tpot_s)
         self.retries = Counter(
             "tessera_gateway_retries",
             "Requests bound again (to another replica, or held for one) because theirs was gone before the first"
@@ -60,7 +86,7 @@ class GatewayMetrics:
         )  # fmt: skip
 
         # Label children kept (labels() takes a lock and builds the key each time); as many as the series themselves
-        self._series: dict[tuple[str, str], tuple[Histogram, Histogram, Histogram, Histogram]] = {}
+        self._series: dict[tuple[str, str], tuple[Histogram, Histogram, Histogram, Histogram, Counter]] = {}
         self._counted: dict[tuple[str, str, int], Counter] = {}
 
     def retried(self, model: str, slo: str) -> None:
@@ -79,15 +105,23 @@ class GatewayMetrics:
         if series is None:
             series = self._series[(model, slo)] = (
                 self.queued.labels(model, slo), self.e2e.labels(model, slo), self.ttft.labels(model, slo),
-                self.tpot.labels(model, slo),
+                self.tpot.labels(model, slo), self.slo_met.labels(model, slo),
             )  # fmt: skip
-        queued, e2e, ttft, tpot = series
+        queued, e2e, ttft, tpot, met_counter = series
         queued.observe(sent_s - arrival_s)
         e2e.observe(end_s - arrival_s)
+        ttft_s = tpot_s = None
         if first_s is not None:
-            ttft.observe(first_s - arrival_s)
+            ttft_s = first_s - arrival_s
+            ttft.observe(ttft_s)
             if chunks > 1:
-                tpot.observe((end_s - first_s) / (chunks - 1))
+                tpot_s = (end_s - first_s) / (chunks - 1)
+                tpot.observe(tpot_s)
+        met = meets_slo(self.targets.get(slo), code, ttft_s, tpot_s)
+        if met:
+            met_counter.inc()
+        if self.window is not None:
+            self.window.record(model, code, met, ttft_s, tpot_s)
 
 
 class AnswerWatch:
