@@ -149,6 +149,16 @@ def _seconds(text: str) -> float:
 
 
 AUTOSCALER_NAMES: tuple[str, ...] = ("knative", "tessera")
+SHARING_NAMES: tuple[str, ...] = ("time-slice", "mps", "isolated")  # the twin's interference modes
+
+
+def _sharing(text: str) -> str:
+    name = text.strip().lower()
+    if name not in SHARING_NAMES:
+        raise ValueError(f"{text!r} is not a sharing mode (known: {', '.join(SHARING_NAMES)})")
+    return name
+
+
 # knob -> (what it does, its parser); the knob is the setup's field of the same name
 SETUP_KNOBS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "router": ("the router of a model deployed without --router", _router),
@@ -158,6 +168,7 @@ SETUP_KNOBS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "late_binding": ("the gateway holds requests until a replica has room (else: straight to a replica)", _flag),
     "tick_s": ("the control loop's period in seconds (autoscaler)", _seconds),
     "max_hold_s": ("a request held for a replica is refused after this long", _seconds),
+    "sharing": ("twin only: how replicas on one GPU slow each other (time-slice, mps, isolated)", _sharing),
 }
 
 

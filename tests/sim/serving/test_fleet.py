@@ -188,3 +188,11 @@ def test_a_shared_tensor_parallel_replica_reserves_a_one_gpu_replicas_kv_per_gpu
         shard = (spec.weights_bytes + tp * per_gpu_tokens * spec.kv_bytes_per_token) / tp + sizing.overhead_gib * GIB
         assert shape.request.gpu_mem_mib == pytest.approx(shard / MIB, abs=1)  # no more than it needs
     assert small.kv_blocks * 16 == sizing.kv_reserve_tokens  # a one-GPU replica: the reserve itself
+
+
+def test_isolated_replicas_never_slow_each_other() -> None:
+    """``isolated`` (MIG slices; sim engines on simulated GPUs): however many are busy on one GPU, no stretch."""
+    from tessera.sim.serving.interference import slowdown
+
+    assert slowdown("isolated", 4, 10.0, 0.01) == 1.0
+    assert slowdown("time-slice", 4, 10.0, 0.01) == 4.0 and slowdown("mps", 2, 0.03, 0.01) == 3.0

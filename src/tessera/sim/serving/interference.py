@@ -1,6 +1,7 @@
 """How much replicas that share a GPU slow each other down.
 
-Two modes, one per way of sharing a GPU between processes:
+Three modes, one per way of sharing a GPU between processes (``isolated``: none slows another, as MIG slices, or
+sim engines on simulated GPUs, which is what a live run with sim engines measures):
 
 - ``time-slice`` (CUDA's default without MPS): the GPU runs one process's kernels at a time, switching contexts, so
   k busy replicas each get 1/k of it: every iteration is stretched k-fold. The most pessimistic reading.
@@ -30,8 +31,9 @@ from dataclasses import dataclass
 from tessera.serving.gpus import gpu_spec
 from tessera.serving.models import ModelSpec
 from tessera.serving.policies.engine_parts import IterationTimes
+from tessera.serving.setups import SHARING_NAMES
 
-SHARING_MODES = ("time-slice", "mps")
+SHARING_MODES = SHARING_NAMES  # the setups' knob takes these
 HBM_EFFICIENCY = 0.85  # of the datasheet bandwidth a streaming kernel reaches
 
 
@@ -85,4 +87,6 @@ def slowdown(mode: str, busy_count: int, busy_saturating_s: float, own_step_s: f
     replicas (itself included) whose saturating times sum to ``busy_saturating_s``."""
     if mode == "time-slice":
         return float(max(1, busy_count))
+    if mode == "isolated":
+        return 1.0
     return max(1.0, busy_saturating_s / own_step_s) if own_step_s > 0 else 1.0
