@@ -208,6 +208,7 @@ class GatewayBridge:
         if known is None or key in known or self._wanted.get(model, {}).get(key) != target:
             return  # the model or the replica went meanwhile
         known[key] = self.registry.add_replica(model, address, proof.listener_pid, target.api_key)
+        log.info("model %s: replica workload %d registered at %s", model, key[0], address)
         self._note_proven()
 
     def _note_proven(self) -> None:
