@@ -2,14 +2,19 @@
 cluster the ``ray`` tests share (a head without GPUs, nodes ``w1`` and ``w2`` with them), a sim model deployed, its
 replica placed on a GPU node and listening there on the node's address (as Ray knows it) at a port its actor picked
 on that node. Requests through ``/openai`` succeed; the replica itself answers 401 to anyone without its own key
-(the tenant's token included), and its key is in its environment only, never on its command line."""
+(the tenant's token included), and its key is in its environment only, never on its command line. Then the backend
+alone: the address of a port workload is told only once the workload itself listens there, never while another
+process holds the port."""
 
 from __future__ import annotations
 
 import json
 import re
 import signal
+import socket
 import sqlite3
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +23,8 @@ import pytest
 from ray_cluster import wait_until
 from tessera_up import ADMIN, Up
 
+from tessera.backends.base import LaunchSpec
+from tessera.backends.ray.backend import RayBackend
 from tessera.serving.engine_exec import KEY_ENV
 
 pytestmark = [pytest.mark.ray, pytest.mark.e2e]
@@ -114,3 +121,44 @@ def test_a_replica_on_another_ray_node_serves_through_the_gateway_and_refuses_ca
             wait_until(lambda: not processes_with(f"TESSERA_SIM_API_KEY={key}".encode()), 30, "its engine to end")
     finally:
         up.stop(signal.SIGKILL)
+
+
+# Says where it is to listen, waits for ``go``, then listens there itself.
+LISTENS_AFTER_GO = (
+    "echo $TESSERA_LISTEN_HOST $TESSERA_LISTEN_PORT > {d}/where; while [ ! -e {d}/go ]; do sleep 0.05; done; "
+    'exec {python} -c "import os, socket, time; s = socket.socket(); '
+    "s.bind((os.environ['TESSERA_LISTEN_HOST'], int(os.environ['TESSERA_LISTEN_PORT']))); s.listen(); "
+    "print('listening', flush=True); time.sleep(300)\""
+)
+
+
+def test_a_port_on_the_node_is_told_only_once_the_workload_itself_listens_there_not_a_squatter(
+    shared_ray_cluster: Any, tmp_path: Path
+) -> None:
+    backend = RayBackend(shared_ray_cluster.address, namespace="tessera-test-serving", node_dir=str(tmp_path / "n"))
+    try:
+        w2 = next(node for node in backend.inventory() if node.name == "w2")
+        script = LISTENS_AFTER_GO.format(d=tmp_path, python=sys.executable)
+        spec = LaunchSpec("port-1", ("sh", "-c", script), {}, tmp_path / "port-1.log", node="w2", node_port=True)
+        handle = backend.launch(spec)
+        where = tmp_path / "where"
+        wait_until(lambda: where.exists() and len(where.read_text().split()) == 2, 60, "the workload to start")
+        host, port_text = where.read_text().split()
+        port = int(port_text)
+        assert host == w2.address  # the node's address as Ray knows it, never a wildcard
+        with socket.socket() as squatter:  # another process takes the port before the workload listens
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            squatter.bind((host, port))
+            squatter.listen()
+            deadline = time.monotonic() + 4.0
+            while time.monotonic() < deadline:  # several answers of the actor come back meanwhile
+                backend.poll()
+                assert backend.listen_address(handle) is None
+                time.sleep(0.2)
+        (tmp_path / "go").touch()
+        wait_until(lambda: backend.listen_address(handle) == (host, port), 60, "the workload's own listener")
+        backend.stop("port-1", 0.0)
+        wait_until(lambda: "port-1" in {s.workload_id for s in backend.poll()}, 60, "the workload to end")
+        assert backend.listen_address(handle) is None  # ended: no address left
+    finally:
+        backend.shutdown()

@@ -20,7 +20,8 @@ workload survives the server that launched it and a restarted server finds it by
   ``<id>.part<k>``; its supervisor's own messages are its main log (0), its ranks log apart;
 - for a workload that serves on its node (``LaunchSpec.node_port``: a model replica), picks a free port of the node's
   address before it starts the workload, gives both in its environment (``TESSERA_LISTEN_HOST``,
-  ``TESSERA_LISTEN_PORT``) and tells them in ``describe`` (how the server learns where the replica listens);
+  ``TESSERA_LISTEN_PORT``) and tells them in ``describe``; ``listening`` tells them only once a socket listens
+  there that none but the workload's processes hold (how the server learns where the replica listens, proven);
 - passes ``stop(grace_s)`` and ``kill()`` to the guard;
 - ``cleanup()`` removes its directory and exits, once the server has recorded the end.
 
@@ -44,7 +45,9 @@ from typing import Any
 from tessera.backends.accounts import server_account, workload_env
 from tessera.backends.base import LISTEN_HOST_ENV, LISTEN_PORT_ENV, GangRanks, rank_log_path
 from tessera.backends.gang_ranks import pick_master_port
+from tessera.backends.listeners import listens_only
 from tessera.backends.local_files import file_stem
+from tessera.backends.procfs import all_pids, is_gone, read_proc_stat
 from tessera.backends.ray import guard
 from tessera.backends.supervisor import CommandSpec
 
@@ -136,6 +139,14 @@ class WorkloadActor:
             described |= {"listen_host": self.listen[0], "listen_port": str(self.listen[1])}
         return {**described, "node_id": node_id, "log_ranks": self.log_ranks, **self.parts}
 
+    def listening(self) -> tuple[str, int] | None:
+        """Where the workload serves (``listen_host`` and the port picked for it), once a socket listens there that
+        only the workload's processes hold (``listeners.listens_only``); None before, or without a port."""
+        if self.listen is None:
+            return None
+        pids = workload_pids(self.dir)
+        return self.listen if pids and listens_only(*self.listen, pids) else None
+
     def part_gang(self, ranks: tuple[int, ...]) -> GangRanks:
         """The gang of a part of this gang across nodes that runs ``ranks``: this one's address and port."""
         if self.gang is None or self.gang.master_port == 0:
@@ -184,6 +195,17 @@ class WorkloadActor:
     def _tell(self, line: str) -> None:
         with contextlib.suppress(BrokenPipeError):  # the guard has ended: nothing left to stop
             os.write(self._write_fd, f"{line}\n".encode())
+
+
+def workload_pids(directory: Path) -> list[int]:
+    """The workload's live processes on this node: the group its supervisor (the guard's child) leads."""
+    try:
+        guard_pid = int((directory / guard.PID_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    stats = [stat for stat in map(read_proc_stat, all_pids()) if stat is not None and not is_gone(stat)]
+    groups = {stat.pid for stat in stats if stat.ppid == guard_pid}
+    return [stat.pid for stat in stats if stat.pgid in groups]
 
 
 def _gang_from_master(part_of: PartOf) -> GangRanks:

@@ -28,7 +28,8 @@
   guard's exit file and reported at the first poll.
 
 - **A port on the node** (``LaunchSpec.node_port``: a model replica): the actor picks a free port of its node's
-  address (``NodeManagerAddress``) before it starts the workload; ``listen_address`` asks it (``describe``) once.
+  address (``NodeManagerAddress``) before it starts the workload; ``listen_address`` asks it (``listening``) until
+  a socket listens there that only the workload's processes hold.
 
 ``pids`` is empty: the processes run on other hosts, where this server's NVML watchdog cannot see them.
 Thread-safe: one lock guards the watches (API threads call ``stop`` while the loop polls).
@@ -221,7 +222,8 @@ class RayBackend:
         return True  # the actor picks the port on the workload's node (``actor.py``)
 
     def listen_address(self, handle: Handle) -> tuple[str, int] | None:
-        """Where the workload's actor said it listens (asked once, without waiting: None until it answers)."""
+        """Where the workload's actor says it listens, once only the workload listens there (asked without waiting:
+        None until it has answered so)."""
         with self._lock:
             watch = self._watches.get(handle.workload_id)
             return None if watch is None else watch.listen_address()
