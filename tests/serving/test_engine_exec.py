@@ -9,7 +9,18 @@ from pathlib import Path
 import pytest
 
 import tessera
-from tessera.serving.engine_exec import engine_argv, engine_env, memory_fraction, name_link
+from tessera.backends import base as backends_base
+from tessera.serving.engine_exec import (
+    ENGINE_KEY_ENV,
+    KEY_ENV,
+    LISTEN_HOST_ENV,
+    LISTEN_PORT_ENV,
+    engine_argv,
+    engine_env,
+    memory_fraction,
+    name_link,
+    node_port_engine,
+)
 from tessera.serving.replicas import DeployedModel, replica_command
 
 
@@ -119,3 +130,35 @@ def test_a_sim_replica_is_timed_and_sized_as_the_twin_sizes_its_replica() -> Non
     whole = {k: v for k, v in env.items() if k != "TESSERA_GPU_MEM_FRACTION"}  # a whole GPU: no share to fit in
     assert "--gpu-mem-mib" not in engine_argv("sim", "chat", 8001, "llama3-8b", whole)
     assert "--perf" not in engine_argv("sim", "chat", 8001, None, env)  # no catalog model: the sim's own default
+
+
+NODE = {LISTEN_HOST_ENV: "10.0.0.7", LISTEN_PORT_ENV: "41001", KEY_ENV: "k" * 43, "PYTHONPATH": "/src"}
+
+
+def test_a_node_port_replica_listens_where_the_backend_said_with_its_key_only_in_the_engines_environment() -> None:
+    for engine, variable in (("sim", "TESSERA_SIM_API_KEY"), ("vllm", "VLLM_API_KEY")):
+        argv, env = node_port_engine(engine, "chat", "/m" if engine == "vllm" else None, NODE)
+        assert argv[argv.index("--host") + 1] == "10.0.0.7" and argv[argv.index("--port") + 1] == "41001"
+        assert env[variable] == "k" * 43 and KEY_ENV not in env
+        assert not any("k" * 43 in arg for arg in argv)  # never on a command line (/proc/*/cmdline is public)
+        assert variable == ENGINE_KEY_ENV[engine]
+    assert LISTEN_HOST_ENV == backends_base.LISTEN_HOST_ENV and LISTEN_PORT_ENV == backends_base.LISTEN_PORT_ENV
+
+
+def test_a_node_port_replica_without_its_address_or_key_or_on_an_engine_that_takes_no_key_variable_exits() -> None:
+    for missing, says in ((KEY_ENV, KEY_ENV), (LISTEN_PORT_ENV, LISTEN_PORT_ENV), (LISTEN_HOST_ENV, LISTEN_HOST_ENV)):
+        env = {k: v for k, v in NODE.items() if k != missing}
+        with pytest.raises(SystemExit, match=says):
+            node_port_engine("sim", "chat", None, env)
+    for engine in ("sglang", "transformers"):  # their key options are command-line flags only
+        with pytest.raises(SystemExit, match=f"{engine} cannot require the replica's key"):
+            node_port_engine(engine, "chat", "/m", NODE)
+
+
+def test_a_replica_with_a_key_is_started_on_its_node_port_and_its_key_stays_out_of_its_command_line() -> None:
+    model = DeployedModel(1, "chat", "t", "default", "sim", "llama3-8b", 0, 250, 0, 0, 2, 30.0, "standard")
+    argv, env = replica_command(model, None, server_env={}, api_key="secret-of-this-replica")
+    assert "--node-port" in argv and "--socket" not in argv and "--port" not in argv
+    assert env[KEY_ENV] == "secret-of-this-replica" and "secret-of-this-replica" not in " ".join(argv)
+    socket_argv, socket_env = replica_command(model, None, server_env={})
+    assert "--socket" in socket_argv and KEY_ENV not in socket_env  # the local backend's path is unchanged

@@ -16,6 +16,10 @@ from typing import Any, Protocol
 
 from tessera.backends.capped_log import DEFAULT_LOG_MAX_BYTES
 
+# Where a ``LaunchSpec.node_port`` workload listens, in its environment (``tessera.serving.engine_exec`` reads them).
+LISTEN_HOST_ENV = "TESSERA_LISTEN_HOST"
+LISTEN_PORT_ENV = "TESSERA_LISTEN_PORT"
+
 
 @dataclass(frozen=True, slots=True)
 class GpuShare:
@@ -46,6 +50,10 @@ class LaunchSpec:
     # Run it in a network namespace of its own (loopback only) where the backend can make one; a model replica asks,
     # so that no other tenant reaches the TCP ports its engine opens. ``Backend.private_network`` says if it can.
     private_network: bool = False
+    # It serves on a TCP port of its node (a model replica): a backend whose ``node_ports()`` is True (Ray: the
+    # replica may run on another host than the server's) picks a free port of the node's address on the node at
+    # launch, gives both in ``LISTEN_HOST_ENV`` / ``LISTEN_PORT_ENV``, and tells them back (``listen_address``).
+    node_port: bool = False
     # A multi-worker job's ranks on this node (one process each); None: one process (the command itself).
     gang: GangRanks | None = None
     # A gang across hosts: the ranks on other hosts than ``node`` (which runs rank 0). The backend starts them all as
@@ -180,6 +188,15 @@ class Backend(Protocol):
 
     def private_network(self) -> bool:
         """Whether ``LaunchSpec.private_network`` is honoured (a network namespace of the workload's own)."""
+        ...
+
+    def node_ports(self) -> bool:
+        """Whether ``LaunchSpec.node_port`` is honoured (a port picked on the workload's node, ``listen_address``)."""
+        ...
+
+    def listen_address(self, handle: Handle) -> tuple[str, int] | None:
+        """Where a ``LaunchSpec.node_port`` workload listens: (its node's address, the port picked there), or None
+        while that is not known yet (its start on the node is under way), after its end, or without a port."""
         ...
 
     def pids(self, handle: Handle) -> list[int]:

@@ -7,20 +7,32 @@ server ``forget``s it (after it stored the end), also after ``close`` (so one in
 backend too, and a crash anywhere after the launch began leaves the workload findable, as the local backend's launch
 intent does); a reported end that was not forgotten is reported again after an ``adopt``, as the local backend's exit
 file is read again. ``pids`` answers the made-up
-pid while the workload runs (so the memory watchdog can be tested against a fake NVML that reports it).
+pid while the workload runs (so the memory watchdog can be tested against a fake NVML that reports it). With
+``node_ports`` it gives a ``LaunchSpec.node_port`` workload a made-up port on its node's address, as Ray's does.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tessera.backends.base import Backend, BackendNode, ExitStatus, Handle, LaunchSpec
+from tessera.backends.base import (
+    LISTEN_HOST_ENV,
+    LISTEN_PORT_ENV,
+    Backend,
+    BackendNode,
+    ExitStatus,
+    Handle,
+    JsonScalar,
+    LaunchSpec,
+)
 from tessera.core.errors import InvalidRequestError
 
 FIRST_FAKE_PID = 100_000
+FIRST_FAKE_PORT = 20_000
 STOPPED_EXIT_CODE = -15  # what a workload that honours SIGTERM reports
 KIND = "fake"
 
@@ -38,8 +50,14 @@ class FakeBackend:
 
     kind = KIND
 
-    def __init__(self, nodes: Sequence[BackendNode] = (BackendNode("local", "localhost"),)) -> None:
+    def __init__(
+        self, nodes: Sequence[BackendNode] = (BackendNode("local", "localhost"),), *, node_ports: bool = False
+    ) -> None:
+        """``node_ports``: honour ``LaunchSpec.node_port`` as the Ray backend does (a made-up port on the node's
+        address, from ``FIRST_FAKE_PORT`` on, in the workload's environment and ``listen_address``)."""
         self._nodes = list(nodes)
+        self._node_ports = node_ports
+        self._next_port = FIRST_FAKE_PORT
         self.launched: list[LaunchSpec] = []
         self.adopted: list[Handle] = []
         self.stops: list[tuple[str, float]] = []  # (workload id, grace_s) per stop call
@@ -60,7 +78,13 @@ class FakeBackend:
             if spec.workload_id in self._running:
                 raise InvalidRequestError("workload_id", f"{spec.workload_id!r} is already running")
             pid, self._next_pid = self._next_pid, self._next_pid + 1
-            ref = Handle(spec.workload_id, KIND, {"pid": pid})
+            data: dict[str, JsonScalar] = {"pid": pid}
+            if self._node_ports and spec.node_port:
+                host = next((n.address for n in self._nodes if n.name == spec.node), self._nodes[0].address)
+                data |= {"listen_host": host, "listen_port": self._next_port}
+                self._next_port += 1
+                spec = replace(spec, env={**spec.env, LISTEN_HOST_ENV: host, LISTEN_PORT_ENV: str(data["listen_port"])})
+            ref = Handle(spec.workload_id, KIND, data)
             self.launched.append(spec)
             self._running[spec.workload_id] = ref
             self._findable[spec.workload_id] = ref
@@ -76,6 +100,15 @@ class FakeBackend:
 
     def private_network(self) -> bool:
         return False
+
+    def node_ports(self) -> bool:
+        return self._node_ports
+
+    def listen_address(self, handle: Handle) -> tuple[str, int] | None:
+        host, port = handle.data.get("listen_host"), handle.data.get("listen_port")
+        if not isinstance(host, str) or not isinstance(port, int) or not self.pids(handle):
+            return None
+        return host, port
 
     def pids(self, handle: Handle) -> list[int]:
         pid = fake_pid(handle)

@@ -126,6 +126,12 @@ class LocalBackend:
     def private_network(self) -> bool:
         return bool(self.exec.private_network)
 
+    def node_ports(self) -> bool:
+        return False  # one host: a replica listens on its runtime directory's socket (or a loopback port)
+
+    def listen_address(self, handle: Handle) -> tuple[str, int] | None:
+        return None
+
     def spec_path(self, workload_id: str) -> Path:
         """Where ``launch`` leaves the command's spec for the supervisor (which deletes it once read)."""
         return self.run_dir / f"{file_stem(workload_id)}.spec.json"

@@ -201,6 +201,7 @@ class Launcher:
             pids_max=limits.pids_max,
             log_max_bytes=limits.log_max_bytes,
             private_network=row.model_id is not None,  # a model replica: reachable only through its socket
+            node_port=row.model_id is not None,  # ... or, where the backend picks ports on nodes (Ray), on one
             gang=gang,
             gang_parts=self._gang_parts(entry, hosts),
         )

@@ -3,8 +3,11 @@ the store, replicas submitted and cancelled as ``service`` workloads of the mode
 ``POST /v1/workloads`` takes (validated, queued, placed by the core scheduler, counted against the quota).
 
 A replica listens on a Unix socket in its private runtime directory (``engine_exec --socket``) when the backend
-gives workloads one (the local backend), else on a TCP port picked here; ``replicas`` tells the gateway each one's
-address. Its engine shim runs with the interpreter ``EngineRunner`` found that the tenant's OS user can run.
+gives workloads one (the local backend); else, where the backend picks ports on the replica's node (Ray: replicas
+run on any node), on that node's address and port, requiring a key made here for that replica alone (in its
+environment, never on a command line; the gateway sends it); else on a loopback TCP port picked here. ``replicas``
+tells the gateway each one's address (and key). Its engine shim runs with the interpreter ``EngineRunner`` found
+that the tenant's OS user can run.
 
 ``start_controller`` runs the controller on its own thread beside the scheduler loop (``tessera up``).
 """
@@ -12,6 +15,7 @@ address. Its engine shim runs with the interpreter ``EngineRunner`` found that t
 from __future__ import annotations
 
 import logging
+import secrets
 import socket
 import threading
 from collections.abc import Callable, Sequence
@@ -23,7 +27,7 @@ from tessera.server.store import served
 from tessera.server.store.models import ServedModelRow, WorkloadRow
 from tessera.server.submit import Principal, workload_row
 from tessera.serving.controller import Controller, ControlPlane, DemandSource, ReplicaSink, ReplicaView
-from tessera.serving.engine_exec import SOCKET_NAME
+from tessera.serving.engine_exec import KEY_ENV, SOCKET_NAME
 from tessera.serving.replica_health import ModelHealth, ReplicaEnd
 from tessera.serving.replicas import PORT_ENV, DeployedModel, ReplicaRunner, replica_command
 from tessera.serving.setups import PolicySetup
@@ -61,6 +65,11 @@ def replica_port(row: WorkloadRow) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def node_url(host: str, port: int) -> str:
+    """The base URL of a replica at ``host``:``port`` (an IPv6 address in brackets)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (the engine binds it moments later): for a backend without runtime
     directories only."""
@@ -70,10 +79,17 @@ def free_port() -> int:
         return port
 
 
-def replica_spec(model: DeployedModel, port: int | None, runner: ReplicaRunner | None = None) -> WorkloadSpec:
+def replica_key(row: WorkloadRow) -> str | None:
+    """The key a replica on a port of its node requires (None: it listens on a socket or a loopback port)."""
+    return (row.env or {}).get(KEY_ENV) or None
+
+
+def replica_spec(
+    model: DeployedModel, port: int | None, runner: ReplicaRunner | None = None, api_key: str | None = None
+) -> WorkloadSpec:
     """The workload one replica of ``model`` is: what ``POST /v1/workloads`` would take for it (listening on its
-    runtime directory's socket when ``port`` is None)."""
-    command, env = replica_command(model, port, runner=runner)
+    runtime directory's socket when ``port`` is None; with ``api_key``, on a port of its node, requiring it)."""
+    command, env = replica_command(model, port, runner=runner, api_key=api_key)
     return WorkloadSpec(
         command=command,
         env=env,
@@ -88,11 +104,17 @@ def replica_spec(model: DeployedModel, port: int | None, runner: ReplicaRunner |
 
 
 def replica_row(
-    model: DeployedModel, port: int | None, ctx: ServerContext, now_s: float, runner: ReplicaRunner | None = None
+    model: DeployedModel,
+    port: int | None,
+    ctx: ServerContext,
+    now_s: float,
+    runner: ReplicaRunner | None = None,
+    api_key: str | None = None,
 ) -> WorkloadRow:
     """The stored workload of one replica, validated as any submission is (the queue, the pool)."""
     principal = Principal(model.tenant, is_admin=False)
-    row = workload_row(replica_spec(model, port, runner), principal, ctx.store.queues(), ctx.pool, now_s)
+    spec = replica_spec(model, port, runner, api_key)
+    row = workload_row(spec, principal, ctx.store.queues(), ctx.pool, now_s)
     row.model_id = model.id
     return row
 
@@ -120,15 +142,24 @@ class ServingPlane(ControlPlane):
     def __init__(self, ctx: ServerContext, runner: EngineRunner | None = None) -> None:
         self.ctx = ctx
         self.runner = runner or EngineRunner(check_unprivileged=False)
-        # Replicas listen on their runtime directory's socket where the backend makes one (any id tells).
+        # Replicas listen on their runtime directory's socket where the backend makes one (any id tells), else on a
+        # port of their node where the backend picks one there, else on a loopback port.
         self.sockets = ctx.loop.backend.runtime_dir("0") is not None
+        self.node_ports = not self.sockets and ctx.loop.backend.node_ports()
         self.desired: dict[int, int] = {}  # model id -> the autoscaler's target at the last tick (replica history)
 
     def address(self, row: WorkloadRow) -> str | None:
-        """Where replica ``row`` listens: its port's URL, or its private socket."""
+        """Where replica ``row`` listens: its loopback port's URL, its node's address and port (once the backend
+        knows them), or its private socket."""
         port = replica_port(row)
         if port is not None:
             return f"http://127.0.0.1:{port}"
+        if replica_key(row) is not None:
+            entry = self.ctx.loop.running.get(row.id)
+            listen = (
+                None if entry is None or entry.handle is None else self.ctx.loop.backend.listen_address(entry.handle)
+            )
+            return None if listen is None else node_url(*listen)
         runtime = self.ctx.loop.backend.runtime_dir(str(row.id))
         return None if runtime is None else f"unix:{runtime / SOCKET_NAME}"
 
@@ -139,7 +170,7 @@ class ServingPlane(ControlPlane):
         rows = served.active_replicas(self.ctx.store, [m.id for m in models])
         return {
             model_id: [
-                ReplicaView(r.id, r.state == "running", self.address(r), r.cancel_requested, r.attempts)
+                ReplicaView(r.id, r.state == "running", self.address(r), r.cancel_requested, r.attempts, replica_key(r))
                 for r in replicas
             ]
             for model_id, replicas in rows.items()
@@ -147,13 +178,14 @@ class ServingPlane(ControlPlane):
 
     def start_replica(self, model: DeployedModel) -> int:
         now = self.ctx.clock()
-        port = None if self.sockets else free_port()
+        port = None if self.sockets or self.node_ports else free_port()
+        api_key = secrets.token_urlsafe(32) if self.node_ports else None
         runner = ReplicaRunner(self.runner.python(), tuple(self.runner.path))
-        row = replica_row(model, port, self.ctx, now, runner)
+        row = replica_row(model, port, self.ctx, now, runner, api_key)
         stored = self.ctx.store.add_workload(row, now)
         self.ctx.metrics.replica_starts.labels(model.name).inc()
         self.ctx.loop.wake()
-        where = "its private socket" if port is None else f"port {port}"
+        where = "its private socket" if self.sockets else "a port of its node" if api_key else f"port {port}"
         log.info("model %s: replica workload %d submitted (listening on %s)", model.key, stored.id, where)
         return stored.id
 

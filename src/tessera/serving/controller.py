@@ -60,6 +60,7 @@ class ReplicaView:
     address: str | None  # where its engine listens: unix:PATH (its private socket) or http://HOST:PORT
     stopping: bool = False  # asked to stop, not yet ended
     attempt: int = 0  # its launches so far: a replica restarted in place is another process at the same address
+    api_key: str | None = field(default=None, repr=False)  # its own secret, at a TCP address on another node
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,12 @@ tenant can reach it, use it or take its address; ``tessera up`` starts every loc
 vLLM listen there themselves (``--uds``); an engine that only speaks TCP (transformers serve, SGLang) listens on a
 loopback port, in the replica's private network namespace when the server is root, and ``engine_bridge`` relays the
 socket to it. ``--port``: the engine listens on 127.0.0.1:PORT (a backend without runtime directories).
+``--node-port``: the engine listens on the port the backend picked on this node (``$TESSERA_LISTEN_HOST``,
+``$TESSERA_LISTEN_PORT``: the Ray backend, whose replicas may run on other hosts than the gateway's) and requires the
+replica's own key (``$TESSERA_REPLICA_KEY``, which the server made) as ``Authorization: Bearer`` from every caller;
+the key goes to the engine in its environment, never on its command line (which every user can read in /proc):
+vLLM's ``VLLM_API_KEY``, the sim engine's ``TESSERA_SIM_API_KEY``. SGLang and ``transformers serve`` have no such
+variable, so they are refused there, saying why.
 
 A replica is launched as a Tessera workload, so its share is only known at launch, from the variables the backend
 sets (``gpu.isolation``). This shim turns ``TESSERA_GPU_MEM_FRACTION`` into the engine's own flag (vLLM's and
@@ -47,6 +53,11 @@ REAL_ENGINES = ("vllm", "sglang", "transformers")
 RUNTIME_DIR_ENV = "TESSERA_RUNTIME_DIR"  # set by the local backend (backends.runtime_dirs)
 SOCKET_NAME = "engine.sock"
 LISTENS_ON_UNIX = ("sim", "vllm")  # the engines with a Unix-socket option of their own (``--uds``)
+LISTEN_HOST_ENV = "TESSERA_LISTEN_HOST"  # set by a backend that picks the port on the node (backends.base)
+LISTEN_PORT_ENV = "TESSERA_LISTEN_PORT"
+KEY_ENV = "TESSERA_REPLICA_KEY"  # the replica's own secret (server.serving_plane makes it)
+# How each engine that can require a key is given it (an environment variable: argv is readable by all).
+ENGINE_KEY_ENV = {"sim": "TESSERA_SIM_API_KEY", "vllm": "VLLM_API_KEY"}
 # What the server hands on to every replica from its own environment (the workload's environment is clean).
 SERVER_ENV = (ENGINE_PYTHON, CPU_KV_ENV, *(f"TESSERA_{e.upper()}_ARGS" for e in REAL_ENGINES))
 
@@ -107,12 +118,52 @@ def socket_path(env: Mapping[str, str]) -> str:
     return os.path.join(runtime, SOCKET_NAME)
 
 
+def node_listen(env: Mapping[str, str]) -> tuple[str, int, str]:
+    """Where a ``--node-port`` replica listens and the key it requires: (host, port, key) from the environment the
+    backend and the server gave it; exits saying what is missing."""
+    host, port, key = env.get(LISTEN_HOST_ENV, ""), env.get(LISTEN_PORT_ENV, ""), env.get(KEY_ENV, "")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise SystemExit(f"engine_exec: --node-port needs {LISTEN_HOST_ENV} and {LISTEN_PORT_ENV} from the backend")
+    if not key:
+        raise SystemExit(f"engine_exec: --node-port needs the replica's key in {KEY_ENV}")
+    return host, int(port), key
+
+
+def keyed_env(engine: str, env: Mapping[str, str], key: str) -> dict[str, str]:
+    """``env`` with the replica's key where ``engine`` reads the key it requires (``ENGINE_KEY_ENV``); exits for an
+    engine that can be given one only on its command line."""
+    variable = ENGINE_KEY_ENV.get(engine)
+    if variable is None:
+        raise SystemExit(
+            f"engine_exec: {engine} cannot require the replica's key without a command-line flag, which every user "
+            "can read: on a backend whose replicas listen on TCP ports of their nodes (Ray), use sim or vllm"
+        )
+    out = {k: v for k, v in env.items() if k != KEY_ENV}
+    out[variable] = key
+    return out
+
+
+def node_port_engine(
+    engine: str, name: str, weights: str | None, env: Mapping[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of a ``--node-port`` replica's engine: on the host and port the backend
+    gave, the key in the environment where the engine reads it (exits when anything is missing)."""
+    host, port, key = node_listen(env)
+    return engine_argv(engine, name, port, weights, env, host=host), keyed_env(engine, engine_env(engine, env), key)
+
+
 def engine_argv(
-    engine: str, name: str, port: int, weights: str | None, env: Mapping[str, str], uds: str | None = None
+    engine: str,
+    name: str,
+    port: int,
+    weights: str | None,
+    env: Mapping[str, str],
+    uds: str | None = None,
+    host: str = "127.0.0.1",
 ) -> list[str]:
     """The engine's command line (the program first): listening on ``uds`` (sim and vLLM only), else on
-    127.0.0.1:``port``."""
-    host = ["--uds", uds] if uds is not None else ["--host", "127.0.0.1", "--port", str(port)]
+    ``host``:``port``."""
+    listen = ["--uds", uds] if uds is not None else ["--host", host, "--port", str(port)]
     if uds is not None and engine not in LISTENS_ON_UNIX:
         raise ValueError(f"{engine} cannot listen on a Unix socket itself")
     fraction = memory_fraction(env)
@@ -124,12 +175,12 @@ def engine_argv(
             "--model",
             name,
             *sim_args(weights, env),
-            *host,
+            *listen,
         ]
     python = engine_python(env)
     if engine == "vllm":
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", weights or name]
-        argv += ["--served-model-name", name, *host]
+        argv += ["--served-model-name", name, *listen]
         if on_cpu(env):
             argv += ["--enforce-eager"]
         elif fraction is not None:
@@ -139,7 +190,7 @@ def engine_argv(
         return argv + extra_args(engine, env)
     if engine == "sglang":
         argv = [python, "-m", "sglang.launch_server", "--model-path", weights or name]
-        argv += ["--served-model-name", name, *host, "--enable-metrics"]
+        argv += ["--served-model-name", name, *listen, "--enable-metrics"]
         if fraction is not None:
             argv += ["--mem-fraction-static", str(fraction)]
         if gpu_count(env) > 1:
@@ -208,13 +259,17 @@ def engine_env(engine: str, env: Mapping[str, str]) -> dict[str, str]:
 
 def main(args: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tessera.serving.engine_exec")
-    parser.add_argument("engine", choices=("vllm", "sglang", "transformers", "sim"))
+    parser.add_argument("engine", choices=REAL_ENGINES + ("sim",))
     parser.add_argument("--name", required=True)
     listen = parser.add_mutually_exclusive_group(required=True)
     listen.add_argument("--port", type=int)
     listen.add_argument("--socket", action="store_true", help=f"listen on $TESSERA_RUNTIME_DIR/{SOCKET_NAME}")
+    listen.add_argument("--node-port", action="store_true", help=f"listen on ${LISTEN_HOST_ENV}:${LISTEN_PORT_ENV}")
     parser.add_argument("--weights")
     ns = parser.parse_args(args)
+    if ns.node_port:  # on a port of this node, the replica's key required
+        argv, env = node_port_engine(ns.engine, ns.name, ns.weights, os.environ)
+        os.execvpe(argv[0], argv, env)
     uds = socket_path(os.environ) if ns.socket else None
     if ns.engine == "transformers" and ns.weights:
         os.chdir(name_link(ns.name, ns.weights, os.environ))

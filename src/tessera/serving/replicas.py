@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import tessera
-from tessera.serving.engine_exec import SERVER_ENV
+from tessera.serving.engine_exec import KEY_ENV, SERVER_ENV
 
 ENGINES = ("vllm", "sglang", "transformers", "sim")
 
@@ -66,9 +66,13 @@ def replica_command(
     port: int | None,
     server_env: Mapping[str, str] | None = None,
     runner: ReplicaRunner | None = None,
+    *,
+    api_key: str | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The argv and the extra environment of one replica of ``model``: listening on its Unix socket
-    (``engine_exec --socket``) when ``port`` is None, else on 127.0.0.1:``port``. The engine settings in the
+    (``engine_exec --socket``) when ``port`` is None, else on 127.0.0.1:``port``; with ``api_key``, on the port the
+    backend picks on the replica's node (``engine_exec --node-port``), requiring that key (given in the
+    environment, ``KEY_ENV``: never on the command line, which every user can read). The engine settings in the
     server's environment (``engine_exec.SERVER_ENV``: which interpreter runs the real engines, their extra flags) go
     along, since a workload's environment is otherwise clean."""
     given = os.environ if server_env is None else server_env
@@ -77,7 +81,10 @@ def replica_command(
     env |= {MODEL_ENV: model.name, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
     env["PYTHONPATH"] = os.pathsep.join(runner.path)
     argv = [runner.python, "-m", "tessera.serving.engine_exec", model.engine, "--name", model.name]
-    if port is None:
+    if api_key is not None:
+        env[KEY_ENV] = api_key
+        argv += ["--node-port"]
+    elif port is None:
         argv += ["--socket"]
     else:
         env[PORT_ENV] = str(port)

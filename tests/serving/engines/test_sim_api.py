@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 
 from sim_harness import connect, exchange, get, make_api, parse_responses, post
 
+from tessera.serving.engine_exec import ENGINE_KEY_ENV
 from tessera.serving.engines.metrics import parse_metrics
+from tessera.serving.engines.sim_server import API_KEY_ENV, parse_options
 from tessera.serving.engines.sim_tokens import count_tokens, output_token
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 5}
@@ -202,3 +205,37 @@ def test_sleep_refuses_work_until_wake_up_and_is_refused_while_busy() -> None:
         conn.connection_lost(None)
 
     asyncio.run(go())
+
+
+def test_with_an_api_key_every_route_answers_401_unless_the_request_carries_it() -> None:
+    async def go() -> None:
+        api = make_api()
+        api.settings = replace(api.settings, api_key="s3cret-key")
+        health = b"GET /health HTTP/1.1\r\nhost: x\r\n%b\r\n"
+        no_key, wrong, basic, right = await exchange(
+            api,
+            health % b"",
+            health % b"authorization: Bearer s3cret-kez\r\n",
+            health % b"authorization: Basic s3cret-key\r\n",
+            health % b"authorization: Bearer s3cret-key\r\n",
+        )
+        assert [r.status for r in (no_key, wrong, basic, right)] == [401, 401, 401, 200]
+        assert no_key.json()["error"]["code"] == 401
+        for path in ("/metrics", "/v1/models", "/is_sleeping"):
+            [refused] = await exchange(api, get(path))
+            assert refused.status == 401, path
+        [sleep] = await exchange(api, post("/sleep", b""))
+        [chat] = await exchange(api, post("/v1/chat/completions", CHAT))
+        assert sleep.status == 401 and chat.status == 401 and not api.sleeping
+        [served] = await exchange(api, post("/v1/chat/completions", CHAT, "authorization: Bearer s3cret-key\r\n"))
+        assert served.status == 200 and served.json()["usage"]["completion_tokens"] == 5
+
+    asyncio.run(go())
+
+
+def test_the_sim_server_takes_its_api_key_from_the_environment_only() -> None:
+    argv = ["--model", "m", "--port", "0"]
+    assert parse_options(argv).api_key == ""
+    options = parse_options(argv, {API_KEY_ENV: "from-env"})
+    assert options.api_key == "from-env" and "from-env" not in repr(options)
+    assert ENGINE_KEY_ENV["sim"] == API_KEY_ENV  # where engine_exec puts the replica's key for the sim engine

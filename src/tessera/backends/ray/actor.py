@@ -18,6 +18,10 @@ workload survives the server that launched it and a restarted server finds it by
   (``part_gang``); a part's actor asks it so (``PartOf``) before it starts its own, so every rank has the same
   ``MASTER_ADDR`` and ``MASTER_PORT`` and no part starts before the port is chosen. A part's directory is
   ``<id>.part<k>``; its supervisor's own messages are its main log (0), its ranks log apart;
+- for a workload that serves on its node (``LaunchSpec.node_port``: a model replica), picks a free port of the node's
+  address before it starts the workload, gives both in its environment (``TESSERA_LISTEN_HOST``,
+  ``TESSERA_LISTEN_PORT``) and tells them in ``describe``; ``listening`` tells them only once a socket listens
+  there that none but the workload's processes hold (how the server learns where the replica listens, proven);
 - passes ``stop(grace_s)`` and ``kill()`` to the guard;
 - ``cleanup()`` removes its directory and exits, once the server has recorded the end.
 
@@ -39,9 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from tessera.backends.accounts import server_account, workload_env
-from tessera.backends.base import GangRanks, rank_log_path
+from tessera.backends.base import LISTEN_HOST_ENV, LISTEN_PORT_ENV, GangRanks, rank_log_path
 from tessera.backends.gang_ranks import pick_master_port
+from tessera.backends.listeners import listens_only
 from tessera.backends.local_files import file_stem
+from tessera.backends.procfs import all_pids, is_gone, read_proc_stat
 from tessera.backends.ray import guard
 from tessera.backends.supervisor import CommandSpec
 
@@ -80,10 +86,17 @@ class WorkloadActor:
         gang: GangRanks | None = None,
         parts: Mapping[str, str] | None = None,
         part_of: PartOf | None = None,
+        listen_host: str | None = None,
     ) -> None:
         """``parts``: the handle's fields naming a gang's other parts (this actor runs rank 0, and picks the port
-        for all); ``part_of``: this actor runs such a part (its ranks' gang comes from rank 0's actor)."""
+        for all); ``part_of``: this actor runs such a part (its ranks' gang comes from rank 0's actor);
+        ``listen_host``: the workload serves on a port of this node's address (``LaunchSpec.node_port``), picked
+        here before it starts and given in its environment."""
         self.workload_id = workload_id
+        self.listen: tuple[str, int] | None = None
+        if listen_host is not None:
+            self.listen = (listen_host, pick_master_port(listen_host))
+            spec_env = {**spec_env, LISTEN_HOST_ENV: listen_host, LISTEN_PORT_ENV: str(self.listen[1])}
         self.log_path = log_path  # on the server's host: told back to a server that finds this actor
         self.parts = dict(parts or {})
         if gang is not None and self.parts and gang.master_port == 0:  # one port for every part, chosen first
@@ -122,7 +135,17 @@ class WorkloadActor:
 
         node_id = str(ray.get_runtime_context().get_node_id())
         described = {"workload_id": self.workload_id, "log_path": self.log_path, "dir": str(self.dir)}
+        if self.listen is not None:
+            described |= {"listen_host": self.listen[0], "listen_port": str(self.listen[1])}
         return {**described, "node_id": node_id, "log_ranks": self.log_ranks, **self.parts}
+
+    def listening(self) -> tuple[str, int] | None:
+        """Where the workload serves (``listen_host`` and the port picked for it), once a socket listens there that
+        only the workload's processes hold (``listeners.listens_only``); None before, or without a port."""
+        if self.listen is None:
+            return None
+        pids = workload_pids(self.dir)
+        return self.listen if pids and listens_only(*self.listen, pids) else None
 
     def part_gang(self, ranks: tuple[int, ...]) -> GangRanks:
         """The gang of a part of this gang across nodes that runs ``ranks``: this one's address and port."""
@@ -172,6 +195,17 @@ class WorkloadActor:
     def _tell(self, line: str) -> None:
         with contextlib.suppress(BrokenPipeError):  # the guard has ended: nothing left to stop
             os.write(self._write_fd, f"{line}\n".encode())
+
+
+def workload_pids(directory: Path) -> list[int]:
+    """The workload's live processes on this node: the group its supervisor (the guard's child) leads."""
+    try:
+        guard_pid = int((directory / guard.PID_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    stats = [stat for stat in map(read_proc_stat, all_pids()) if stat is not None and not is_gone(stat)]
+    groups = {stat.pid for stat in stats if stat.ppid == guard_pid}
+    return [stat.pid for stat in stats if stat.pgid in groups]
 
 
 def _gang_from_master(part_of: PartOf) -> GangRanks:

@@ -27,6 +27,10 @@
   server killed with ``kill -9`` and restarted picks up the same processes; an end written meanwhile is kept by the
   guard's exit file and reported at the first poll.
 
+- **A port on the node** (``LaunchSpec.node_port``: a model replica): the actor picks a free port of its node's
+  address (``NodeManagerAddress``) before it starts the workload; ``listen_address`` asks it (``listening``) until
+  a socket listens there that only the workload's processes hold.
+
 ``pids`` is empty: the processes run on other hosts, where this server's NVML watchdog cannot see them.
 Thread-safe: one lock guards the watches (API threads call ``stop`` while the loop polls).
 """
@@ -141,8 +145,9 @@ class RayBackend:
         common = (spec.workload_id, list(spec.argv))
         try:
             actor = self._actor(name, node, spec.cpu_milli, spec.gpus).remote(
-                *common, dict(spec.env), workdir, self.node_dir, log_path, gang, fields or None
-            )
+                *common, dict(spec.env), workdir, self.node_dir, log_path, gang, fields or None,
+                listen_host=node.address if spec.node_port else None,
+            )  # fmt: skip
         except ValueError as error:  # the name is taken: a workload of this id runs already
             raise InvalidRequestError("workload_id", f"{spec.workload_id!r}: {error}") from None
         actors = [actor]
@@ -212,6 +217,16 @@ class RayBackend:
 
     def private_network(self) -> bool:
         return False
+
+    def node_ports(self) -> bool:
+        return True  # the actor picks the port on the workload's node (``actor.py``)
+
+    def listen_address(self, handle: Handle) -> tuple[str, int] | None:
+        """Where the workload's actor says it listens, once only the workload listens there (asked without waiting:
+        None until it has answered so)."""
+        with self._lock:
+            watch = self._watches.get(handle.workload_id)
+            return None if watch is None else watch.listen_address()
 
     def forget(self, workload_id: str) -> None:
         """Nothing to drop: the actors removed their files and exited before ``poll`` reported the end (so, unlike

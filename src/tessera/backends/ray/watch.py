@@ -118,6 +118,8 @@ class WorkloadWatch:
     failure: ActorWatch | None = None  # the first actor seen ending with a failure
     stopping: bool = False  # a stop was asked: by ``stop``, or after a part failed
     cleaning: bool = False
+    listen: tuple[str, int] | None = None  # where the workload listens, as its actor said (``listen_address``)
+    asking: Any = None  # the outstanding ``listening`` call that asks it
 
     def calls(self) -> list[Any]:
         return [actor.call for actor in self.actors if actor.call is not None]
@@ -154,6 +156,29 @@ class WorkloadWatch:
         if not all(watch.cleaned for watch in self.actors):
             return None
         return ExitStatus(self.handle.workload_id, 0 if self.failure is None else self.failure.exit_code)
+
+    def listen_address(self) -> tuple[str, int] | None:
+        """Where the workload's own actor says it listens, once only the workload's processes listen there (its
+        ``listening``: asked again at each call until it says so, read when it has answered, never waited for);
+        None until then, once it ended, or when it listens on no port of its node."""
+        first = self.actors[0]
+        if self.listen is not None or first.actor is None or first.ended:
+            return None if first.ended else self.listen
+        if self.asking is None:
+            self.asking = first.actor.listening.remote()
+            return None
+        ready, _ = ray.wait([self.asking], timeout=0)
+        if not ready:
+            return None
+        try:
+            answer: tuple[str, int] | None = ray.get(self.asking, timeout=0)
+        except RayError as error:  # asked again next time (the actor's end comes through ``poll``)
+            logger.warning("%s: its actor does not say where it listens (%s)", self.handle.workload_id, error)
+            answer = None
+        self.asking = None
+        if answer is not None:
+            self.listen = (str(answer[0]), int(answer[1]))
+        return self.listen
 
     def close_logs(self) -> None:
         for watch in self.actors:

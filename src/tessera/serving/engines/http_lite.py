@@ -22,7 +22,7 @@ MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 409: "Conflict"}
 _REASONS |= {411: "Length Required", 413: "Payload Too Large", 431: "Request Header Fields Too Large"}
-_REASONS |= {500: "Internal Server Error", 503: "Service Unavailable"}
+_REASONS |= {401: "Unauthorized", 500: "Internal Server Error", 503: "Service Unavailable"}
 
 
 @dataclass(frozen=True, slots=True)

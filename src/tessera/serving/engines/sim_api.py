@@ -8,15 +8,19 @@ deterministic: output token i of a choice is a word picked from the prompt's CRC
 streamed chunk. ``n`` choices are ``n`` sequences in the engine model (the prompt prefilled for each); with
 ``stream_options.include_usage`` the stream ends with a usage chunk, and with ``continuous_usage_stats`` too every
 chunk carries the usage so far (of its choice), as vLLM does. Tokens leave as the engine model produces them
-(``sim_live``); a client that disconnects cancels its request in the model.
+(``sim_live``); a client that disconnects cancels its request in the model. With an API key (``SimSettings.api_key``:
+a replica on a TCP port of its node) every route, ``/health`` included, answers 401 unless the request carries
+``Authorization: Bearer <key>`` (compared in constant time).
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import time
 import zlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from tessera.serving.engines.http_lite import HttpConnection, HttpRequest
 from tessera.serving.engines.openai_wire import (
@@ -46,6 +50,7 @@ class SimSettings:
     max_model_len: int = 8192  # prompt + output tokens allowed per request
     default_output_tokens: int = 16  # when the request sets no max_tokens
     embedding_dim: int = 16
+    api_key: str = field(default="", repr=False)  # required of every request when set ("": none)
 
 
 class _Choice:
@@ -193,6 +198,12 @@ class _EmbeddingSink:
         self.conn.respond(200, json.dumps(body).encode())
 
 
+def bearer_matches(headers: Mapping[str, str], key: str) -> bool:
+    """Whether the request's ``Authorization`` is ``Bearer <key>`` (a constant-time comparison of the key)."""
+    scheme, _, given = headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), key.encode())
+
+
 class SimApi:
     """The request handler ``http_lite.serve`` calls."""
 
@@ -204,6 +215,9 @@ class SimApi:
         self._count = 0
 
     def __call__(self, request: HttpRequest, conn: HttpConnection) -> None:
+        if self.settings.api_key and not bearer_matches(request.headers, self.settings.api_key):
+            conn.respond(401, error_body("invalid or missing API key", "AuthenticationError", 401))
+            return
         kind = _ROUTES.get(request.path)
         if kind is not None:
             if request.method != "POST":

@@ -5,8 +5,10 @@ timed by the performance model of a catalog model on a GPU type (``--perf llama3
 up (``--speedup 10``: ten times faster, for tests). It binds 127.0.0.1 unless told otherwise, and prints one line,
 ``tessera-sim listening on http://HOST:PORT``, once it accepts connections (port 0 picks a free one); with
 ``--uds PATH`` it listens on that Unix socket instead (how a replica of ``tessera up`` serves: only the gateway can
-reach it) and prints ``tessera-sim listening on unix:PATH``. SIGTERM and SIGINT stop it. Bad options: one line
-naming the option, exit code 2.
+reach it) and prints ``tessera-sim listening on unix:PATH``. With ``TESSERA_SIM_API_KEY`` set in its environment
+(never an option: a command line is readable by every user) it answers 401 to any request without
+``Authorization: Bearer <that key>``, as a replica on a TCP port of its node runs. SIGTERM and SIGINT stop it. Bad
+options: one line naming the option, exit code 2.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import os
 import signal
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from tessera.serving.engines.http_lite import serve, serve_unix
 from tessera.serving.engines.sim_api import SimApi, SimSettings
@@ -36,6 +39,7 @@ GPU_MEMORY_UTILIZATION = ReplicaSizing(shared=True).gpu_memory_utilization
 OVERHEAD_GIB = ReplicaSizing(shared=True).overhead_gib
 BLOCK_TOKENS = 16
 READY_LINE = "tessera-sim listening on"
+API_KEY_ENV = "TESSERA_SIM_API_KEY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,7 @@ class SimOptions:
     uds: str | None = None  # listen on this Unix socket instead of host:port
     gpu_mem_mib: int = 0  # the memory its share of the GPU holds (0: the whole GPU)
     load_s: float = 0.0  # seconds it takes to load the weights before it listens
+    api_key: str = field(default="", repr=False)  # required of every request when set (from ``API_KEY_ENV``)
 
 
 class OptionError(ValueError):
@@ -81,7 +86,8 @@ def build_engine(options: SimOptions) -> LiveEngine:
     return LiveEngine(EngineConfig(kv_blocks=kv_blocks, block_tokens=BLOCK_TOKENS), times, options.speedup)
 
 
-def parse_options(argv: Sequence[str]) -> SimOptions:
+def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> SimOptions:
+    """The options of ``argv``, and the API key it requires from ``env``'s ``API_KEY_ENV`` (none without ``env``)."""
     parser = argparse.ArgumentParser(prog="python -m tessera.serving.engines.sim_server", description=__doc__)
     parser.add_argument("--model", required=True, help="the model name it serves")
     listen = parser.add_mutually_exclusive_group(required=True)
@@ -105,6 +111,7 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
     return SimOptions(
         ns.model, ns.port or 0, ns.host, ns.perf, ns.speedup, ns.kv_blocks, ns.max_model_len,
         ns.default_output_tokens, ns.uds, ns.gpu_mem_mib, _load_s(parser, ns.load_s, ns.perf, ns.speedup),
+        (env or {}).get(API_KEY_ENV, ""),
     )  # fmt: skip
 
 
@@ -130,7 +137,7 @@ async def run(options: SimOptions) -> None:
     live = build_engine(options)
     if options.load_s > 0:  # the weights load before the engine listens, as a real engine's do
         await asyncio.sleep(options.load_s)
-    settings = SimSettings(options.model, options.max_model_len, options.default_output_tokens)
+    settings = SimSettings(options.model, options.max_model_len, options.default_output_tokens, api_key=options.api_key)
     api = SimApi(settings, live)
     if options.uds is not None:
         server = await serve_unix(api, options.uds)
@@ -158,7 +165,7 @@ def _event_loop_policy() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    options = parse_options(sys.argv[1:] if argv is None else argv)
+    options = parse_options(sys.argv[1:] if argv is None else argv, os.environ)
     try:
         build_engine(options)  # options checked before the loop starts
     except OptionError as exc:

@@ -22,6 +22,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from tessera.serving.controller import DEFAULT_TARGETS, Demand, ReplicaView
 from tessera.serving.gateway.app import Gateway
@@ -37,6 +38,13 @@ log = logging.getLogger(__name__)
 HEALTH_TIMEOUT_S = 0.5
 MISS_TTL_S = 0.25  # an unknown model name is looked up in the store again after this long
 ReplicaKey = tuple[int, int]  # (workload id, attempt): a replica restarted in place is proven again
+
+
+class Target(NamedTuple):
+    """Where a replica listens, and the key it requires there (None: none, behind its private socket)."""
+
+    address: str
+    api_key: str | None
 
 
 class LiveRegistry(InMemoryRegistry):
@@ -112,7 +120,7 @@ class GatewayBridge:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.proven: frozenset[ReplicaKey] = frozenset()  # the replicas registered now (read by the controller)
         self._endpoints: dict[str, dict[ReplicaKey, int]] = {}  # model -> replica -> registry replica id
-        self._wanted: dict[str, dict[ReplicaKey, str]] = {}  # model -> replica -> address, as last published
+        self._wanted: dict[str, dict[ReplicaKey, Target]] = {}  # model -> replica -> where, as last published
         self._proving: dict[ReplicaKey, asyncio.Task[None]] = {}
         self._refused: dict[ReplicaKey, str] = {}  # why a replica was not registered (logged once per reason)
         self._last_busy: dict[str, float] = {}
@@ -145,19 +153,19 @@ class GatewayBridge:
             return
         snapshot_s, now_s = time.monotonic(), time.time()
         routes: list[ModelRoute] = []
-        wanted: dict[str, dict[ReplicaKey, str]] = {}
+        wanted: dict[str, dict[ReplicaKey, Target]] = {}
         for m in models:
             if m.deleting:
                 continue
             routes.append(route_of(m, self.setup, self.health(m.id), now_s))
             wanted[m.name] = {
-                (r.workload_id, r.attempt): r.address
+                (r.workload_id, r.attempt): Target(r.address, r.api_key)
                 for r in replicas.get(m.id, [])
                 if r.running and not r.stopping and r.address is not None
             }
         self.loop.call_soon_threadsafe(self._apply, routes, wanted, snapshot_s)
 
-    def _apply(self, routes: list[ModelRoute], wanted: dict[str, dict[ReplicaKey, str]], snapshot_s: float) -> None:
+    def _apply(self, routes: list[ModelRoute], wanted: dict[str, dict[ReplicaKey, Target]], snapshot_s: float) -> None:
         """On the gateway's loop: the registry becomes ``routes`` with the ``wanted`` replicas, those not registered
         yet once proven. A route the registry looked up after this snapshot was read stays (the snapshot is older
         than its deployment)."""
@@ -176,15 +184,16 @@ class GatewayBridge:
             for key in list(known):
                 if key not in wanted[route.name]:
                     self.registry.remove_replica(route.name, known.pop(key))
-            for key, address in wanted[route.name].items():
+            for key, target in wanted[route.name].items():
                 if key not in known and key not in self._proving:
-                    self._proving[key] = asyncio.ensure_future(self._prove(route.name, key, address))
+                    self._proving[key] = asyncio.ensure_future(self._prove(route.name, key, target))
         self._note_proven()
 
-    async def _prove(self, model: str, key: ReplicaKey, address: str) -> None:
+    async def _prove(self, model: str, key: ReplicaKey, target: Target) -> None:
         """Register the replica once it is proven; an impostor at its address is logged (once per reason)."""
+        address = target.address
         try:
-            proof = await prove_replica(address, lambda pid: self.owns(key[0], pid), HEALTH_TIMEOUT_S)
+            proof = await prove_replica(address, lambda pid: self.owns(key[0], pid), HEALTH_TIMEOUT_S, target.api_key)
         finally:
             self._proving.pop(key, None)
         if not proof.ready:
@@ -196,9 +205,10 @@ class GatewayBridge:
             return
         self._refused.pop(key, None)
         known = self._endpoints.get(model)
-        if known is None or key in known or self._wanted.get(model, {}).get(key) != address:
+        if known is None or key in known or self._wanted.get(model, {}).get(key) != target:
             return  # the model or the replica went meanwhile
-        known[key] = self.registry.add_replica(model, address, proof.listener_pid)
+        known[key] = self.registry.add_replica(model, address, proof.listener_pid, target.api_key)
+        log.info("model %s: replica workload %d registered at %s", model, key[0], address)
         self._note_proven()
 
     def _note_proven(self) -> None:

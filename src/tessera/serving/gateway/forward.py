@@ -79,7 +79,8 @@ async def forward(
     client, and the caller may send the request elsewhere). The answer's head goes to the client with its first
     body bytes, not before: until then a replica that dies leaves the client untouched."""
     try:
-        response = await upstream.post(load.endpoint.base_url, path, body, load.endpoint.peer_pid)
+        endpoint = load.endpoint
+        response = await upstream.post(endpoint.base_url, path, body, endpoint.peer_pid, endpoint.api_key)
     except UpstreamError as exc:
         log.warning("replica %s unreachable: %s", load.endpoint.base_url, exc)
         return False

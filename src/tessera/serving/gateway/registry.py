@@ -9,7 +9,7 @@ that keeps its state in memory; every method must be called on the gateway's eve
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from tessera.serving.policies.requests import SloClass
@@ -44,6 +44,9 @@ class ReplicaEndpoint:
     # The process proven to be the replica when it was registered (it listens on ``base_url``'s Unix socket and
     # belongs to the replica's workload); the upstream refuses a connection served by any other. None: not checked.
     peer_pid: int | None = None
+    # Its own key, sent as ``Authorization: Bearer`` on every request to it (a replica on a TCP port of another
+    # node requires it); None: it requires none (a replica behind its private socket).
+    api_key: str | None = field(default=None, repr=False)
 
 
 ChangeListener = Callable[[str], None]  # called with the model whose replicas (or route) changed
@@ -93,13 +96,14 @@ class InMemoryRegistry:
         self._replicas.pop(model, None)
         self._notify(model)
 
-    def add_replica(self, model: str, base_url: str, peer_pid: int | None = None) -> int:
-        """A replica of ``model`` is ready at ``base_url`` (served by process ``peer_pid``); returns its id."""
+    def add_replica(self, model: str, base_url: str, peer_pid: int | None = None, api_key: str | None = None) -> int:
+        """A replica of ``model`` is ready at ``base_url`` (served by process ``peer_pid``, requiring ``api_key``);
+        returns its id."""
         if model not in self._routes:
             raise KeyError(f"model {model!r} is not deployed")
         rid = self._next_id
         self._next_id += 1
-        self._replicas.setdefault(model, {})[rid] = ReplicaEndpoint(rid, base_url, peer_pid)
+        self._replicas.setdefault(model, {})[rid] = ReplicaEndpoint(rid, base_url, peer_pid, api_key)
         self._notify(model)
         return rid
 

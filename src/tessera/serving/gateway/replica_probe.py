@@ -23,6 +23,13 @@ from tessera.serving.gateway.upstream import UNIX_SCHEME, peer_pid_of
 HEALTH_REQUEST = b"GET /health HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n"
 
 
+def health_request(api_key: str | None = None) -> bytes:
+    """The probe's request: with the replica's key (``Authorization: Bearer``) when it requires one."""
+    if api_key is None:
+        return HEALTH_REQUEST
+    return HEALTH_REQUEST[:-2] + b"authorization: Bearer " + api_key.encode("latin-1") + b"\r\n\r\n"
+
+
 @dataclass(frozen=True, slots=True)
 class Proof:
     ready: bool  # the engine answered /health with 200 and, at a socket, its listener is the replica's
@@ -30,8 +37,11 @@ class Proof:
     reason: str = ""  # why not ready
 
 
-async def prove_replica(address: str, owned: Callable[[int], bool], timeout_s: float = 0.5) -> Proof:
-    """Whether the replica at ``address`` is ready and is who it should be (see the module docstring)."""
+async def prove_replica(
+    address: str, owned: Callable[[int], bool], timeout_s: float = 0.5, api_key: str | None = None
+) -> Proof:
+    """Whether the replica at ``address`` is ready and is who it should be (see the module docstring); ``api_key``:
+    the key it requires (a replica on a TCP port of another node), sent with the probe."""
     try:
         async with asyncio.timeout(timeout_s):
             reader, writer = await _connect(address)
@@ -41,7 +51,7 @@ async def prove_replica(address: str, owned: Callable[[int], bool], timeout_s: f
         listener = peer_pid_of(writer.get_extra_info("socket"))
         if listener is not None and not owned(listener):
             return Proof(False, listener, f"listened on by process {listener}, which is not the replica's")
-        writer.write(HEALTH_REQUEST)
+        writer.write(health_request(api_key))
         async with asyncio.timeout(timeout_s):
             status = _status(await reader.readline())
     except (OSError, TimeoutError, ValueError) as exc:

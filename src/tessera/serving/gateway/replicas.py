@@ -181,13 +181,17 @@ class LiveReplicas:
         endpoint = load.endpoint
         try:
             async with asyncio.timeout(timeout_s):
-                status, body = await upstream.call("GET", endpoint.base_url, "/metrics", peer_pid=endpoint.peer_pid)
+                status, body = await upstream.call(
+                    "GET", endpoint.base_url, "/metrics", peer_pid=endpoint.peer_pid, api_key=endpoint.api_key
+                )
                 if status != 200:
                     raise UpstreamError(f"status {status}")
                 load.scraped = parse_metrics(body.decode("utf-8", "replace"))
                 if load.scraped.sleeping:  # asleep, and not by the gateway's doing: wake it
                     log.warning("replica %s asleep, not by Tessera's doing: waking it", endpoint.base_url)
-                    await upstream.call("POST", endpoint.base_url, "/wake_up", peer_pid=endpoint.peer_pid)
+                    await upstream.call(
+                        "POST", endpoint.base_url, "/wake_up", peer_pid=endpoint.peer_pid, api_key=endpoint.api_key
+                    )
         except (UpstreamError, TimeoutError) as exc:
             load.scrape_failures += 1
             if load.scrape_failures == 1:

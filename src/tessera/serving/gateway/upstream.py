@@ -4,7 +4,10 @@ A replica's address is ``http://HOST:PORT`` or ``unix:PATH``: a replica of ``tes
 listens on a Unix socket in its private runtime directory (``serving.engine_exec``), which only the server can
 reach. A request may name the process that must be listening (``peer_pid``, the one the gateway proved to be the
 replica when it registered it): a new connection to a Unix socket whose listener is another process is refused
-(``SO_PEERCRED``), so nothing but the replica ever receives a request meant for it.
+(``SO_PEERCRED``), so nothing but the replica ever receives a request meant for it. A replica on a TCP port of
+another node (the Ray backend) requires its own key instead: a request may carry it (``api_key``), sent as
+``Authorization: Bearer``. Nothing of the client's request but its body goes upstream: the head is made here, so a
+client's own ``Authorization`` (its Tessera token) never reaches a replica.
 
 - ``RawUpstream`` (the default): HTTP/1.1 over asyncio streams with a keep-alive pool per replica. It exists
   because httpx's pool (httpcore) checks every pooled connection on every request (``is_idle``,
@@ -65,12 +68,20 @@ class UpstreamResponse(Protocol):
 
 
 class Upstream(Protocol):
-    async def post(self, base_url: str, path: str, body: bytes, peer_pid: int | None = None) -> UpstreamResponse:
+    async def post(
+        self, base_url: str, path: str, body: bytes, peer_pid: int | None = None, api_key: str | None = None
+    ) -> UpstreamResponse:
         """Send the request and return once the response's status and headers are in (``UpstreamError``)."""
         ...
 
     async def call(
-        self, method: str, base_url: str, path: str, body: bytes = b"", peer_pid: int | None = None
+        self,
+        method: str,
+        base_url: str,
+        path: str,
+        body: bytes = b"",
+        peer_pid: int | None = None,
+        api_key: str | None = None,
     ) -> tuple[int, bytes]:
         """A small exchange read whole (metrics, health, wake-up): the status and the body (``UpstreamError``)."""
         ...
@@ -204,11 +215,14 @@ def _where(key: _Key) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def _request_head(method: str, base_url: str, path: str) -> tuple[_Key, bytes]:
-    """The replica's key and the request head up to the length, parsed once per method, URL and path."""
+def _request_head(method: str, base_url: str, path: str, api_key: str | None = None) -> tuple[_Key, bytes]:
+    """The replica's key and the request head up to the length, parsed once per method, URL, path and API key."""
     key = _key_of(base_url)
     host_header = "localhost" if key[1] == 0 else f"{key[0]}:{key[1]}"
-    head = f"{method} {path} HTTP/1.1\r\nhost: {host_header}\r\ncontent-type: application/json\r\ncontent-length: "
+    head = f"{method} {path} HTTP/1.1\r\nhost: {host_header}\r\n"
+    if api_key is not None:
+        head += f"authorization: Bearer {api_key}\r\n"
+    head += "content-type: application/json\r\ncontent-length: "
     return key, head.encode("latin-1")
 
 
@@ -243,13 +257,21 @@ class RawUpstream:
         self._sweep_timer: asyncio.TimerHandle | None = None
         self._deadlines = Deadlines(min(1.0, max(0.01, min(timeout_s, chunk_gap_s) / 10)))
 
-    async def post(self, base_url: str, path: str, body: bytes, peer_pid: int | None = None) -> UpstreamResponse:
-        return await self._send("POST", base_url, path, body, peer_pid)
+    async def post(
+        self, base_url: str, path: str, body: bytes, peer_pid: int | None = None, api_key: str | None = None
+    ) -> UpstreamResponse:
+        return await self._send("POST", base_url, path, body, peer_pid, api_key)
 
     async def call(
-        self, method: str, base_url: str, path: str, body: bytes = b"", peer_pid: int | None = None
+        self,
+        method: str,
+        base_url: str,
+        path: str,
+        body: bytes = b"",
+        peer_pid: int | None = None,
+        api_key: str | None = None,
     ) -> tuple[int, bytes]:
-        response = await self._send(method, base_url, path, body, peer_pid)
+        response = await self._send(method, base_url, path, body, peer_pid, api_key)
         try:
             data = bytearray()
             async for chunk in response.chunks():
@@ -260,8 +282,10 @@ class RawUpstream:
         finally:
             await response.close()
 
-    async def _send(self, method: str, base_url: str, path: str, body: bytes, peer_pid: int | None) -> _RawResponse:
-        key, head = _request_head(method, base_url, path)
+    async def _send(
+        self, method: str, base_url: str, path: str, body: bytes, peer_pid: int | None, api_key: str | None
+    ) -> _RawResponse:
+        key, head = _request_head(method, base_url, path, api_key)
         payload = b"%b%d\r\n\r\n%b" % (head, len(body), body)
         idle = self._idle.get(key)
         while idle:  # a kept-alive connection the replica may have closed meanwhile: one fresh retry then

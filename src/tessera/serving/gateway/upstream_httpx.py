@@ -33,15 +33,25 @@ class _HttpxResponse:
         await self._response.aclose()
 
 
+def _auth(api_key: str | None) -> dict[str, str]:
+    return {} if api_key is None else {"authorization": f"Bearer {api_key}"}
+
+
 class HttpxUpstream:
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
 
     async def call(
-        self, method: str, base_url: str, path: str, body: bytes = b"", peer_pid: int | None = None
+        self,
+        method: str,
+        base_url: str,
+        path: str,
+        body: bytes = b"",
+        peer_pid: int | None = None,
+        api_key: str | None = None,
     ) -> tuple[int, bytes]:
         try:
-            response = await self.client.request(method, base_url + path, content=body or None)
+            response = await self.client.request(method, base_url + path, content=body or None, headers=_auth(api_key))
         except httpx.HTTPError as exc:
             raise UpstreamError(f"{type(exc).__name__}: {exc}") from exc
         return response.status_code, response.content
@@ -49,10 +59,11 @@ class HttpxUpstream:
     def forget(self, base_url: str) -> None:
         pass  # httpx's pool closes what it no longer uses
 
-    async def post(self, base_url: str, path: str, body: bytes, peer_pid: int | None = None) -> UpstreamResponse:
-        request = self.client.build_request(
-            "POST", base_url + path, content=body, headers={"content-type": "application/json"}
-        )
+    async def post(
+        self, base_url: str, path: str, body: bytes, peer_pid: int | None = None, api_key: str | None = None
+    ) -> UpstreamResponse:
+        headers = {"content-type": "application/json", **_auth(api_key)}
+        request = self.client.build_request("POST", base_url + path, content=body, headers=headers)
         try:
             return _HttpxResponse(await self.client.send(request, stream=True))
         except httpx.HTTPError as exc:
