@@ -78,7 +78,7 @@ def test_the_models_cli_deploys_lists_and_deletes_and_refuses_bad_input_in_one_l
         "interactive",
     )
     plain = tessera(server, "models", "deploy", "cli-two", "--engine", "sim", "--gpu-fraction", "0.5")
-    assert plain.returncode == 0 and plain.stdout.startswith("model cli-two deployed (sim, 1-1 replicas)")
+    assert plain.returncode == 0 and plain.stdout.startswith("model cli-two deployed (sim, 1-1 replicas; router ")
     assert f"OpenAI base URL: {server.url}/openai/v1" in plain.stdout
     wait_for(lambda: model(server, "cli-two")["state"] == "ready", timeout_s=30)
 
