@@ -125,7 +125,7 @@ class Controller:
     setup: PolicySetup = field(default_factory=lambda: serving_setup(DEFAULT_SETUP))  # its autoscaler, by default
     _states: dict[int, AutoscalerState] = field(default_factory=dict)
     _starts: dict[int, float] = field(default_factory=dict)  # replica workload id -> when it was asked for
-    _start_s: dict[int, float] = field(default_factory=dict)  # model id -> how long its last replica took to serve
+    start_seconds: dict[int, float] = field(default_factory=dict)  # model id -> how long its last replica took to serve
     _health: dict[int, HealthTracker] = field(default_factory=dict)
 
     def tick(self, now_s: float) -> None:
@@ -196,7 +196,7 @@ class Controller:
             if asked_s is None or not r.running:
                 continue
             if self.readiness is None or self.readiness(r.workload_id, r.attempt):
-                self._start_s[model.id] = now_s - self._starts.pop(r.workload_id)
+                self.start_seconds[model.id] = now_s - self._starts.pop(r.workload_id)
         if len(self._starts) > 10_000:  # replicas that never served (cancelled, failed): forget the oldest
             for workload_id in sorted(self._starts)[:5_000]:
                 del self._starts[workload_id]
@@ -210,7 +210,7 @@ class Controller:
             return max(model.min_replicas, 1)
         ready = sum(r.running for r in replicas)
         idle_s = now_s - demand.last_request_s if demand.last_request_s is not None else model.idle_timeout_s + 1
-        start_s = self._start_s.get(model.id)
+        start_s = self.start_seconds.get(model.id)
         signals = ModelSignals(
             model=model.key,
             now_s=now_s,

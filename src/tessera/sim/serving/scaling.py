@@ -16,6 +16,7 @@ from tessera.serving.policies.autoscaler import (
     AutoscalerConfig,
     AutoscalerState,
     ModelSignals,
+    ScaleDecision,
     decide,
     knative_defaults,
     tessera_defaults,
@@ -49,6 +50,9 @@ class Scaler:
         self.per_replica_target = setup.autoscaler == "tessera"
         self.zero_budget_s = targets[SloClass.INTERACTIVE].ttft_s / 2
         self._zero_ok_cache: dict[tuple[str, int], bool] = {}
+        # each model's last call: what the autoscaler saw, how it was configured, what it decided (for comparisons
+        # with the live controller, which must decide the same on the same signals)
+        self.last: dict[str, tuple[ModelSignals, AutoscalerConfig, ScaleDecision]] = {}
 
     def _zero_ok(self, m: ModelRuntime) -> bool:
         """Whether a replica of ``m``'s current size comes back from the warm tier within the zero budget."""
@@ -106,4 +110,5 @@ class Scaler:
                 config = dataclasses.replace(config, target_concurrency=float(round(target)) or 1.0)
             self.configs[key] = config
         decision, self.states[m.name] = decide(signals, state, config)
+        self.last[m.name] = (signals, config, decision)
         return decision.desired
