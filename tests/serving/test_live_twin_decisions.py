@@ -113,7 +113,7 @@ def test_the_live_controller_configures_and_decides_as_the_twin_at_every_call(
             ttft_recent_s=signals.ttft_recent_s, tpot_recent_s=signals.tpot_recent_s, tokens_per_sequence=footprint,
             kv_tokens_per_replica=kv_tokens,
         )  # fmt: skip
-        controller.demand = _Fixed(demand)  # type: ignore[assignment]
+        controller.demand = _Fixed(demand)
         live_config = controller.config(model, "tessera", demand)
         assert live_config == twin_config, (name, signals.now_s)
         replicas = [ReplicaView(k, True, None) for k in range(signals.ready)]
