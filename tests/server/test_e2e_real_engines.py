@@ -115,7 +115,9 @@ def back_to_zero(server: LiveServer, name: str) -> None:
 
 def deploy_smollm2(server: LiveServer, name: str, engine: str) -> None:
     body = {"name": name, "engine": engine, "model": str(SMOLLM2), "gpu_fraction": 0.25}
-    body |= {"min_replicas": 0, "max_replicas": 1, "idle_timeout": "5s"}
+    # knative: to zero once idle, however long a start takes (the setup's tessera autoscaler keeps a model whose
+    # replicas take longer to start than half its TTFT target, as these engines on two cores do, at one replica)
+    body |= {"min_replicas": 0, "max_replicas": 1, "idle_timeout": "5s", "autoscaler": "knative"}
     with server.client() as client:
         client.deploy_model(body)
 
