@@ -81,6 +81,8 @@ def harness_factory(tmp_path: Path) -> tuple[MakeHarness, list[TestClient]]:
         limits: WorkloadLimits | None = None,
         knobs: tuple[str, ...] = (),
         hosts: dict[str, str] | None = None,
+        serving_setup: str = "tessera",
+        serving_knobs: tuple[str, ...] = (),
     ) -> Harness:
         """``hosts``: host name -> its GPUs (``gpus`` is then ignored), for a pool of several hosts."""
         clock = FakeClock()
@@ -99,6 +101,8 @@ def harness_factory(tmp_path: Path) -> tuple[MakeHarness, list[TestClient]]:
                 launch_wait_s=LOCKSTEP_S,
                 limits=limits or WorkloadLimits(),
             ),
+            serving_setup=serving_setup,
+            serving_knobs=serving_knobs,
         )
         server = build_server(config, probe=SimulatedProbe(devices), backend=backend, host=HOST, clock=clock)
         ensure_admin_token(server.ctx.store, ADMIN, clock())
