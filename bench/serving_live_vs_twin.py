@@ -5,8 +5,8 @@ The first ``--minutes`` of a request trace (Azure format; default the shared con
 ``--load`` times its rate, is
 
 1. replayed through the twin (``Twin``) with the serving setup ``--setup`` (and its ``--set`` knobs) on the pool
-   ``--gpus``, its sharing ``isolated`` (sim engines on simulated GPUs never slow each other, so the twin must not
-   either); and
+   ``--gpus``, as live runs it (``AS_LIVE``: sharing ``isolated``, for sim engines on simulated GPUs never slow
+   each other; no adaptive sizing; tensor-parallel replicas on whole GPUs); and
 2. sent, in real time, to a live ``tessera up --gpus POOL --serving-setup SETUP --placement bestfit`` with the same
    knobs: each model deployed as a sim engine of its catalog model (timed by the same performance model, its KV
    cache what the twin's replica shape leaves: ``--gpu-mem`` of the shape; weights loaded as the twin's warm start),
@@ -62,6 +62,9 @@ from tessera.sim.serving.workload import Workload, build_workload
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/azure-llm/AzureLLMInferenceTrace_conv.csv"
 ADMIN = "serving-live-vs-twin-admin-token-0123456789"
 OLD_KNOBS = ("router=least-load", "late_binding=false", "admission=false")  # the live gateway before the setups
+# What live cannot do yet, so the twin must not either: sim engines on simulated GPUs never slow each other; a
+# replica keeps the share it was deployed with; a tensor-parallel replica takes whole GPUs.
+AS_LIVE = ("sharing=isolated", "adaptive=false", "shared_gangs=false")
 WORDS = ("the", "and", "for", "was", "are", "his", "but", "you", "her", "she", "one", "all", "has", "can", "not")
 BLOCK_WORDS = 16  # a prefix block of the twin (~16 tokens), ~64 characters: the gateway's prefix block
 
@@ -246,7 +249,7 @@ def gpu_seconds_live(client: TesseraClient, start_s: float, end_s: float) -> flo
 
 
 def live_run(workload: Workload, setup_name: str, knobs: tuple[str, ...], gpus: str, root: Path) -> dict[str, Any]:
-    setup = with_setup_knobs(serving_setup(setup_name), knobs)
+    setup = with_setup_knobs(serving_setup(setup_name), (*knobs, *AS_LIVE))  # the replica shapes deployed
     server = LiveServer(root, gpus, setup_name, knobs)
     server.start()
     try:
@@ -294,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--models", type=int, default=4)
     parser.add_argument("--load", type=float, default=0.5, help="multiple of the trace's rate (the twin's --load)")
-    parser.add_argument("--gpus", default="4xH100-80GB", help="the pool of both (simulated GPUs live)")
+    parser.add_argument("--gpus", default="8xH100-80GB", help="the pool of both (simulated GPUs live)")
     parser.add_argument("--setup", default="tessera")
     parser.add_argument("--set", dest="knobs", action="append", default=[], help="a setup knob KEY=VALUE (repeat)")
     parser.add_argument("--seed", type=int, default=0)
@@ -305,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"--trace: no such file: {args.trace}\n")
     workload = workload_of(args)
     knobs = tuple(args.knobs)
-    twin_setup = with_setup_knobs(serving_setup(args.setup), (*knobs, "sharing=isolated"))
+    twin_setup = with_setup_knobs(serving_setup(args.setup), (*knobs, *AS_LIVE))
     names = ", ".join(m.name for m in workload.models)
     rate = len(workload.requests) / workload.duration_s
     print(

@@ -44,6 +44,8 @@ class ReplicaSizing:
     grow_at: float = 1.5  # ...once their load is over this many small replicas' worth
     shrink_at: float = 0.75  # and small replicas again under this many
     gpu_memory_utilization: float = 0.9  # of a GPU's memory an engine may use (weights + KV), as vLLM's default
+    # A tensor-parallel replica may be a gang of one-GPU shares (else whole GPUs; live has only whole GPUs for them)
+    shared_gangs: bool = True
     overhead_gib: float = 1.0  # activations, CUDA context and graphs of a shared replica
 
 
@@ -169,7 +171,10 @@ SETUP_KNOBS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "tick_s": ("the control loop's period in seconds (autoscaler)", _seconds),
     "max_hold_s": ("a request held for a replica is refused after this long", _seconds),
     "sharing": ("twin only: how replicas on one GPU slow each other (time-slice, mps, isolated)", _sharing),
+    "adaptive": ("twin only: busy models get whole-GPU replicas (live: the share deployed)", _flag),
+    "shared_gangs": ("twin only: a tensor-parallel replica may be a gang of GPU shares (live: whole GPUs)", _flag),
 }
+SIZING_KNOBS = frozenset({"adaptive", "shared_gangs"})  # fields of the setup's ReplicaSizing
 
 
 def with_setup_knobs(setup: PolicySetup, settings: Sequence[str], option: str = "--set") -> PolicySetup:
@@ -188,4 +193,7 @@ def with_setup_knobs(setup: PolicySetup, settings: Sequence[str], option: str = 
             changes[key] = knob[1](value)
         except ValueError as exc:
             raise InvalidRequestError(option, f"{key}: {exc}") from None
+    sizing = {key: changes.pop(key) for key in SIZING_KNOBS & changes.keys()}
+    if sizing:
+        changes["sizing"] = dataclasses.replace(setup.sizing, **sizing)
     return dataclasses.replace(setup, **changes) if changes else setup

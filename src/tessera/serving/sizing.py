@@ -49,7 +49,7 @@ def replica_shape(spec: ModelSpec, gpu_model: str, sizing: ReplicaSizing) -> Rep
     usable = gpu_bytes * sizing.gpu_memory_utilization
     tp = spec.tensor_parallel
     kind = frozenset({gpu.name})
-    if sizing.shared:
+    if sizing.shared and (tp == 1 or sizing.shared_gangs):
         # One GPU's share, or for a tensor-parallel model a gang of ``tp`` shares on distinct GPUs of one node
         # (``fleet``): each asks for its weight shard, one GPU's KV reserve and the overhead; the rest of each GPU is
         # free for other (smaller) replicas.

@@ -130,6 +130,8 @@ def test_knobs_change_every_setup_studied_and_a_bad_one_names_set() -> None:
         setup = config.setup(name)
         assert (setup.router, setup.late_binding) == ("least-load", False)
     assert config.setup("tessera").autoscaler == "tessera"  # what no knob names stays the setup's own
+    sizing = StudyConfig(knobs=("adaptive=false", "shared_gangs=off")).setup("tessera").sizing
+    assert (sizing.adaptive, sizing.shared_gangs, sizing.shared) == (False, False, True)  # the sizing's own knobs
     for knob, words in (("routr=x", "unknown serving knob 'routr'"), ("router=nope", "router:"), ("tick_s=-1", "> 0")):
         with pytest.raises(InvalidRequestError) as caught:
             StudyConfig(knobs=(knob,))

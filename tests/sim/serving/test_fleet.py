@@ -196,3 +196,13 @@ def test_isolated_replicas_never_slow_each_other() -> None:
 
     assert slowdown("isolated", 4, 10.0, 0.01) == 1.0
     assert slowdown("time-slice", 4, 10.0, 0.01) == 4.0 and slowdown("mps", 2, 0.03, 0.01) == 3.0
+
+
+def test_without_shared_gangs_a_tensor_parallel_replica_takes_whole_gpus_and_a_small_one_still_shares() -> None:
+    import dataclasses as dc
+
+    sizing = dc.replace(serving_setup("tessera").sizing, shared_gangs=False)
+    big = replica_shape(CATALOG["llama2-70b"], GPU, sizing)
+    small = replica_shape(CATALOG["llama3-8b"], GPU, sizing)
+    assert (big.shared, big.request.gpu_milli, big.request.num_gpus) == (False, MILLI_PER_GPU, 4)
+    assert small.shared and small.request.gpu_mem_mib > 0
