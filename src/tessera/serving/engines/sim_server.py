@@ -39,6 +39,7 @@ GPU_MEMORY_UTILIZATION = ReplicaSizing(shared=True).gpu_memory_utilization
 OVERHEAD_GIB = ReplicaSizing(shared=True).overhead_gib
 BLOCK_TOKENS = 16
 READY_LINE = "tessera-sim listening on"
+DRAIN_S = 8.0  # under the backend's stop grace (10 s) before SIGKILL
 API_KEY_ENV = "TESSERA_SIM_API_KEY"
 
 
@@ -56,6 +57,7 @@ class SimOptions:
     gpu_mem_mib: int = 0  # the memory its share of the GPU holds (0: the whole GPU)
     load_s: float = 0.0  # seconds it takes to load the weights before it listens
     api_key: str = field(default="", repr=False)  # required of every request when set (from ``API_KEY_ENV``)
+    drain_s: float = DRAIN_S  # on SIGTERM, how long it finishes the requests it took before it exits
 
 
 class OptionError(ValueError):
@@ -153,6 +155,20 @@ async def run(options: SimOptions) -> None:
     sys.stdout.flush()
     async with server:
         await stop.wait()
+        server.close()  # no new connection: a request bound here now finds it gone and goes elsewhere
+        await drain(live, options.drain_s)
+
+
+async def drain(live: LiveEngine, limit_s: float) -> None:
+    """On SIGTERM (a scale-down, a model deleted), finish the requests taken, for at most ``limit_s`` (under the
+    backend's stop grace), as the twin's draining replica does, rather than cut their answers."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while loop.time() < deadline:
+        running, waiting, _ = live.stats()
+        if running + waiting == 0:
+            return
+        await asyncio.sleep(0.05)
 
 
 def _event_loop_policy() -> None:
