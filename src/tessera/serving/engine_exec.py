@@ -25,6 +25,10 @@ torch and transformers), named by ``TESSERA_ENGINE_PYTHON``; without it they run
 engine flags come from ``TESSERA_<ENGINE>_ARGS`` (e.g. ``TESSERA_VLLM_ARGS="--dtype float32"``). The server passes
 these variables (``SERVER_ENV``) from its own environment to every replica (``replicas.replica_command``).
 
+vLLM and the sim engine start with ``--scheduling-policy priority`` (``PRIORITY_ENGINES``): the gateway sends each
+request's SLO class as its ``priority`` (``gateway.priority``). SGLang is not (its priority scheduling, where a
+version has it, is off by default and orders the other way round unless told).
+
 On the CPU (no GPU in ``CUDA_VISIBLE_DEVICES``, or a simulated one), vLLM runs eagerly (``--enforce-eager``: a
 start in about 30 s instead of minutes of compilation) with a KV cache of ``VLLM_CPU_KVCACHE_SPACE`` GiB in host
 memory: the share's memory capped at 2 GiB, 1 GiB without a share (vLLM's default of 4 would let only a few engines
@@ -58,6 +62,7 @@ LISTEN_PORT_ENV = "TESSERA_LISTEN_PORT"
 KEY_ENV = "TESSERA_REPLICA_KEY"  # the replica's own secret (server.serving_plane makes it)
 # How each engine that can require a key is given it (an environment variable: argv is readable by all).
 ENGINE_KEY_ENV = {"sim": "TESSERA_SIM_API_KEY", "vllm": "VLLM_API_KEY"}
+PRIORITY_ENGINES = ("vllm", "sim")  # started with --scheduling-policy priority: the gateway sends SLO priorities
 # What the server hands on to every replica from its own environment (the workload's environment is clean).
 SERVER_ENV = (ENGINE_PYTHON, CPU_KV_ENV, *(f"TESSERA_{e.upper()}_ARGS" for e in REAL_ENGINES))
 
@@ -166,21 +171,15 @@ def engine_argv(
     listen = ["--uds", uds] if uds is not None else ["--host", host, "--port", str(port)]
     if uds is not None and engine not in LISTENS_ON_UNIX:
         raise ValueError(f"{engine} cannot listen on a Unix socket itself")
+    policy = ["--scheduling-policy", "priority"] if engine in PRIORITY_ENGINES else []
     fraction = memory_fraction(env)
     if engine == "sim":
-        return [
-            sys.executable,
-            "-m",
-            "tessera.serving.engines.sim_server",
-            "--model",
-            name,
-            *sim_args(weights, env),
-            *listen,
-        ]
+        argv = [sys.executable, "-m", "tessera.serving.engines.sim_server", "--model", name, *sim_args(weights, env)]
+        return argv + listen + policy
     python = engine_python(env)
     if engine == "vllm":
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", weights or name]
-        argv += ["--served-model-name", name, *listen]
+        argv += ["--served-model-name", name, *listen, *policy]
         if on_cpu(env):
             argv += ["--enforce-eager"]
         elif fraction is not None:

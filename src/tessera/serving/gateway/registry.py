@@ -35,6 +35,9 @@ class ModelRoute:
     # another only while its KV cache (as its engine exports it) has room for it beside what is in flight there.
     kv_room: bool = False
     admission: bool = False  # batch requests are shed under overload (``policies.admission``)
+    # Its engine schedules by request priority (``engine_exec.PRIORITY_ENGINES``): the gateway puts each request's
+    # SLO class into the forwarded body as ``priority`` (``gateway.priority``).
+    engine_priority: bool = False
 
 
 @dataclass(frozen=True, slots=True)
