@@ -10,7 +10,16 @@ import json
 import pytest
 
 from tessera.errors import InvalidRequestError
-from tessera.serving.engine_exec import cpu_binding, engine_argv, engine_env, parse_args
+from tessera.serving.engine_exec import (
+    KEY_ENV,
+    LISTEN_HOST_ENV,
+    LISTEN_PORT_ENV,
+    cpu_binding,
+    engine_argv,
+    engine_env,
+    node_port_engine,
+    parse_args,
+)
 from tessera.serving.engine_settings import EngineSettings, check, owned_flag, parse_core_list, replica_cores
 from tessera.serving.replicas import DeployedModel, replica_command
 
@@ -153,3 +162,14 @@ def test_vllm_on_the_cpu_binds_its_threads_to_the_replicas_cores_not_vllms_auto_
     assert "VLLM_CPU_OMP_THREADS_BIND" not in engine_env("vllm", GPU, EngineSettings(), None)
     assert engine_env("transformers", CPU, EngineSettings(), (2,))["OMP_NUM_THREADS"] == "1"
     assert "OMP_NUM_THREADS" not in engine_env("sim", CPU, EngineSettings(cpu_milli=2000), None)
+
+
+def test_a_replica_on_a_nodes_port_gets_the_models_settings_too() -> None:
+    """A replica the Ray backend starts on a port of its node (``--node-port``) runs with the model's own arguments
+    and core binding as a local one does, its key still only in its environment."""
+    node = {**CPU, LISTEN_HOST_ENV: "10.0.0.7", LISTEN_PORT_ENV: "41001", KEY_ENV: "k" * 43}
+    argv, env = node_port_engine("vllm", "chat", "/m", node, EngineSettings(("--dtype", "float32")), (1,))
+    assert argv[-2:] == ["--dtype", "float32"] and argv[argv.index("--port") + 1] == "41001"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1" and env["VLLM_API_KEY"] == "k" * 43
+    _, shim_settings = parse_args(["vllm", "--name", "chat", "--node-port", "--cpus", "2", "--", "--dtype", "half"])
+    assert shim_settings == EngineSettings(("--dtype", "half"), 2000)
