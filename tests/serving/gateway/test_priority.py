@@ -21,10 +21,11 @@ from tessera.serving.gateway.registry import InMemoryRegistry, ModelRoute
 from tessera.serving.gateway.upstream_httpx import HttpxUpstream
 from tessera.serving.policies.requests import SloClass
 from tessera.serving.replicas import DeployedModel
-from tessera.serving.setups import serving_setup
+from tessera.serving.setups import serving_setup, with_setup_knobs
 
 A = {"authorization": "Bearer key-a"}
 CHAT = {"model": "chat-a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+BY_CLASS = ModelRoute("chat-a", "team-a", SloClass.STANDARD, engine_priority=True, class_priority=True)
 
 
 @asynccontextmanager
@@ -101,6 +102,19 @@ def test_a_client_may_lower_its_own_urgency_but_never_raise_it_above_its_class()
     assert json.loads(_forward(escaped, SloClass.BATCH))["priority"] == 2  # the key spelt with an escape is seen
 
 
+def test_without_class_priority_no_field_is_added_and_a_client_may_still_not_go_below_the_engines_default() -> None:
+    def forward(body: bytes) -> bytes:
+        parsed = parse_request(ChatRequest, body)
+        assert not isinstance(parsed, tuple)
+        return forwarded_body(body, parsed, None)
+
+    plain = json.dumps(CHAT).encode()
+    assert forward(plain) == plain  # the engine serves it at its default, 0, as every other request
+    lower = json.dumps({**CHAT, "priority": 3}).encode()
+    assert forward(lower) == lower
+    assert json.loads(forward(json.dumps({**CHAT, "priority": -9}).encode()))["priority"] == 0
+
+
 @pytest.mark.parametrize("bad", ["high", 1.5, True, [0], {"a": 1}])
 def test_a_priority_that_is_no_integer_is_refused(bad: object) -> None:
     with pytest.raises(PriorityError, match="priority: must be an integer"):
@@ -114,20 +128,28 @@ def test_embeddings_get_it_too() -> None:
     assert json.loads(forwarded_body(body, parsed, SloClass.INTERACTIVE))["priority"] == 0
 
 
-def test_only_the_routes_of_engines_with_priority_scheduling_carry_it() -> None:
+def test_only_the_routes_of_engines_with_priority_scheduling_under_a_setup_with_engine_priority_carry_it() -> None:
+    """As in the twin: the ``tessera`` setup orders engines' queues by class, ``static`` leaves them in arrival
+    order (no field sent: every request is 0 to the engine)."""
+
     def model(engine: str) -> DeployedModel:
         return DeployedModel(1, "m", "t", "t", engine, "", 0, 0, 0, 1, 1, 30.0, "standard")
 
-    setup = serving_setup("tessera")
-    assert {e: route_of(model(e), setup).engine_priority for e in ("vllm", "sim", "sglang", "transformers")} == {
-        "vllm": True, "sim": True, "sglang": False, "transformers": False,
-    }  # fmt: skip
+    engines = ("vllm", "sim", "sglang", "transformers")
+    tessera = serving_setup("tessera")
+    routes = {e: route_of(model(e), tessera) for e in engines}
+    expected = {"vllm": True, "sim": True, "sglang": False, "transformers": False}
+    assert {e: r.class_priority for e, r in routes.items()} == expected
+    for setup in (tessera, serving_setup("static"), with_setup_knobs(tessera, ["engine_priority=false"])):
+        assert {e: route_of(model(e), setup).engine_priority for e in engines} == expected  # the guard stays
+        if setup is not tessera:
+            assert not any(route_of(model(e), setup).class_priority for e in engines)
 
 
 def test_the_gateway_forwards_each_requests_class_as_its_priority_and_refuses_a_bad_one() -> None:
     async def go() -> None:
         async with gateway() as (_, registry, bodies, client):
-            registry.deploy(ModelRoute("chat-a", "team-a", SloClass.STANDARD, engine_priority=True))
+            registry.deploy(BY_CLASS)
             registry.deploy(ModelRoute("chat-b", "team-a"))  # an engine without priority scheduling
             registry.add_replica("chat-a", "http://127.0.0.1:9001")
             registry.add_replica("chat-b", "http://127.0.0.1:9002")
@@ -149,7 +171,7 @@ def test_the_gateway_forwards_each_requests_class_as_its_priority_and_refuses_a_
 def test_held_requests_keep_their_priority_when_released() -> None:
     async def go() -> None:
         async with gateway() as (app, registry, bodies, client):
-            registry.deploy(ModelRoute("chat-a", "team-a", SloClass.STANDARD, engine_priority=True))
+            registry.deploy(BY_CLASS)
             pending = asyncio.ensure_future(
                 client.post("/v1/chat/completions", json=CHAT, headers={**A, "x-tessera-slo": "batch"})
             )

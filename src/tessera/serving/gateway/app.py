@@ -252,7 +252,7 @@ class Gateway:
             return
         if route.engine_priority:  # the SLO class as the engine's request priority
             try:
-                body = forwarded_body(body, parsed, request.slo)
+                body = forwarded_body(body, parsed, request.slo if route.class_priority else None)
             except PriorityError as exc:
                 await send_json(send, 400, error_body(str(exc), "invalid_request_error", None, "priority"))
                 return

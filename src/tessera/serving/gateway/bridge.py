@@ -86,7 +86,8 @@ def route_of(
     late binding a replica takes a request while its KV cache has room for it, and at most as many at once as the
     autoscaler aims at per replica of its engine (``DEFAULT_TARGETS``); more wait at the gateway for room, or for
     the replicas the autoscaler starts meanwhile. Without it, requests wait only while no replica is ready. An
-    engine that schedules by request priority gets each request's SLO class as its ``priority``."""
+    engine that schedules by request priority gets each request's SLO class as its ``priority`` where the setup
+    orders engines' queues by class (``engine_priority``, as the twin's engine then does)."""
     failing = health.last_error or "no replica is ready" if health is not None and health.failing else ""
     retry_after_s = 0
     if failing and health is not None and health.retry_at_s is not None:
@@ -97,6 +98,7 @@ def route_of(
     return ModelRoute(
         model.name, model.tenant, slo, router, int(model.created_s), failing, retry_after_s, concurrency,
         kv_room=setup.late_binding, admission=setup.admission, engine_priority=model.engine in PRIORITY_ENGINES,
+        class_priority=setup.engine_priority and model.engine in PRIORITY_ENGINES,
     )  # fmt: skip
 
 

@@ -4,7 +4,9 @@ An engine that Tessera starts with priority scheduling (vLLM and the sim engine,
 ``engine_exec.PRIORITY_ENGINES``) serves a lower ``priority`` earlier. The gateway sends each request's class as
 ``SloClass.engine_priority`` (interactive 0, standard 1, batch 2). A client's own ``priority`` may lower its urgency
 (a larger number stands), never raise it above its class: a smaller one is replaced by the class's, and one that is
-no integer is refused (400 naming ``priority``); a ``null`` one is the class's.
+no integer is refused (400 naming ``priority``); a ``null`` one is the class's. Under a serving setup that does not
+order engines' queues by class (``PolicySetup.engine_priority`` off, as ``static``) no field is added, and a
+client's own priority is held to 0, the engines' default, the same way.
 
 The body stays the client's bytes: without a ``priority`` of the client's, ``"priority":N`` is spliced in before
 the object's closing brace (one copy of the body, no re-encoding: the parse already proved the body one JSON
@@ -28,13 +30,15 @@ class PriorityError(ValueError):
     """The client's ``priority`` is no integer."""
 
 
-def forwarded_body(body: bytes, parsed: OpenAIRequest, slo: SloClass) -> bytes:
+def forwarded_body(body: bytes, parsed: OpenAIRequest, slo: SloClass | None) -> bytes:
     """``body`` (which ``parsed`` was parsed from) with the request priority of class ``slo`` (see the module
-    docstring); ``PriorityError`` when the client's own ``priority`` is no integer."""
+    docstring); ``PriorityError`` when the client's own ``priority`` is no integer. ``slo`` None: the serving setup
+    does not order engines' queues by class: no field is added (the engine serves every request at its default, 0),
+    and a client's own priority may still not be below 0."""
     extra = parsed.model_extra or {}
-    wanted = slo.engine_priority
+    wanted = slo.engine_priority if slo is not None else 0
     if FIELD not in extra:
-        return splice_priority(body, wanted)
+        return splice_priority(body, wanted) if slo is not None else body
     own = extra[FIELD]
     if own is not None and (not isinstance(own, int) or isinstance(own, bool)):
         raise PriorityError(f"priority: must be an integer, got {json.dumps(own)[:50]}")
