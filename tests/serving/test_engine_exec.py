@@ -1,5 +1,6 @@
 """The engine shim turns the replica's GPU share into the engine's own memory cap, runs vLLM eagerly with a small
-KV cache on the CPU, and runs the real engines with the interpreter and flags the server was given."""
+KV cache on the CPU, runs the real engines with the interpreter and flags the server was given, and starts vLLM and
+the sim with priority scheduling (the gateway sends each request's SLO class as its priority)."""
 
 from __future__ import annotations
 
@@ -162,3 +163,11 @@ def test_a_replica_with_a_key_is_started_on_its_node_port_and_its_key_stays_out_
     assert env[KEY_ENV] == "secret-of-this-replica" and "secret-of-this-replica" not in " ".join(argv)
     socket_argv, socket_env = replica_command(model, None, server_env={})
     assert "--socket" in socket_argv and KEY_ENV not in socket_env  # the local backend's path is unchanged
+
+
+def test_vllm_and_the_sim_start_with_priority_scheduling_the_others_do_not() -> None:
+    for engine in ("vllm", "sim"):
+        argv = engine_argv(engine, "chat", 8001, "llama3-8b", {"CUDA_VISIBLE_DEVICES": ""})
+        assert argv[argv.index("--scheduling-policy") + 1] == "priority"
+    for engine in ("sglang", "transformers"):
+        assert "--scheduling-policy" not in engine_argv(engine, "chat", 8001, "/m", {"CUDA_VISIBLE_DEVICES": ""})

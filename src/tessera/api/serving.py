@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, StrictFloat, StrictInt
+from pydantic import BaseModel, Field, StrictBool, StrictFloat, StrictInt
 
-from tessera.api.schemas import REQUEST, Memory, Name, QueueName, Text
+from tessera.api.schemas import REQUEST, Cpu, Memory, Name, QueueName, Text
 
 Weights = Annotated[Text, Field(min_length=1, max_length=1000)]
 
@@ -21,6 +21,7 @@ RouterName = Literal["round-robin", "least-load", "power-of-two", "prefix-affini
 ModelState = Literal["deploying", "ready", "failing", "stopping", "scaled-to-zero", "deleting"]
 CacheTier = Literal["hot", "warm", "cold"]
 Duration = StrictInt | StrictFloat | Name  # seconds, or "30s", "5m"
+EngineArg = Annotated[Text, Field(max_length=1000)]
 
 
 class ModelDeploy(BaseModel):
@@ -52,6 +53,28 @@ class ModelDeploy(BaseModel):
         "none (min_replicas replicas, at least one); default: the server's serving setup's",
     )
     queue: QueueName | None = Field(None, description="default: the tenant's queue; replicas count against it")
+    engine_args: list[EngineArg] = Field(
+        default_factory=list,
+        max_length=64,
+        description="the engine's own arguments, one per item, after Tessera's flags and the server-wide "
+        "TESSERA_<ENGINE>_ARGS; the flags Tessera sets (--host, --port, --uds, --served-model-name, ...) are refused",
+    )
+    cpus: Cpu | None = Field(
+        None,
+        description="CPU cores per replica (4, 0.5 or '500m'): its workload's CPU request; on the CPU path its "
+        "engine's threads run on that many cores (at least one)",
+    )
+    cpu_bind: Annotated[Text, Field(max_length=200)] = Field(
+        "",
+        description="the cores a CPU replica's engine binds to are picked among these ('0-3,8'); 'none': no "
+        "binding; default: among all the replica may use, distinct per replica as far as the host has cores",
+    )
+    kv_offload_gib: StrictInt | StrictFloat = Field(
+        0, ge=0, le=4096, description="vllm on GPUs: host memory (GiB) to offload its KV cache to; 0: none"
+    )
+    kv_events: StrictBool = Field(
+        False, description="vllm: publish KV-cache events (ZMQ, in the replica's runtime directory)"
+    )
 
 
 class ModelOut(BaseModel):
@@ -76,6 +99,11 @@ class ModelOut(BaseModel):
     gpus: int
     gpu_milli: int
     gpu_mem_mib: int
+    engine_args: list[str] = Field(default_factory=list, description="the engine's own arguments")
+    cpu_milli: int = Field(0, description="CPU request per replica in thousandths of a core (0: none)")
+    cpu_bind: str = Field("", description="the cores its CPU replicas bind among ('': any; 'none': no binding)")
+    kv_offload_gib: float = Field(0.0, description="vllm: KV-cache offloading to host memory, GiB (0: none)")
+    kv_events: bool = Field(False, description="vllm: KV-cache events published")
     cache: CacheTier = Field(
         description="hot: a replica runs; warm: none, but the weights are in the host's page cache; cold: neither"
     )

@@ -1,17 +1,18 @@
-"""``tessera models`` (list), ``tessera models deploy NAME``, ``tessera models stats NAME`` and ``tessera models
-delete NAME``: models served on the shared pool behind the OpenAI-compatible gateway. Registered on the main typer
-app by ``tessera.cli.main``; every failure is one ``error:`` line, exit 2.
+"""``tessera models`` (list), ``tessera models deploy NAME``, ``tessera models show NAME``, ``tessera models stats
+NAME`` and ``tessera models delete NAME``: models served on the shared pool behind the OpenAI-compatible gateway.
+Registered on the main typer app by ``tessera.cli.main``; every failure is one ``error:`` line, exit 2.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Annotated, Any
 
 import typer
 
 from tessera.cli.options import JsonOption, TokenOption, UrlOption, client_for, finite_float
-from tessera.cli.terminal import one_line_errors
+from tessera.cli.terminal import fail, one_line_errors
 
 models_app = typer.Typer(
     help="Serve models on the shared GPUs (OpenAI-compatible gateway).", invoke_without_command=True
@@ -82,6 +83,21 @@ def deploy(
         typer.Option("--autoscaler", help="tessera, knative or none (fixed); default: the server's serving setup's."),
     ] = None,
     queue: Annotated[str | None, typer.Option("--queue", help="Queue (default: your tenant's).")] = None,
+    engine_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--engine-arg",
+            help="The engine's own arguments, split as a shell would (repeatable): --engine-arg '--dtype float32'.",
+        ),
+    ] = None,
+    cpus: Annotated[str | None, typer.Option("--cpus", help="CPU cores per replica (4, 0.5, 500m).")] = None,
+    cpu_bind: Annotated[
+        str | None, typer.Option("--cpu-bind", help="Cores a CPU replica binds among (0-3,8), or none.")
+    ] = None,
+    kv_offload_gib: Annotated[
+        float | None, typer.Option("--kv-offload-gib", parser=finite_float, help="vllm: KV offload to host, GiB.")
+    ] = None,
+    kv_events: Annotated[bool, typer.Option("--kv-events", help="vllm: publish KV-cache events.")] = False,
     as_json: JsonOption = False,
     url: UrlOption = None,
     token: TokenOption = None,
@@ -101,6 +117,11 @@ def deploy(
         "router": router,
         "autoscaler": autoscaler,
         "queue": queue,
+        "engine_args": _engine_args(engine_arg or []) or None,
+        "cpus": cpus,
+        "cpu_bind": cpu_bind,
+        "kv_offload_gib": kv_offload_gib,
+        "kv_events": kv_events or None,
     }
     with one_line_errors(), client_for(url, token) as client:
         out = client.deploy_model({k: v for k, v in body.items() if v is not None})
@@ -112,6 +133,55 @@ def deploy(
         f"router {out['router']}, autoscaler {out['autoscaler']}: setup {out['serving_setup']})"
     )
     typer.echo(f"OpenAI base URL: {out['openai_base_url']}  (API key: your Tessera token)")
+
+
+@models_app.command("show")
+def show(
+    name: Annotated[str, typer.Argument(help="The model to show.")],
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Show one model: its state, replicas, share, router and engine settings."""
+    with one_line_errors(), client_for(url, token) as client:
+        m = client.model(name)
+    if as_json:
+        typer.echo(json.dumps(m, indent=2))
+        return
+    replicas = f"{m['replicas']} ready of {m['desired_replicas']} ({m['min_replicas']}-{m['max_replicas']})"
+    lines = [
+        ("name", m["name"]), ("tenant", m["tenant"]), ("engine", m["engine"]), ("weights", m["model"] or "-"),
+        ("state", m["state"]), ("replicas", replicas), ("share", _share(m)), ("slo", m["slo"]),
+        ("router", m.get("router", "least-load")), *engine_lines(m), ("openai base url", m["openai_base_url"]),
+    ]  # fmt: skip
+    if m.get("last_error"):
+        lines.append(("last error", m["last_error"]))
+    for key, value in lines:
+        typer.echo(f"{key + ':':<17}{value}")
+
+
+def engine_lines(m: dict[str, Any]) -> list[tuple[str, str]]:
+    """The model's own engine settings, as ``models show`` prints them."""
+    cpu = f"{m['cpu_milli'] / 1000:g}" if m.get("cpu_milli") else "-"
+    bind = m.get("cpu_bind") or "any"
+    kv = [f"offload {m['kv_offload_gib']:g} GiB"] if m.get("kv_offload_gib") else []
+    kv += ["events"] if m.get("kv_events") else []
+    return [
+        ("engine args", shlex.join(m.get("engine_args") or []) or "-"),
+        ("cpus", f"{cpu} (binds among: {bind})"),
+        ("kv", ", ".join(kv) or "-"),
+    ]
+
+
+def _engine_args(values: list[str]) -> list[str]:
+    """Each ``--engine-arg`` split as a shell would (``TESSERA_<ENGINE>_ARGS`` are too); a bad one: one line."""
+    args: list[str] = []
+    for value in values:
+        try:
+            args += shlex.split(value)
+        except ValueError as exc:
+            fail(f"--engine-arg {value!r}: {exc}")
+    return args
 
 
 @models_app.command("delete")
@@ -147,7 +217,9 @@ def stats(
 
 
 def _share(m: dict[str, Any]) -> str:
+    cpus = f"{m['cpu_milli'] / 1000:g} CPU" if m.get("cpu_milli") else ""
     if not m["gpus"]:
-        return "CPU"
+        return cpus or "CPU"
     per = f"{m['gpu_milli'] / 10:g}%" if m["gpu_milli"] else f"{m['gpu_mem_mib']} MiB" if m["gpu_mem_mib"] else "whole"
-    return per if m["gpus"] == 1 else f"{m['gpus']} x {per}"
+    share = per if m["gpus"] == 1 else f"{m['gpus']} x {per}"
+    return f"{share} + {cpus}" if cpus else share

@@ -15,12 +15,13 @@ from tessera.api.serving import CacheTier
 from tessera.core.workload import MILLI_PER_GPU
 from tessera.errors import InvalidRequestError
 from tessera.server.context import ServerContext
-from tessera.server.quantities import parse_duration_s, parse_mem_mib
+from tessera.server.quantities import parse_cpu_milli, parse_duration_s, parse_mem_mib
 from tessera.server.serving_plane import deployed, replica_row
 from tessera.server.store import served
 from tessera.server.store.models import ServedModelRow, WorkloadRow
 from tessera.server.submit import Principal, queue_for
-from tessera.serving import weights_cache
+from tessera.serving import engine_settings, weights_cache
+from tessera.serving.engine_settings import EngineSettings
 from tessera.serving.models import CATALOG
 from tessera.serving.replica_health import ModelHealth
 from tessera.serving.replicas import DeployedModel
@@ -59,6 +60,7 @@ def model_row(body: ModelDeploy, caller: Principal, ctx: ServerContext, now_s: f
     if max_replicas < body.min_replicas:
         raise InvalidRequestError("max_replicas", f"must be >= min_replicas ({body.min_replicas})")
     milli = max(1, round(body.gpu_fraction * MILLI_PER_GPU)) if body.gpu_fraction is not None else 0
+    settings = settings_of(body)
     row = ServedModelRow(
         name=body.name,
         tenant=queue.tenant,
@@ -74,12 +76,35 @@ def model_row(body: ModelDeploy, caller: Principal, ctx: ServerContext, now_s: f
         slo=body.slo,
         router=body.router,
         autoscaler=body.autoscaler,
+        engine_args=list(settings.engine_args),
+        cpu_milli=settings.cpu_milli,
+        cpu_bind=settings.cpu_bind,
+        kv_offload_gib=settings.kv_offload_gib,
+        kv_events=settings.kv_events,
         desired_replicas=body.min_replicas,
         deleting=False,
         created_at=now_s,
     )
-    replica_row(deployed_draft(row), CHECK_PORT, ctx, now_s)  # refuses what could never run, naming the field
+    try:
+        replica_row(deployed_draft(row), CHECK_PORT, ctx, now_s)  # refuses what could never run, naming the field
+    except InvalidRequestError as exc:
+        if exc.field == "cpu":  # the replica's CPU request is the model's ``cpus``
+            raise InvalidRequestError("cpus", exc.message) from None
+        raise
     return row
+
+
+def settings_of(body: ModelDeploy) -> EngineSettings:
+    """The model's own engine settings, checked (422 naming the field)."""
+    settings = EngineSettings(
+        engine_args=tuple(body.engine_args),
+        cpu_milli=parse_cpu_milli(body.cpus, "cpus") if body.cpus is not None else 0,
+        cpu_bind=body.cpu_bind.strip(),
+        kv_offload_gib=float(body.kv_offload_gib),
+        kv_events=body.kv_events,
+    )
+    engine_settings.check(body.engine, settings)
+    return settings
 
 
 def deployed_draft(row: ServedModelRow) -> DeployedModel:
@@ -119,6 +144,11 @@ def model_out(
         gpus=row.num_gpus,
         gpu_milli=row.gpu_milli,
         gpu_mem_mib=row.gpu_mem_mib,
+        engine_args=list(row.engine_args or ()),
+        cpu_milli=row.cpu_milli or 0,
+        cpu_bind=row.cpu_bind or "",
+        kv_offload_gib=row.kv_offload_gib or 0.0,
+        kv_events=bool(row.kv_events),
         cache=_tier(tier, running),
         replica_workloads=[r.id for r in live],
         openai_base_url=f"{base_url.rstrip('/')}/openai/v1",

@@ -28,6 +28,7 @@ from tessera.server.store.models import ServedModelRow, WorkloadRow
 from tessera.server.submit import Principal, workload_row
 from tessera.serving.controller import Controller, ControlPlane, DemandSource, ReplicaSink, ReplicaView
 from tessera.serving.engine_exec import KEY_ENV, SOCKET_NAME
+from tessera.serving.engine_settings import EngineSettings
 from tessera.serving.replica_health import ModelHealth, ReplicaEnd
 from tessera.serving.replicas import PORT_ENV, DeployedModel, ReplicaRunner, replica_command
 from tessera.serving.setups import PolicySetup
@@ -57,7 +58,16 @@ def deployed(row: ServedModelRow) -> DeployedModel:
         autoscaler=row.autoscaler,
         deleting=row.deleting,
         created_s=row.created_at,
+        engine_settings=engine_settings(row),
     )
+
+
+def engine_settings(row: ServedModelRow) -> EngineSettings:
+    """The model's own engine settings (none for a model stored before revision 0009)."""
+    return EngineSettings(
+        tuple(row.engine_args or ()), row.cpu_milli or 0, row.cpu_bind or "", row.kv_offload_gib or 0.0,
+        bool(row.kv_events),
+    )  # fmt: skip
 
 
 def replica_port(row: WorkloadRow) -> int | None:
@@ -98,6 +108,7 @@ def replica_spec(
         gpus=model.gpus,
         gpu_milli=model.gpu_milli or None,
         gpu_mem=model.gpu_mem_mib or None,
+        cpu=f"{model.engine_settings.cpu_milli}m" if model.engine_settings.cpu_milli else None,
         priority=PRIORITY_OF_SLO.get(model.slo, "inference-critical"),
         queue=model.queue,
     )

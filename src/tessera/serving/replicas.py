@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import tessera
 from tessera.serving.engine_exec import KEY_ENV, SERVER_ENV
+from tessera.serving.engine_settings import EngineSettings, exec_flags
 
 ENGINES = ("vllm", "sglang", "transformers", "sim")
 
@@ -45,6 +46,7 @@ class DeployedModel:
     router: str | None = None  # how the gateway picks a replica (serving.policies.router); None: the setup's
     autoscaler: str | None = None  # "knative", "tessera" or "none" (a fixed number); None: the setup's
     created_s: float = 0.0
+    engine_settings: EngineSettings = EngineSettings()  # its own engine arguments, CPUs, KV options
 
     @property
     def key(self) -> str:
@@ -74,7 +76,8 @@ def replica_command(
     backend picks on the replica's node (``engine_exec --node-port``), requiring that key (given in the
     environment, ``KEY_ENV``: never on the command line, which every user can read). The engine settings in the
     server's environment (``engine_exec.SERVER_ENV``: which interpreter runs the real engines, their extra flags) go
-    along, since a workload's environment is otherwise clean."""
+    along, since a workload's environment is otherwise clean; the model's own settings (``engine_settings``) go on
+    the command line."""
     given = os.environ if server_env is None else server_env
     runner = runner or ReplicaRunner()
     env = {k: given[k] for k in SERVER_ENV if given.get(k)}
@@ -91,4 +94,4 @@ def replica_command(
         argv += ["--port", str(port)]
     if model.weights:
         argv += ["--weights", model.weights]
-    return argv, env
+    return argv + exec_flags(model.engine_settings), env

@@ -42,8 +42,9 @@ class FakeTransport(asyncio.Transport):
         return self.closed
 
 
-def make_api(iteration_s: float = 0.001, kv_blocks: int = 1000, model: str = "m") -> SimApi:
-    live = LiveEngine(EngineConfig(kv_blocks=kv_blocks), ConstantTimes(iteration_s))
+def make_api(iteration_s: float = 0.001, kv_blocks: int = 1000, model: str = "m", priority: bool = False) -> SimApi:
+    """The sim's API on an engine model of ``kv_blocks``; ``priority``: as ``--scheduling-policy priority``."""
+    live = LiveEngine(EngineConfig(kv_blocks=kv_blocks, priority=priority), ConstantTimes(iteration_s))
     return SimApi(SimSettings(model, max_model_len=4096, default_output_tokens=4), live)
 
 

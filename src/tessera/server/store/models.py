@@ -136,6 +136,13 @@ class ServedModelRow(Base):
     num_gpus: Mapped[int] = mapped_column(Integer, default=1)
     gpu_milli: Mapped[int] = mapped_column(Integer, default=0)
     gpu_mem_mib: Mapped[int] = mapped_column(Integer, default=0)
+    # Its own engine settings (serving.engine_settings; revision 0009, older models have none): the engine's own
+    # arguments, each replica's CPU request and the cores it binds among, vLLM's KV offloading and KV events.
+    engine_args: Mapped[list[str]] = mapped_column(JSON, default=list, server_default="[]")
+    cpu_milli: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    cpu_bind: Mapped[str] = mapped_column(String(200), default="", server_default="")
+    kv_offload_gib: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    kv_events: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     min_replicas: Mapped[int] = mapped_column(Integer, default=1)
     max_replicas: Mapped[int] = mapped_column(Integer, default=1)
     idle_timeout_s: Mapped[float] = mapped_column(Float, default=30.0)

@@ -10,7 +10,9 @@ streamed chunk. ``n`` choices are ``n`` sequences in the engine model (the promp
 chunk carries the usage so far (of its choice), as vLLM does. Tokens leave as the engine model produces them
 (``sim_live``); a client that disconnects cancels its request in the model. With an API key (``SimSettings.api_key``:
 a replica on a TCP port of its node) every route, ``/health`` included, answers 401 unless the request carries
-``Authorization: Bearer <key>`` (compared in constant time).
+``Authorization: Bearer <key>`` (compared in constant time). Started with ``--scheduling-policy priority``, the
+engine model orders its queue by each request's ``priority`` read as an SLO class (``SloClass.of_engine_priority``:
+what the gateway puts there), as the twin's engine does with ``engine_priority``; without, it ignores the field.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from tessera.serving.engines.openai_wire import (
 )
 from tessera.serving.engines.sim_live import LiveEngine
 from tessera.serving.engines.sim_tokens import count_tokens, output_token
+from tessera.serving.policies.requests import SloClass
 
 _ROUTES: dict[str, type[OpenAIRequest]] = {
     "/v1/chat/completions": ChatRequest,
@@ -277,11 +280,15 @@ class SimApi:
             )
             conn.respond(400, error_body(message, "BadRequestError", 400, "max_tokens"))
             return
+        slo = self._slo(parsed)
+        if slo is None:
+            conn.respond(400, error_body("priority: must be an integer", "BadRequestError", 400, "priority"))
+            return
         self._count += 1
         if isinstance(parsed, EmbeddingRequest):
             seed = zlib.crc32(parsed.prompt_text().encode())
             sink = _EmbeddingSink(conn, settings.model, seed, settings.embedding_dim, prompt_tokens)
-            rid = self.live.submit(prompt_tokens, 1, sink)
+            rid = self.live.submit(prompt_tokens, 1, sink, slo)
             if self.live.is_live(rid):  # not refused at once: a disconnect from now on cancels it
                 conn.on_close = lambda: self.live.cancel(rid)
             return
@@ -292,7 +299,7 @@ class SimApi:
             f'"model":{self._model_json},"choices":'
         )
         answer = _Sink(conn, parsed, head, prompt_tokens, outputs)
-        rids = [self.live.submit(prompt_tokens, outputs, choice) for choice in answer.choices()]
+        rids = [self.live.submit(prompt_tokens, outputs, choice, slo) for choice in answer.choices()]
         live = [rid for rid in rids if self.live.is_live(rid)]
         if live:  # not all refused at once: a disconnect from now on cancels them
 
@@ -301,6 +308,18 @@ class SimApi:
                     self.live.cancel(rid)
 
             conn.on_close = cancel
+
+    def _slo(self, parsed: OpenAIRequest) -> SloClass | None:
+        """The class the engine model orders the request by: with priority scheduling, its ``priority`` (0 when it
+        has none, as in vLLM) read as a class; else standard for all (arrival order). None: no integer."""
+        if not self.live.engine.config.priority:
+            return SloClass.STANDARD
+        priority = (parsed.model_extra or {}).get("priority", 0)
+        if priority is None:
+            priority = 0
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            return None
+        return SloClass.of_engine_priority(priority)
 
     def metrics(self) -> str:
         running, waiting, usage = self.live.stats()

@@ -7,8 +7,10 @@ up (``--speedup 10``: ten times faster, for tests). It binds 127.0.0.1 unless to
 ``--uds PATH`` it listens on that Unix socket instead (how a replica of ``tessera up`` serves: only the gateway can
 reach it) and prints ``tessera-sim listening on unix:PATH``. With ``TESSERA_SIM_API_KEY`` set in its environment
 (never an option: a command line is readable by every user) it answers 401 to any request without
-``Authorization: Bearer <that key>``, as a replica on a TCP port of its node runs. SIGTERM and SIGINT stop it. Bad
-options: one line naming the option, exit code 2.
+``Authorization: Bearer <that key>``, as a replica on a TCP port of its node runs. ``--scheduling-policy priority``
+(as vLLM's) orders its queue by each request's ``priority`` (lower first), read as an SLO class: 0 or less
+interactive, 1 standard, 2 or more batch (``SloClass.of_engine_priority``), then by deadline, as the twin's engine
+with ``engine_priority``. SIGTERM and SIGINT stop it. Bad options: one line naming the option, exit code 2.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ BLOCK_TOKENS = 16
 READY_LINE = "tessera-sim listening on"
 DRAIN_S = 8.0  # under the backend's stop grace (10 s) before SIGKILL
 API_KEY_ENV = "TESSERA_SIM_API_KEY"
+SCHEDULING_POLICIES = ("fcfs", "priority")  # as vLLM's --scheduling-policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,7 @@ class SimOptions:
     gpu_mem_mib: int = 0  # the memory its share of the GPU holds (0: the whole GPU)
     load_s: float = 0.0  # seconds it takes to load the weights before it listens
     api_key: str = field(default="", repr=False)  # required of every request when set (from ``API_KEY_ENV``)
+    scheduling_policy: str = "fcfs"  # "priority": a request's ``priority`` orders the queue (vLLM's option)
     drain_s: float = DRAIN_S  # on SIGTERM, how long it finishes the requests it took before it exits
 
 
@@ -85,7 +89,9 @@ def build_engine(options: SimOptions) -> LiveEngine:
         if kv_blocks < 1:
             raise OptionError("--perf", f"{spec.name} leaves no KV cache on {gpu.name}")
     times = default_perf(spec, gpu, spec.tensor_parallel, shared_calibration_csv())
-    return LiveEngine(EngineConfig(kv_blocks=kv_blocks, block_tokens=BLOCK_TOKENS), times, options.speedup)
+    priority = options.scheduling_policy == "priority"
+    config = EngineConfig(kv_blocks=kv_blocks, block_tokens=BLOCK_TOKENS, priority=priority)
+    return LiveEngine(config, times, options.speedup)
 
 
 def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> SimOptions:
@@ -105,6 +111,10 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
     parser.add_argument(
         "--load-s", default="0", help="seconds to load the weights before listening; auto: from the model's size"
     )
+    parser.add_argument(
+        "--scheduling-policy", choices=SCHEDULING_POLICIES, default="fcfs",
+        help="fcfs: arrival order; priority: a request's priority (lower first: 0 interactive, 1 standard, 2 batch)",
+    )  # fmt: skip
     ns = parser.parse_args(list(argv))
     if ns.port is not None and not 0 <= ns.port <= 65535:
         parser.exit(2, f"--port: must be in 0..65535, got {ns.port}\n")
@@ -114,6 +124,7 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
         ns.model, ns.port or 0, ns.host, ns.perf, ns.speedup, ns.kv_blocks, ns.max_model_len,
         ns.default_output_tokens, ns.uds, ns.gpu_mem_mib, _load_s(parser, ns.load_s, ns.perf, ns.speedup),
         (env or {}).get(API_KEY_ENV, ""),
+        ns.scheduling_policy,
     )  # fmt: skip
 
 

@@ -7,7 +7,8 @@ part of it. Disconnects are watched per request (``forward.DisconnectWatch``).
 
 A request goes: API key -> tenant (``auth``; 401) -> body parsed (400 naming the field) -> the model's route from
 the registry, visible to the tenant (else 404, the same for a model that exists elsewhere) -> SLO class (the
-model's, or the ``x-tessera-slo`` header) -> bound to a replica by the model's router when one takes it, else held
+model's, or the ``x-tessera-slo`` header; an engine with priority scheduling gets it as the body's ``priority``,
+``gateway.priority``) -> bound to a replica by the model's router when one takes it, else held
 until one does (``binding``, late binding: a replica takes a request while it is below its in-flight cap;
 ``on_demand`` asks the controller for a replica; 429 + ``Retry-After`` when the hold area is full, 504 when the
 bounded wait runs out; 503 + ``Retry-After`` at once, with the reason, while the model's replicas keep failing) ->
@@ -44,6 +45,7 @@ from tessera.serving.gateway.binding import Binder, Refusal, not_found, unreacha
 from tessera.serving.gateway.forward import DisconnectWatch, Receive, Scope, Send, forward, send_json
 from tessera.serving.gateway.hold import HoldArea
 from tessera.serving.gateway.metrics import AnswerWatch, GatewayMetrics
+from tessera.serving.gateway.priority import PriorityError, forwarded_body
 from tessera.serving.gateway.registry import ModelRoute, ReplicaRegistry
 from tessera.serving.gateway.replicas import LiveReplicas, ReplicaLoad, prefix_hashes
 from tessera.serving.gateway.upstream import RawUpstream, Upstream
@@ -248,6 +250,12 @@ class Gateway:
         if isinstance(request, bytes):
             await send_json(send, 400, request)
             return
+        if route.engine_priority:  # the SLO class as the engine's request priority
+            try:
+                body = forwarded_body(body, parsed, request.slo if route.class_priority else None)
+            except PriorityError as exc:
+                await send_json(send, 400, error_body(str(exc), "invalid_request_error", None, "priority"))
+                return
         task = asyncio.current_task()
         assert task is not None
         watch = DisconnectWatch(receive, task)

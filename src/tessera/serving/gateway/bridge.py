@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from tessera.serving.controller import DEFAULT_TARGETS, Demand, ReplicaView
+from tessera.serving.engine_exec import PRIORITY_ENGINES
 from tessera.serving.gateway.app import Gateway
 from tessera.serving.gateway.registry import InMemoryRegistry, ModelRoute
 from tessera.serving.gateway.replica_probe import prove_replica
@@ -84,7 +85,9 @@ def route_of(
     failing (answered 503 at once) while its replicas keep failing; admission as the setup says. With the setup's
     late binding a replica takes a request while its KV cache has room for it, and at most as many at once as the
     autoscaler aims at per replica of its engine (``DEFAULT_TARGETS``); more wait at the gateway for room, or for
-    the replicas the autoscaler starts meanwhile. Without it, requests wait only while no replica is ready."""
+    the replicas the autoscaler starts meanwhile. Without it, requests wait only while no replica is ready. An
+    engine that schedules by request priority gets each request's SLO class as its ``priority`` where the setup
+    orders engines' queues by class (``engine_priority``, as the twin's engine then does)."""
     failing = health.last_error or "no replica is ready" if health is not None and health.failing else ""
     retry_after_s = 0
     if failing and health is not None and health.retry_at_s is not None:
@@ -94,7 +97,8 @@ def route_of(
     router = model.router or setup.router
     return ModelRoute(
         model.name, model.tenant, slo, router, int(model.created_s), failing, retry_after_s, concurrency,
-        kv_room=setup.late_binding, admission=setup.admission,
+        kv_room=setup.late_binding, admission=setup.admission, engine_priority=model.engine in PRIORITY_ENGINES,
+        class_priority=setup.engine_priority and model.engine in PRIORITY_ENGINES,
     )  # fmt: skip
 
 

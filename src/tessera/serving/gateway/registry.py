@@ -35,6 +35,12 @@ class ModelRoute:
     # another only while its KV cache (as its engine exports it) has room for it beside what is in flight there.
     kv_room: bool = False
     admission: bool = False  # batch requests are shed under overload (``policies.admission``)
+    # Its engine schedules by request priority (``engine_exec.PRIORITY_ENGINES``): a client's own ``priority`` may
+    # not be more urgent than its SLO class (``gateway.priority``) ...
+    engine_priority: bool = False
+    # ... and, where the serving setup orders engines' queues by class (``PolicySetup.engine_priority``), the gateway
+    # puts each request's class into the forwarded body as its ``priority``.
+    class_priority: bool = False
 
 
 @dataclass(frozen=True, slots=True)

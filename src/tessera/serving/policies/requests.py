@@ -23,6 +23,18 @@ class SloClass(enum.IntEnum):
     def label(self) -> str:
         return self.name.lower()
 
+    @property
+    def engine_priority(self) -> int:
+        """The request priority an engine with priority scheduling gets for this class (vLLM's ``priority``: lower
+        is served earlier): interactive 0, standard 1, batch 2."""
+        return int(self)
+
+    @classmethod
+    def of_engine_priority(cls, priority: int) -> SloClass:
+        """The class an engine's request ``priority`` stands for (the sim engine's three levels): 0 or less is
+        interactive, 1 standard, 2 or more batch."""
+        return cls(min(max(priority, cls.INTERACTIVE), cls.BATCH))
+
     @classmethod
     def parse(cls, text: str) -> SloClass:
         try:
