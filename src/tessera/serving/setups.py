@@ -151,6 +151,7 @@ def _seconds(text: str) -> float:
 
 
 AUTOSCALER_NAMES: tuple[str, ...] = ("knative", "tessera")
+ROOM_KV_FREE = 0.05  # late binding: a busy replica takes another request only with this share of its KV cache free
 SHARING_NAMES: tuple[str, ...] = ("time-slice", "mps", "isolated")  # the twin's interference modes
 
 

@@ -256,3 +256,23 @@ def test_a_gateway_that_owns_its_process_freezes_the_start_up_heap_once_started(
 
     assert asyncio.run(go(False)) == 0
     assert asyncio.run(go(True)) > 1000  # the imports' objects at least
+
+
+def test_late_binding_by_kv_room_counts_the_engines_use_and_the_prompts_sent_since() -> None:
+    """The twin's has_room on what the gateway knows: a replica with 10,000 KV tokens, 60% used at its last scrape,
+    holds a 1,000-token prompt and a typical answer beside them; not once 2,000 more prompt tokens went there since
+    the scrape; an idle replica always takes one; an engine that exports no KV size is not held back."""
+    load = ReplicaLoad(ReplicaEndpoint(0, "u"), EngineStats(kv_cache_usage=0.6, kv_capacity_tokens=10_000))
+    load.inflight, load.inflight_prompt_tokens = 3, 3_000
+    load.prompt_tokens_at_scrape = 3_000
+    need = 1_000 + 256
+    assert load.takes(0.0, 32, need)  # 4,000 free
+    load.inflight, load.inflight_prompt_tokens = 5, 5_000  # two prompts sent since the scrape: 2,000 free
+    assert load.has_room(need) and not load.has_room(2_100)
+    load.inflight_prompt_tokens = 6_000  # 1,000 free
+    assert not load.takes(0.0, 32, need) and load.takes(0.0, 32, 0)  # no KV room asked: the count cap alone
+    load.inflight = 0
+    assert load.takes(0.0, 32, need)  # idle: whatever its last scrape said
+    blind = ReplicaLoad(ReplicaEndpoint(1, "u"), EngineStats(kv_cache_usage=0.99))
+    blind.inflight = 5
+    assert blind.takes(0.0, 32, need)

@@ -26,8 +26,10 @@ from tessera.serving.gateway.hold import Held, HoldArea, HoldExpired, HoldOverfl
 from tessera.serving.gateway.metrics import GatewayMetrics
 from tessera.serving.gateway.registry import ModelRoute, ReplicaRegistry
 from tessera.serving.gateway.replicas import LiveReplicas, ReplicaLoad
+from tessera.serving.policies.engine_parts import EngineConfig
 from tessera.serving.policies.requests import InferenceRequest
 
+PREDICTED_OUTPUT_TOKENS = EngineConfig(kv_blocks=1).predicted_output_tokens  # what the twin's has_room adds
 UNREACHABLE_BACKOFF_S = 1.0  # a replica that could not be reached gets no request for this long
 
 Headers = list[tuple[bytes, bytes]]
@@ -175,8 +177,9 @@ class Binder:
 
 
 def need_tokens(route: ModelRoute, request: InferenceRequest) -> int:
-    """The KV cache ``request`` needs of a replica that takes it under the route's late binding (0: not asked)."""
-    return request.prompt_tokens + request.output_tokens if route.kv_room else 0
+    """The KV cache ``request`` needs of a replica that takes it under the route's late binding (0: not asked): its
+    prompt and a typical answer (the engine model's prediction), as the twin's late binding asks."""
+    return request.prompt_tokens + PREDICTED_OUTPUT_TOKENS if route.kv_room else 0
 
 
 def not_found(model: str) -> Refusal:

@@ -29,10 +29,10 @@ from tessera.serving.gateway.registry import ReplicaEndpoint, ReplicaRegistry
 from tessera.serving.gateway.upstream import Upstream, UpstreamError
 from tessera.serving.policies.requests import InferenceRequest
 from tessera.serving.policies.router import ReplicaView, Router, RouterState, make_router
+from tessera.serving.setups import ROOM_KV_FREE
 
 log = logging.getLogger(__name__)
 
-ROOM_KV_FREE = 0.05  # late binding leaves this share of a replica's KV cache free (as the twin's)
 PREFIX_BLOCK_CHARS = 64  # ~16 tokens, the engines' KV block
 MAX_PREFIX_BLOCKS = 64
 
@@ -45,6 +45,7 @@ class ReplicaLoad:
     inflight_tokens: int = 0  # their prompt + predicted output tokens
     inflight_prompt_tokens: int = 0
     inflight_at_scrape: int = 0  # ``inflight`` when the last scrape came back
+    prompt_tokens_at_scrape: int = 0  # ``inflight_prompt_tokens`` then
     unreachable_until_s: float = 0.0  # loop time before which it gets no request (a connection to it failed)
     scrape_failures: int = 0  # in a row
 
@@ -58,12 +59,15 @@ class ReplicaLoad:
 
     def has_room(self, need_tokens: int) -> bool:
         """The twin's late-binding rule (``sim.serving.fleet.has_room``) on what the gateway knows: idle, or its KV
-        cache (the engine's exported size) holds ``need_tokens`` more beside the prompt and output tokens of the
-        requests in flight there, with ``ROOM_KV_FREE`` of it to spare. An engine that exports no size: room."""
+        cache (the engine's exported size) holds ``need_tokens`` more beside what it holds, with ``ROOM_KV_FREE`` of
+        it to spare. What it holds: its KV cache use at the last scrape, plus the prompts sent there since (what an
+        engine allocates when it admits a request; answers grow it by a block at a time, seen at the next scrape).
+        An engine that exports no size: room."""
         capacity = self.scraped.kv_capacity_tokens
         if capacity <= 0 or self.inflight == 0:
             return True
-        free = capacity - self.inflight_tokens
+        sent_since = max(0, self.inflight_prompt_tokens - self.prompt_tokens_at_scrape)
+        free = capacity * (1.0 - self.scraped.kv_cache_usage) - sent_since
         return free >= need_tokens and free >= ROOM_KV_FREE * capacity
 
     def view(self, now_s: float = 0.0, cap: int = 0, need_tokens: int = 0) -> ReplicaView:
@@ -199,3 +203,4 @@ class LiveReplicas:
             return
         load.scrape_failures = 0
         load.inflight_at_scrape = load.inflight
+        load.prompt_tokens_at_scrape = load.inflight_prompt_tokens

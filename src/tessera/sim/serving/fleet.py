@@ -28,6 +28,7 @@ from tessera.core.placement.gang import one_node_candidates
 from tessera.core.workload import Placement, Request
 from tessera.serving.policies.engine import Engine
 from tessera.serving.policies.requests import InferenceRequest
+from tessera.serving.setups import ROOM_KV_FREE
 from tessera.sim.serving.interference import SHARING_MODES, StepDemand, slowdown
 
 GpuKey = tuple[int, int]  # (node, GPU index)
@@ -238,6 +239,3 @@ def has_room(replica: Replica, request: InferenceRequest) -> bool:
         if engine.free_blocks >= need and engine.free_blocks >= ROOM_KV_FREE * engine.config.kv_blocks:
             return True
     return engine.yields_to(request.slo)
-
-
-ROOM_KV_FREE = 0.05  # ...and at least this share of its KV cache free
