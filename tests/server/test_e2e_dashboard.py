@@ -340,7 +340,7 @@ def test_the_models_view_shows_each_models_requests_against_its_slo_and_its_repl
     expect(row.locator("td.ttft")).to_contain_text("target 10 s")
     expect(row.locator("td.tpot")).to_contain_text("target 500 ms")
     expect(row.locator("td.replicas")).to_contain_text("1 ready / 1 desired")
-    expect(row.locator("td.setup")).to_contain_text("router least-load")
+    expect(row.locator("td.setup")).to_contain_text("setup tessera, router prefix-affinity, autoscaler tessera")
     spark = row.locator("svg.spark")
     assert int(spark.get_attribute("data-points") or 0) >= 1
     assert spark.locator("polyline.used").get_attribute("points")
