@@ -3,17 +3,22 @@ setup, as live runs it: no adaptive sizing, isolated sharing), and every scaling
 live ``Controller`` (fake clock, in-memory plane) on what the gateway would report of the same state (in flight,
 queued, recent TTFT/TPOT, the KV cache a replica exports, the model's footprint, its replicas' start time). The
 live autoscaler must be configured as the twin's and take the same decision at every call, scale-ups from zero,
-panics, SLO feedback and scale-downs included."""
+panics, SLO feedback and scale-downs included. Likewise every routing decision of a replay, given to the live
+gateway's router feed (``LiveReplicas``) as the loads it would have scraped, picks the same replica."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 import pytest
 
 from tessera.core.cluster import NodeSpec
 from tessera.serving.controller import Controller, Demand, ReplicaView
+from tessera.serving.engines.base import EngineStats
+from tessera.serving.gateway.registry import InMemoryRegistry, ModelRoute
+from tessera.serving.gateway.replicas import LiveReplicas
 from tessera.serving.policies.admission import HoldQueue
 from tessera.serving.policies.autoscaler import AutoscalerConfig, ModelSignals, ScaleDecision
 from tessera.serving.policies.model_cache import Tier, ready_time_s
@@ -131,3 +136,46 @@ class _Fixed:
 
     def take_demand(self, model_key: str) -> Demand:
         return self.demand
+
+
+@pytest.mark.parametrize("router", ["prefix-affinity", "least-load"])
+def test_the_live_gateway_routes_as_the_twin_at_every_request(router: str) -> None:
+    """Every routing decision of a short twin replay (its late binding's candidates, with the load the twin's
+    engines showed) given to the live gateway's ``LiveReplicas`` as the loads it would have scraped: the same
+    replica every time, for the setup's router and for least-load."""
+    trace = synthetic_llm_trace(0)
+    workload = build_workload(trace, 2, 1.0, 0.5, 1)
+    requests = [r for r in workload.requests if r.arrival_s < 600.0]
+    nodes = [NodeSpec("node-000", 128_000, 2_048_000, 4, "H100-80GB")]
+    setup = dataclasses.replace(live_setup(), router=router)
+    inputs = TwinInputs(requests, {m.name: m.spec for m in workload.models}, 600.0, nodes, make_perf_factory())
+    twin = Twin(inputs, setup)
+    twin.route_log = []
+    twin.run()
+    registry = InMemoryRegistry()
+    live = LiveReplicas(registry)
+    ids: dict[tuple[str, int], int] = {}  # (model, twin replica id) -> the live registry's
+    prefix_hits = 0
+    for request, views, chosen in twin.route_log:
+        if registry.route(request.model) is None:
+            registry.deploy(ModelRoute(request.model, "t", router=router))
+        for view in views:
+            if (request.model, view.replica) not in ids:
+                ids[(request.model, view.replica)] = registry.add_replica(request.model, f"unix:/r/{view.replica}")
+        offered = {ids[(request.model, v.replica)]: v for v in views}
+        for load in live.loads(request.model):
+            view = offered.get(load.endpoint.replica)
+            if view is None:  # not a candidate of the twin's late binding now: it takes nothing
+                load.unreachable_until_s = math.inf
+                continue
+            load.unreachable_until_s = 0.0
+            load.scraped = EngineStats(
+                running=view.running, waiting=view.queued, kv_cache_usage=1.0 - view.kv_free_frac
+            )
+            load.inflight = load.inflight_at_scrape = 0
+            load.inflight_tokens, load.inflight_prompt_tokens = view.predicted_tokens, view.prefill_tokens
+        picked = live.pick(request, router, request.arrival_s)
+        assert picked is not None and chosen is not None
+        assert picked.endpoint.replica == ids[(request.model, chosen)], (request.id, router)
+        prefix_hits += bool(request.prefix) and len(views) > 1
+    assert len(twin.route_log) > 500 and prefix_hits > 50  # many decisions, many of them among several replicas

@@ -101,6 +101,9 @@ class Twin:
         if setup.model_cache:
             self._prewarm()
         self.busy: set[int] = set()
+        # every routing decision (the request, the replicas offered, the one chosen), when a caller asks for them
+        # (the comparison with the live gateway's router)
+        self.route_log: list[tuple[InferenceRequest, tuple[ReplicaView, ...], int | None]] | None = None
         self.heap: list[tuple[float, int, int, object]] = []
         self._seq = 0
         self.cold_starts = 0
@@ -232,6 +235,8 @@ class Twin:
                 )
             )
         decision, m.router_state = m.router.route(request, views, m.router_state, self.now, self.rng)
+        if self.route_log is not None:
+            self.route_log.append((request, tuple(views), decision.replica))
         replica = self.fleet.replicas[decision.replica] if decision.replica is not None else candidates[0]
         self._settle(replica, replica.engine.submit(request, self.now))
 
