@@ -164,16 +164,16 @@ def test_the_live_gateway_routes_as_the_twin_at_every_request(router: str) -> No
                 ids[(request.model, view.replica)] = registry.add_replica(request.model, f"unix:/r/{view.replica}")
         offered = {ids[(request.model, v.replica)]: v for v in views}
         for load in live.loads(request.model):
-            view = offered.get(load.endpoint.replica)
-            if view is None:  # not a candidate of the twin's late binding now: it takes nothing
+            shown = offered.get(load.endpoint.replica)
+            if shown is None:  # not a candidate of the twin's late binding now: it takes nothing
                 load.unreachable_until_s = math.inf
                 continue
             load.unreachable_until_s = 0.0
             load.scraped = EngineStats(
-                running=view.running, waiting=view.queued, kv_cache_usage=1.0 - view.kv_free_frac
+                running=shown.running, waiting=shown.queued, kv_cache_usage=1.0 - shown.kv_free_frac
             )
             load.inflight = load.inflight_at_scrape = 0
-            load.inflight_tokens, load.inflight_prompt_tokens = view.predicted_tokens, view.prefill_tokens
+            load.inflight_tokens, load.inflight_prompt_tokens = shown.predicted_tokens, shown.prefill_tokens
         picked = live.pick(request, router, request.arrival_s)
         assert picked is not None and chosen is not None
         assert picked.endpoint.replica == ids[(request.model, chosen)], (request.id, router)
