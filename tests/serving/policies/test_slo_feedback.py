@@ -44,3 +44,14 @@ def test_only_the_last_requests_count_and_unknown_tpot_is_left_out() -> None:
     assert ttft == pytest.approx(0.5) and tpot is None
     window.forget("m")
     assert window.recent("m", 1.0) == (None, None)
+
+
+def test_the_footprint_follows_arrivals_and_a_forgotten_model_starts_afresh() -> None:
+    window = RecentLatency()
+    window.arrived("m", 1_000, 256)
+    assert window.footprint("m") == 1_128  # prompt + half a predicted answer
+    window.arrived("m", 2_000, 256)
+    assert 1_128 < (window.footprint("m") or 0) < 2_128  # averaged, not replaced
+    window.served("m", 0.0, SloClass.INTERACTIVE, 1.0, 0.1)
+    window.forget("m")  # undeployed: a model redeployed under its name inherits nothing
+    assert window.footprint("m") is None and window.recent("m", 0.0) == (None, None)

@@ -51,7 +51,7 @@ from tessera.serving.gateway.replicas import LiveReplicas, ReplicaLoad, prefix_h
 from tessera.serving.gateway.upstream import RawUpstream, Upstream
 from tessera.serving.policies.admission import AdmissionConfig, AdmissionSignals, Shed, admit
 from tessera.serving.policies.requests import DEFAULT_SLO_TARGETS, InferenceRequest, SloClass
-from tessera.serving.policies.slo_feedback import RecentLatency, updated_footprint
+from tessera.serving.policies.slo_feedback import RecentLatency
 
 SLO_HEADER = b"x-tessera-slo"
 ADMISSION = AdmissionConfig()  # the twin's
@@ -121,7 +121,6 @@ class Gateway:
         self._urls: dict[str, set[str]] = {}  # each model's replicas' addresses, to drop the connections of gone ones
         self._ids = itertools.count()
         self.latency = RecentLatency()  # the autoscaler's SLO feedback (streamed answers; ``policies.slo_feedback``)
-        self.footprints: dict[str, float] = {}  # each model's mean KV footprint (``updated_footprint``)
         registry.subscribe(self._on_change)
 
     # ------------------------------------------------------------------------------------------------ lifecycle
@@ -158,6 +157,7 @@ class Gateway:
         route = self.registry.route(model)
         if route is None:
             self.replicas.forget(model)
+            self.latency.forget(model)
             self.hold.release(model)  # they find the model gone: 404
         elif route.failing:
             self.hold.release(model)  # answered 503
@@ -298,10 +298,7 @@ class Gateway:
     ) -> None:  # fmt: skip
         loop = asyncio.get_running_loop()
         binder = self.binder
-        predicted = self.config.predicted_output_tokens  # as the twin, whatever max_tokens says
-        self.footprints[route.name] = updated_footprint(
-            self.footprints.get(route.name), request.prompt_tokens, predicted
-        )
+        self.latency.arrived(route.name, request.prompt_tokens, self.config.predicted_output_tokens)  # as the twin
         if route.admission and request.slo is SloClass.BATCH and (shed := self._shed(request)) is not None:
             await self._refuse(request, shed, send)
             return

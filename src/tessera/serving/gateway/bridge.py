@@ -143,7 +143,7 @@ class GatewayBridge:
         return Demand(
             in_flight=in_flight, held=held, last_request_s=self._last_busy.get(name),
             queued=sum(load.scraped.waiting for load in loads), ttft_recent_s=ttft, tpot_recent_s=tpot,
-            tokens_per_sequence=self.gateway.footprints.get(name), kv_tokens_per_replica=min(capacities, default=0),
+            tokens_per_sequence=self.gateway.latency.footprint(name), kv_tokens_per_replica=min(capacities, default=0),
         )  # fmt: skip
 
     def ready(self, workload_id: int, attempt: int) -> bool:

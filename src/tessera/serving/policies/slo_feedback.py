@@ -23,7 +23,7 @@ RECENT_S = 20.0  # ...if they finished this recently
 class RecentLatency:
     """See the module docstring. ``scale``: the class whose targets ``recent`` speaks in."""
 
-    __slots__ = ("_recent", "horizon_s", "scale", "size", "targets")
+    __slots__ = ("_footprints", "_recent", "horizon_s", "scale", "size", "targets")
 
     def __init__(
         self,
@@ -37,6 +37,16 @@ class RecentLatency:
         self.size = size
         self.horizon_s = horizon_s
         self._recent: dict[str, deque[tuple[float, float, float]]] = {}  # model -> (finish, TTFT, TPOT / targets)
+        self._footprints: dict[str, float] = {}  # model -> its mean KV footprint (``updated_footprint``)
+
+    def arrived(self, model: str, prompt_tokens: int, predicted_output_tokens: int) -> None:
+        """One request of ``model`` arrived: its mean footprint learns it (the live gateway's; the twin keeps its
+        own per model runtime)."""
+        mean = self._footprints.get(model)
+        self._footprints[model] = updated_footprint(mean, prompt_tokens, predicted_output_tokens)
+
+    def footprint(self, model: str) -> float | None:
+        return self._footprints.get(model)
 
     def served(self, model: str, finish_s: float, slo: SloClass, ttft_s: float, tpot_s: float | None) -> None:
         """One request of ``model`` served: its TTFT and TPOT (None: one token, or not known)."""
@@ -61,7 +71,9 @@ class RecentLatency:
         return _p90(ttft) * scale.ttft_s, (_p90(tpot) * scale.tpot_s if tpot else None)
 
     def forget(self, model: str) -> None:
+        """``model`` is gone: a model deployed later under its name starts afresh."""
         self._recent.pop(model, None)
+        self._footprints.pop(model, None)
 
 
 def _p90(ordered: list[float]) -> float:
